@@ -1,0 +1,71 @@
+"""Loading the Hydra configuration in `conf/` with one-line errors for bad overrides.
+
+`compose(overrides)` is what every command uses; `autotune run` hands the same overrides to
+`hydra.main` afterwards so that sweeps (`-m`) and launchers work, but it validates them here first.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from autotune.errors import UserError
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+def conf_dir() -> Path:
+    if not (CONF_DIR / "config.yaml").is_file():
+        raise UserError(f"no config found at {CONF_DIR} (install the project with `pip install -e .` from its checkout)")
+    return CONF_DIR
+
+
+def groups() -> dict[str, list[str]]:
+    """Config groups and their presets, e.g. {"model": ["llama3_8b", "tiny"], ...}."""
+    found = {}
+    for d in sorted(p for p in conf_dir().iterdir() if p.is_dir()):
+        found[d.name] = sorted(f.stem for f in d.glob("*.yaml"))
+    return found
+
+
+def compose(overrides: list[str] | tuple[str, ...] = ()) -> DictConfig:
+    """The resolved config for these `key=value` overrides; a UserError for anything wrong."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    for o in overrides:
+        if "=" not in o:
+            raise UserError(f"'{o}' is not an override: settings are given as key=value (see `autotune --help`)")
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+            cfg = hydra_compose(config_name="config", overrides=list(overrides))
+            OmegaConf.resolve(cfg)
+    except (HydraException, OmegaConfBaseException) as e:
+        raise UserError(explain(e, overrides)) from None
+    return cfg
+
+
+def explain(e: Exception, overrides) -> str:
+    """Hydra's multi-line messages turned into one line that says what to do."""
+    text = str(e)
+    m = re.search(r"Could not find '([\w/]+)/([\w.-]+)'", text)
+    if m:
+        group, name = m.groups()
+        options = ", ".join(groups().get(group, [])) or "none"
+        return f"unknown {group} preset '{name}' (available: {options})"
+    m = re.search(r"Could not override '([^']+)'", text) or re.search(r"Key '([^']+)' is not in struct", text)
+    if m:
+        return f"unknown setting '{m.group(1)}' (see `autotune --help` for the settings; add new keys with +key=value)"
+    m = re.search(r"Ambiguous value for argument '([^']+)'", text)
+    if m:
+        return f"ambiguous value in '{m.group(1)}': quote it, use [a,b] for a list, or add -m to sweep"
+    first = text.strip().splitlines()[0] if text.strip() else type(e).__name__
+    return f"bad configuration ({' '.join(overrides)}): {first}"
+
+
+def to_yaml(cfg: DictConfig) -> str:
+    return OmegaConf.to_yaml(cfg, resolve=True)

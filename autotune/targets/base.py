@@ -1,0 +1,107 @@
+"""What a target is: everything the checker, the agent and the profiler need to know about one op.
+
+One module per op (`rms_norm.py`, `silu_and_mul.py`, ...) defines `TARGET = Target(...)`. The reference
+function in it is the same function the served model's dispatch point calls by default, so "correct"
+means "does what the model did".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Callable, Mapping
+
+import torch
+
+Shape = tuple[int, ...]
+
+# Input kinds the checker asks for. "normal": realistic activations; "large": magnitudes in the
+# hundreds (fp16/bf16 accumulation overflows here when a kernel skips fp32); "special": a few NaN
+# and Inf planted in the activations, which must land in the same output positions as the reference's.
+INPUT_KINDS = ("normal", "large", "special")
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    """Elementwise |actual - expected| <= atol + rtol * |expected| (torch.testing.assert_close semantics)."""
+
+    rtol: float
+    atol: float
+
+
+# torch.testing.assert_close's per-dtype defaults (torch/testing/_comparison.py, _DTYPE_PRECISIONS).
+# Targets start from these; any override in a target module is reviewed code with its reason beside it.
+DEFAULT_TOLERANCES: Mapping[torch.dtype, Tolerance] = {
+    torch.float32: Tolerance(rtol=1.3e-6, atol=1e-5),
+    torch.bfloat16: Tolerance(rtol=1.6e-2, atol=1e-5),
+    torch.float16: Tolerance(rtol=1e-3, atol=1e-5),
+}
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    name: str
+    summary: str  # what the op computes, one line
+    reference: Callable  # the PyTorch reference; its signature is the candidate's entry point
+    make_inputs: Callable[[Shape, torch.dtype, torch.Generator, str], tuple]  # (shape, dtype, gen, kind) -> args
+    shape_from_dims: Callable[[list], Shape]  # a profiler "Input Dims" list -> this target's case shape
+    bytes_moved: Callable[[Shape, torch.dtype], int]  # HBM bytes an ideal kernel reads + writes
+    flops: Callable[[Shape, torch.dtype], int]
+    default_shapes: tuple[Shape, ...]  # used when no profile has been taken
+    edge_shapes: tuple[Shape, ...]  # one row, widths not a power of two, widths > 4096, many rows
+    dtypes: tuple[torch.dtype, ...] = DTYPES
+    tolerances: Mapping[torch.dtype, Tolerance] = dataclasses.field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
+    op_names: tuple[str, ...] = ()  # names of the same op in foreign traces (vLLM, SGLang)
+
+    @property
+    def signature(self) -> str:
+        """The entry-point line a candidate must define, e.g. `def rms_norm(x, weight, eps)`."""
+        return f"def {self.name}{inspect.signature(self.reference)}"
+
+    @property
+    def arg_names(self) -> tuple[str, ...]:
+        return tuple(inspect.signature(self.reference).parameters)
+
+    def reference_source(self) -> str:
+        return inspect.getsource(self.reference)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    aliases = {"fp32": "float32", "float": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16",
+               "c10::BFloat16": "bfloat16", "c10::Half": "float16", "double": "float64"}
+    name = aliases.get(name, name)
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype '{name}'")
+    return dtype
+
+
+def rows_and_width(shape: Shape) -> tuple[int, int]:
+    """[..., W] -> (product of leading dims, W)."""
+    rows = 1
+    for d in shape[:-1]:
+        rows *= d
+    return rows, shape[-1]
+
+
+def activations(shape: Shape, dtype: torch.dtype, gen: torch.Generator, kind: str) -> torch.Tensor:
+    """Activation-like values of this kind: N(0, 1); N(0, 1) * 300; or N(0, 1) with NaN/Inf planted."""
+    x = torch.randn(shape, generator=gen, dtype=torch.float32)
+    if kind == "large":
+        x = x * 300.0
+    elif kind == "special":
+        flat = x.view(-1)
+        n = flat.numel()
+        picks = torch.randint(0, n, (3,), generator=gen)
+        flat[picks[0]] = float("nan")
+        flat[picks[1]] = float("inf")
+        flat[picks[2]] = float("-inf")
+    elif kind != "normal":
+        raise ValueError(f"unknown input kind '{kind}' (one of {INPUT_KINDS})")
+    return x.to(dtype)

@@ -1,0 +1,48 @@
+"""fused_add_rms_norm: residual add then RMSNorm in one pass, as vLLM's Llama layers use it.
+
+Returns (rms_norm(x + residual) * weight, x + residual): the sum is formed in fp32, the norm is taken
+of that fp32 sum, and both outputs are in x's dtype. Nothing is done in place.
+"""
+
+import torch
+
+from autotune.targets.base import Target, activations, rows_and_width
+
+
+def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
+    s = x.float() + residual.float()
+    y = s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + eps)
+    return (y * weight.float()).to(x.dtype), s.to(x.dtype)
+
+
+def make_inputs(shape, dtype, gen, kind):
+    x = activations(shape, dtype, gen, kind)
+    residual = activations(shape, dtype, gen, "normal")
+    weight = (1.0 + 0.1 * torch.randn(shape[-1], generator=gen)).to(dtype)
+    return x, residual, weight, 1e-5
+
+
+def bytes_moved(shape, dtype):
+    rows, width = rows_and_width(shape)
+    e = torch.empty((), dtype=dtype).element_size()
+    return (4 * rows * width + width) * e  # read x, residual, weight; write y and the sum
+
+
+def flops(shape, dtype):
+    rows, width = rows_and_width(shape)
+    return 5 * rows * width
+
+
+TARGET = Target(
+    name="fused_add_rms_norm",
+    summary="residual add + RMSNorm: returns (rms_norm(x + residual) * weight, x + residual), fp32 math",
+    reference=fused_add_rms_norm,
+    make_inputs=make_inputs,
+    shape_from_dims=lambda dims: tuple(dims[0]),
+    bytes_moved=bytes_moved,
+    flops=flops,
+    default_shapes=((1, 4096), (64, 4096), (256, 4096)),
+    edge_shapes=((1, 128), (7, 1000), (3, 5120), (2, 8192), (1024, 64)),
+    op_names=("_C::fused_add_rms_norm", "vllm::fused_add_rms_norm", "sgl_kernel::fused_add_rmsnorm",
+              "fused_add_rms_norm"),
+)

@@ -1,0 +1,46 @@
+"""rms_norm: y = x / sqrt(mean(x^2) + eps) * weight over the last dim; math in fp32, output in x's dtype.
+
+Llama applies it before attention and before the MLP; the built-in model calls it once per forward
+(layer 0's input) and uses fused_add_rms_norm everywhere else, as vLLM's Llama does.
+"""
+
+import torch
+
+from autotune.targets.base import Target, activations, rows_and_width
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (y * weight.float()).to(x.dtype)
+
+
+def make_inputs(shape, dtype, gen, kind):
+    x = activations(shape, dtype, gen, kind)
+    weight = (1.0 + 0.1 * torch.randn(shape[-1], generator=gen)).to(dtype)
+    return x, weight, 1e-5
+
+
+def bytes_moved(shape, dtype):
+    rows, width = rows_and_width(shape)
+    e = torch.empty((), dtype=dtype).element_size()
+    return (2 * rows * width + width) * e  # read x and weight, write y
+
+
+def flops(shape, dtype):
+    rows, width = rows_and_width(shape)
+    return 4 * rows * width  # square, sum, scale, weight
+
+
+TARGET = Target(
+    name="rms_norm",
+    summary="RMSNorm over the last dim: x * rsqrt(mean(x^2) + eps) * weight, fp32 math, output in x's dtype",
+    reference=rms_norm,
+    make_inputs=make_inputs,
+    shape_from_dims=lambda dims: tuple(dims[0]),
+    bytes_moved=bytes_moved,
+    flops=flops,
+    default_shapes=((1, 4096), (64, 4096), (256, 4096)),
+    edge_shapes=((1, 128), (7, 1000), (3, 5120), (2, 8192), (1024, 64)),
+    op_names=("_C::rms_norm", "vllm::rms_norm", "sgl_kernel::rmsnorm", "rms_norm"),
+)

@@ -1,0 +1,53 @@
+"""rotary_embedding: rotate-half (GPT-NeoX style) RoPE on one of q or k, in the built-in model's layout.
+
+x: [tokens, heads, head_dim]; cos, sin: [tokens, head_dim // 2] in fp32, already gathered at each
+token's position. With x1, x2 the two halves of the last dim: out = [x1*cos - x2*sin, x2*cos + x1*sin],
+fp32 math, output in x's dtype.
+"""
+
+import torch
+
+from autotune.targets.base import Target, activations
+
+
+def rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    xf = x.float()
+    x1, x2 = xf[..., :half], xf[..., half:]
+    c, s = cos.float().unsqueeze(-2), sin.float().unsqueeze(-2)  # [T, 1, half] broadcast over heads
+    return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).to(x.dtype)
+
+
+def make_inputs(shape, dtype, gen, kind):
+    tokens, _, head_dim = shape
+    x = activations(shape, dtype, gen, kind)
+    positions = torch.randint(0, 8192, (tokens,), generator=gen).float()
+    inv_freq = 1.0 / (500000.0 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    angles = positions[:, None] * inv_freq[None, :]
+    return x, angles.cos(), angles.sin()
+
+
+def bytes_moved(shape, dtype):
+    tokens, heads, head_dim = shape
+    e = torch.empty((), dtype=dtype).element_size()
+    return 2 * tokens * heads * head_dim * e + 2 * tokens * (head_dim // 2) * 4  # x in/out, fp32 cos/sin
+
+
+def flops(shape, dtype):
+    tokens, heads, head_dim = shape
+    return 3 * tokens * heads * head_dim
+
+
+TARGET = Target(
+    name="rotary_embedding",
+    summary="rotate-half RoPE on x [tokens, heads, head_dim] with fp32 cos/sin [tokens, head_dim/2]",
+    reference=rotary_embedding,
+    make_inputs=make_inputs,
+    shape_from_dims=lambda dims: tuple(dims[0]),
+    bytes_moved=bytes_moved,
+    flops=flops,
+    default_shapes=((1, 32, 128), (64, 32, 128), (256, 8, 128)),
+    edge_shapes=((1, 1, 64), (7, 3, 96), (3, 40, 128), (512, 2, 32)),
+    op_names=("_C::rotary_embedding", "vllm::rotary_embedding", "sgl_kernel::apply_rope_pos_ids_cos_sin_cache",
+              "rotary_embedding"),
+)

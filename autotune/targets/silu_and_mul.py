@@ -1,0 +1,44 @@
+"""silu_and_mul: SwiGLU's gate, silu(x[..., :I]) * x[..., I:] for x of width 2*I; fp32 math, x's dtype out.
+
+The MLP's gate and up projections are one matmul whose output is split in halves, as in vLLM.
+"""
+
+import torch
+import torch.nn.functional as F
+
+from autotune.targets.base import Target, activations, rows_and_width
+
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    d = x.shape[-1] // 2
+    xf = x.float()
+    return (F.silu(xf[..., :d]) * xf[..., d:]).to(x.dtype)
+
+
+def make_inputs(shape, dtype, gen, kind):
+    return (activations(shape, dtype, gen, kind),)
+
+
+def bytes_moved(shape, dtype):
+    rows, width = rows_and_width(shape)
+    e = torch.empty((), dtype=dtype).element_size()
+    return (rows * width + rows * width // 2) * e  # read 2*I, write I
+
+
+def flops(shape, dtype):
+    rows, width = rows_and_width(shape)
+    return 5 * rows * (width // 2)  # exp, add, div, mul, mul
+
+
+TARGET = Target(
+    name="silu_and_mul",
+    summary="SwiGLU gate: silu(x[..., :I]) * x[..., I:] for x of width 2*I, fp32 math, output in x's dtype",
+    reference=silu_and_mul,
+    make_inputs=make_inputs,
+    shape_from_dims=lambda dims: tuple(dims[0]),
+    bytes_moved=bytes_moved,
+    flops=flops,
+    default_shapes=((1, 28672), (64, 28672), (256, 28672)),
+    edge_shapes=((1, 256), (5, 2000), (3, 11008), (1024, 128)),
+    op_names=("_C::silu_and_mul", "vllm::silu_and_mul", "sgl_kernel::silu_and_mul", "silu_and_mul"),
+)

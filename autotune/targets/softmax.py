@@ -1,0 +1,48 @@
+"""softmax over the last dim, fp32 math, output in x's dtype; the attention probabilities of the model.
+
+Attention scores come masked with -inf (causal and padding), so rows with -inf entries are the normal
+case; a row that is all -inf gives NaN, as torch.softmax does.
+"""
+
+import torch
+
+from autotune.targets.base import Target, activations, rows_and_width
+
+
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x.float(), dim=-1).to(x.dtype)
+
+
+def make_inputs(shape, dtype, gen, kind):
+    x = activations(shape, dtype, gen, kind)
+    if kind == "normal":  # a causal-style mask: the tail of some rows is -inf, as in attention
+        rows, width = rows_and_width(shape)
+        keep = torch.randint(1, width + 1, (rows, 1), generator=gen)
+        mask = torch.arange(width)[None, :] >= keep
+        x = x.reshape(rows, width).masked_fill(mask, float("-inf")).reshape(shape)
+    return (x,)
+
+
+def bytes_moved(shape, dtype):
+    rows, width = rows_and_width(shape)
+    e = torch.empty((), dtype=dtype).element_size()
+    return 2 * rows * width * e
+
+
+def flops(shape, dtype):
+    rows, width = rows_and_width(shape)
+    return 4 * rows * width  # max, sub+exp, sum, div
+
+
+TARGET = Target(
+    name="softmax",
+    summary="softmax over the last dim (attention probabilities, -inf masked), fp32 math, output in x's dtype",
+    reference=softmax,
+    make_inputs=make_inputs,
+    shape_from_dims=lambda dims: tuple(dims[0]),
+    bytes_moved=bytes_moved,
+    flops=flops,
+    default_shapes=((32, 1, 1024), (32, 128, 128), (8, 512, 512)),
+    edge_shapes=((1, 1, 1), (1, 7, 1000), (2, 1, 5000), (1, 1024, 64)),
+    op_names=("aten::_softmax", "aten::softmax", "softmax"),
+)
