@@ -1,0 +1,99 @@
+"""Serve the configured model under torch.profiler and rank the ops worth a kernel, or read a trace.
+
+`autotune profile` builds the model (`model=`), serves `profile.warmup_requests` requests outside the
+profile, then serves the workload (`workload=`) under torch.profiler (CPU, plus CUDA on a GPU) with input
+shapes recorded. It prints the hot spots ranked by share of serving time, with the end-to-end gain a kernel
+`profile.assumed_speedup` times faster could give (Amdahl), and the serving latencies (TTFT, TPOT, tokens/s).
+
+`autotune profile trace=PATH` reads an existing torch-profiler trace instead (.json or .json.gz: ours, or
+one written by vLLM or SGLang; record shapes there to get shapes here). Foreign op names map to targets
+through `profile.target_map`; the serving time of a foreign trace is the span of its profiled window.
+
+Outputs, in `<profile.out_dir>/<run>/` (default traces/, run = e.g. 20261130-043512-ab12):
+  trace.json.gz   the trace (open it in https://ui.perfetto.dev); carries the environment and serve report
+  ops.csv         the op table, one row per (op, input shapes, dtype): op, target, input_shapes, dtype,
+                  calls, total_us, self_us, device_us (GPU kernel time; empty on CPU), share
+                  (also ops.parquet when pyarrow is installed; read either with pandas)
+  hotspots.json   the ranked targets with the shapes seen (the checker's shapes come from the newest one)
+  env.json        environment record: GPU, driver, CUDA, torch, triton, Python, commit, host, labels.*
+  serve.json      the serving report (latencies per request and percentiles)
+  nsight.json     with profile.nsight=true, a GPU and Nsight Compute: per-kernel duration and DRAM GB/s
+A run folder appears only when complete; a failed or interrupted profile leaves none.
+
+Main settings (conf/profile/default.yaml; override as key=value):
+  profile.out_dir=traces  profile.warmup_requests=2  profile.assumed_speedup=2.0  profile.top=10
+  profile.with_stack=false  profile.nsight=false  profile.nsight_top=3  device=auto|cpu|cuda
+  workload.num_requests=16  serve.max_batch_size=8  labels.cluster=NAME (recorded in env.json)
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+from rich.console import Console
+from rich.table import Table
+
+from autotune.env import Environment
+from autotune.profile.profiler import ProfileResult, profile_serving, profile_trace
+
+
+def main(cfg: DictConfig) -> int:
+    result = profile_trace(cfg, cfg.trace) if cfg.trace else profile_serving(cfg)
+    console = Console()
+    console.print(hotspot_table(result.hotspots, int(cfg.profile.top)))
+    _print_serving(console, result)
+    if result.nsight_note:
+        console.print(result.nsight_note)
+    _print_files(console, result)
+    return 0
+
+
+_SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def _top_shapes(shapes: list[dict], n: int = 3) -> str:
+    text = ", ".join(f"{'x'.join(map(str, s['shape']))} {_SHORT_DTYPES.get(s['dtype'], s['dtype'])} ×{s['calls']}"
+                     for s in shapes[:n])
+    return text + (f" (+{len(shapes) - n} more)" if len(shapes) > n else "") if shapes else "-"
+
+
+def hotspot_table(record: dict, top: int) -> Table:
+    """The ranked hot spots as a rich Table."""
+    speedup = record["assumed_speedup"]
+    table = Table(title=f"hot spots (run {record['run']})",
+                  caption=f"serving time {record['serving_time_us'] / 1e3:.1f} ms; projected gain = end-to-end "
+                          f"time saved by a kernel {speedup:g}x faster (Amdahl)")
+    for name, justify in (("#", "right"), ("target", "left"), ("share", "right"), ("calls", "right"),
+                          ("time ms", "right"), ("top shapes (dtype ×calls)", "left"),
+                          (f"gain at {speedup:g}x", "right")):
+        table.add_column(name, justify=justify)
+    for rank, h in enumerate(record["hotspots"][:top], start=1):
+        table.add_row(str(rank), h["target"], f"{100 * h['share']:.1f}%", str(h["calls"]),
+                      f"{h['total_us'] / 1e3:.2f}", _top_shapes(h["shapes"]), f"{100 * h['projected_gain']:.1f}%")
+    if not record["hotspots"]:
+        table.add_row("-", "no target op in this trace", "", "", "", "", "")
+    return table
+
+
+def _print_serving(console: Console, result: ProfileResult) -> None:
+    if result.serve_report is None:
+        console.print("serving latency: not in this trace (it was not written by `autotune profile`)")
+        return
+    from autotune.serve import ServeReport
+
+    console.print(ServeReport.from_dict(result.serve_report).table())
+
+
+def _print_files(console: Console, result: ProfileResult) -> None:
+    files = ", ".join(sorted(p.name for p in result.run_dir.iterdir()))
+    console.print(f"wrote {result.run_dir}/ ({files})", soft_wrap=True)
+    console.print(f"environment: {environment_line(result.environment)}", soft_wrap=True)
+
+
+def environment_line(environment: dict) -> str:
+    """One line for the environment record, or what a foreign trace says about its machine."""
+    if environment.get("source") == "foreign trace":
+        return f"foreign trace, GPU {environment.get('gpu') or 'not recorded'}"
+    try:
+        return Environment.from_dict(environment).summary()
+    except TypeError:  # a record from an older version lacking fields
+        return ", ".join(f"{k} {v}" for k, v in environment.items() if k in ("gpu", "torch", "triton", "cuda"))

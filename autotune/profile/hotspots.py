@@ -1,0 +1,90 @@
+"""Hot spots: the op table's targets ranked by their share of serving time, with the Amdahl gain each could give.
+
+A target's time is the sum of its op-table rows (GPU kernel time on a GPU trace, CPU time otherwise). A kernel
+that is `s` times faster on a target that takes a share `p` of serving time saves at most
+`gain = 1 - ((1 - p) + p / s)` of the end-to-end time; `profile.assumed_speedup` sets `s`.
+
+`hotspots.json` (one per profile run; the checker takes its shapes from the newest one):
+    {"run": str, "trace": str, "serving_time_us": float, "assumed_speedup": float, "environment": {...},
+     "hotspots": [{"target": str, "share": float, "calls": int, "total_us": float, "projected_gain": float,
+                   "shapes": [{"shape": [int, ...], "dtype": "float32", "calls": int, "total_us": float}]}]}
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from autotune import targets
+from autotune.errors import UserError
+from autotune.profile.optable import op_time_us
+
+FILE = "hotspots.json"
+
+
+def amdahl_gain(share: float, speedup: float) -> float:
+    """The fraction of end-to-end time saved when a part taking `share` of it runs `speedup` times faster."""
+    return 1.0 - ((1.0 - share) + share / speedup)
+
+
+def _shapes(target: str, rows: pd.DataFrame) -> list[dict]:
+    """The target's case shapes with dtype, calls and time each, largest time first."""
+    shape_from_dims = targets.get(target).shape_from_dims
+    seen: dict[tuple, dict] = {}
+    for dims, dtype, calls, time_us in zip(rows["input_shapes"], rows["dtype"], rows["calls"], rows["time_us"]):
+        parsed = json.loads(dims) if dims else []
+        if not parsed or not parsed[0]:
+            continue  # recorded without shapes (vLLM's default): nothing to give the checker
+        shape = tuple(int(d) for d in shape_from_dims(parsed))
+        entry = seen.setdefault((shape, dtype), {"shape": list(shape), "dtype": dtype, "calls": 0, "total_us": 0.0})
+        entry["calls"] += int(calls)
+        entry["total_us"] += float(time_us)
+    return sorted(seen.values(), key=lambda s: (-s["total_us"], s["shape"], s["dtype"]))
+
+
+def rank_hotspots(ops: pd.DataFrame, serving_time_us: float, assumed_speedup: float) -> list[dict]:
+    """One entry per target found in the op table, ranked by share of serving time (hotspots.json's list)."""
+    if assumed_speedup <= 0:
+        raise UserError(f"profile.assumed_speedup={assumed_speedup} must be > 0 (e.g. profile.assumed_speedup=2)")
+    mapped = ops[ops["target"].astype(str) != ""].assign(time_us=lambda f: op_time_us(f))
+    ranked = []
+    for target, rows in mapped.groupby("target", sort=False):
+        total_us = float(rows["time_us"].sum())
+        share = total_us / serving_time_us if serving_time_us > 0 else 0.0
+        ranked.append({"target": str(target), "share": share, "calls": int(rows["calls"].sum()),
+                       "total_us": total_us, "projected_gain": amdahl_gain(share, assumed_speedup),
+                       "shapes": _shapes(str(target), rows)})
+    return sorted(ranked, key=lambda h: (-h["share"], h["target"]))
+
+
+def hotspots_record(run: str, trace: str, serving_time_us: float, assumed_speedup: float,
+                    environment: dict, hotspots: list[dict]) -> dict[str, Any]:
+    """The content of hotspots.json, keys in the documented order."""
+    return {"run": run, "trace": trace, "serving_time_us": float(serving_time_us),
+            "assumed_speedup": float(assumed_speedup), "environment": environment, "hotspots": hotspots}
+
+
+def latest_hotspots(out_dir: str | Path) -> dict | None:
+    """hotspots.json of the newest complete run under out_dir (runs in progress are hidden); None if none."""
+    out_dir = Path(out_dir)
+    if not out_dir.is_dir():
+        return None
+    runs = [d for d in out_dir.iterdir() if d.is_dir() and not d.name.startswith(".") and (d / FILE).is_file()]
+    # Run names start with a sortable timestamp; the file time orders two runs of the same second.
+    for run in sorted(runs, key=lambda d: (d.name[:15], (d / FILE).stat().st_mtime, d.name), reverse=True):
+        try:
+            return json.loads((run / FILE).read_text())
+        except (OSError, json.JSONDecodeError):
+            continue  # an unreadable record is skipped, not fatal: the next newest one is used
+    return None
+
+
+def shapes_for(target: str, hotspots: dict | None) -> list[tuple[tuple[int, ...], str, int]]:
+    """(shape, dtype, calls) the profile saw for a target, most time first; [] when it was not seen."""
+    for h in (hotspots or {}).get("hotspots", []):
+        if h["target"] == target:
+            return [(tuple(s["shape"]), s["dtype"], int(s["calls"])) for s in h["shapes"]]
+    return []

@@ -1,0 +1,200 @@
+"""A torch-profiler trace (Chrome/Kineto JSON) turned into the op table, one row per (op, input shapes, dtype).
+
+Columns: `op, target, input_shapes, dtype, calls, total_us, self_us, device_us, share`.
+- `total_us` is the CPU wall time of the op's calls, children included; `self_us` subtracts the time of the
+  ops nested directly inside it. Nesting is computed per (pid, tid): on one thread, an op that starts before
+  the enclosing op ends is inside it.
+- `device_us` is the time of the GPU kernels (and memcpy/memset) the op launched, its child ops' kernels
+  included; empty on a CPU-only trace. A kernel joins its launching `cuda_runtime` event through
+  `args.correlation`, and that event joins the enclosing cpu_op through `args["External id"]`.
+- `share` is the op's time over the serving time: device time on a GPU trace, CPU time otherwise.
+- `target` is the target the op implements: our dispatch points appear as `autotune::<target>`; other
+  engines' ops map through `profile.target_map`. An op nested inside an op of the same target (vLLM's
+  `vllm::rms_norm` around `_C::rms_norm`, `aten::_softmax` under `autotune::softmax`) is not counted again.
+  A map entry `{target: T, input: K}` says the target's inputs start at argument K (vLLM's `_C::` ops take
+  their output first); such rows list `input_shapes` and `dtype` from argument K on, the target's own view.
+
+Serving time: the duration of our `autotune::serve` window when the trace has one; for a foreign trace
+(vLLM, SGLang), the span of its profiled window, from the first recorded event's start to the last one's end.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import zlib
+from pathlib import Path
+from typing import Any, Mapping
+
+import pandas as pd
+
+from autotune.errors import UserError
+from autotune.targets import NAMES as TARGET_NAMES
+
+COLUMNS = ["op", "target", "input_shapes", "dtype", "calls", "total_us", "self_us", "device_us", "share"]
+SERVE_SPAN = "autotune::serve"  # the record_function around the profiled serving window
+META_ENVIRONMENT = "autotune_environment"  # trace metadata keys written by `autotune profile`
+META_SERVE = "autotune_serve"
+HOST_CATEGORIES = ("cpu_op", "user_annotation")
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
+WINDOW_CATEGORIES = HOST_CATEGORIES + DEVICE_CATEGORIES + LAUNCH_CATEGORIES
+
+# Kineto writes tensor dtypes as C++ type names in "Input type"; non-tensor arguments are "Scalar" etc.
+_CPP_DTYPES = {"float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16",
+               "long int": "int64", "int": "int32", "short int": "int16", "signed char": "int8",
+               "unsigned char": "uint8", "bool": "bool", "c10::Float8_e4m3fn": "float8_e4m3fn",
+               "c10::Float8_e5m2": "float8_e5m2"}
+_NOT_TENSORS = {"", "Scalar", "ScalarList", "GenericList", "TensorList"}
+
+
+def read_trace(path: str | Path) -> dict[str, Any]:
+    """The trace JSON as a dict; gzip is recognised by its magic bytes. UserError if missing or corrupt."""
+    path = Path(path)
+    if not path.is_file():
+        what = "is a directory" if path.is_dir() else "not found"
+        raise UserError(f"trace file {path} {what} (give the path of a torch-profiler trace, .json or .json.gz)")
+    try:
+        raw = path.read_bytes()
+        text = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+        trace = json.loads(text)
+    except (OSError, EOFError, zlib.error) as e:
+        raise UserError(f"trace file {path} is not a readable gzip file ({e}); re-export or re-copy it") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"trace file {path} is not valid JSON ({e}); give a torch-profiler trace") from None
+    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
+        raise UserError(f"trace file {path} has no traceEvents list, so it is not a torch-profiler trace "
+                        "(export one with prof.export_chrome_trace)")
+    return trace
+
+
+def complete_events(trace: Mapping[str, Any]) -> list[dict]:
+    """The duration ('X') events of the categories the op table reads."""
+    return [e for e in trace["traceEvents"]
+            if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in WINDOW_CATEGORIES]
+
+
+def serving_time_us(trace: Mapping[str, Any]) -> float:
+    """Our serving window's duration, else the span of the trace's profiled window (see the module doc)."""
+    events = complete_events(trace)
+    spans = [e for e in events if e["cat"] == "user_annotation" and e.get("name") == SERVE_SPAN]
+    if spans:
+        return float(sum(e["dur"] for e in spans))
+    if not events:
+        return 0.0
+    return float(max(e["ts"] + e["dur"] for e in events) - min(e["ts"] for e in events))
+
+
+def has_device_events(trace: Mapping[str, Any]) -> bool:
+    return any(e["cat"] in DEVICE_CATEGORIES for e in complete_events(trace))
+
+
+def _parents(host: list[dict]) -> list[int]:
+    """For each host event, the index of the event it is nested in on its thread (-1 at the top level)."""
+    parents = [-1] * len(host)
+    order = sorted(range(len(host)), key=lambda i: (str(host[i].get("pid")), str(host[i].get("tid")),
+                                                    host[i]["ts"], -host[i]["dur"]))
+    stack: list[int] = []
+    thread = None
+    for i in order:
+        e = host[i]
+        if (e.get("pid"), e.get("tid")) != thread:
+            thread, stack = (e.get("pid"), e.get("tid")), []
+        while stack and e["ts"] >= host[stack[-1]]["ts"] + host[stack[-1]]["dur"]:
+            stack.pop()
+        parents[i] = stack[-1] if stack else -1
+        stack.append(i)
+    return parents
+
+
+def _device_us(host: list[dict], parents: list[int], events: list[dict]) -> list[float]:
+    """GPU time launched by each host event, its children's launches included."""
+    launched_by = {e["args"].get("correlation"): e["args"]["External id"]
+                   for e in events if e["cat"] in LAUNCH_CATEGORIES and "External id" in e.get("args", {})}
+    by_external = {e["args"]["External id"]: i for i, e in enumerate(host) if "External id" in e.get("args", {})}
+    device = [0.0] * len(host)
+    for k in (e for e in events if e["cat"] in DEVICE_CATEGORIES):
+        args = k.get("args", {})
+        external = launched_by.get(args.get("correlation"), args.get("External id"))
+        i = by_external.get(external, -1)
+        while i != -1:
+            device[i] += k["dur"]
+            i = parents[i]
+    return device
+
+
+def _dtype(types: list) -> str:
+    """The dtype of the first tensor argument, as torch names it ('float32'); '' when there is none."""
+    for t in types or ():
+        if t not in _NOT_TENSORS:
+            return _CPP_DTYPES.get(t, t)
+    return ""
+
+
+def target_of(op: str, target_map: Mapping[str, Any]) -> tuple[str, int]:
+    """(target the op implements or '', index of the argument where the target's inputs start)."""
+    if op.startswith("autotune::") and op.removeprefix("autotune::") in TARGET_NAMES:
+        return op.removeprefix("autotune::"), 0
+    entry = target_map.get(op, "")
+    if isinstance(entry, Mapping):
+        return str(entry["target"]), int(entry.get("input", 0))
+    return str(entry), 0
+
+
+def _targets(host: list[dict], parents: list[int], own: list[str]) -> list[str]:
+    """Each event's target, blank when an enclosing op already counts for the same target."""
+    result = []
+    for i, t in enumerate(own):
+        p = parents[i]
+        while t and p != -1 and own[p] != t:
+            p = parents[p]
+        result.append(t if p == -1 else "")
+    return result
+
+
+def _row(e: dict, target: str, first_input: int) -> dict:
+    args = e.get("args", {})
+    return {"op": e["name"], "target": target, "input_shapes": json.dumps(args.get("Input Dims", [])[first_input:]),
+            "dtype": _dtype(args.get("Input type", [])[first_input:]), "total_us": float(e["dur"])}
+
+
+def op_table(trace: Mapping[str, Any], target_map: Mapping[str, Any]) -> pd.DataFrame:
+    """The op table of a trace (columns COLUMNS), sorted by share, largest first."""
+    events = complete_events(trace)
+    host = [e for e in events if e["cat"] in HOST_CATEGORIES]
+    parents = _parents(host)
+    child_us = [0.0] * len(host)
+    for i, p in enumerate(parents):
+        if p != -1:
+            child_us[p] += host[i]["dur"]
+    device = _device_us(host, parents, events) if has_device_events(trace) else [float("nan")] * len(host)
+    mapped = [target_of(e["name"], target_map) if e["cat"] == "cpu_op" else ("", 0) for e in host]
+    targets = _targets(host, parents, [t for t, _ in mapped])
+    rows = [{**_row(e, targets[i], mapped[i][1]), "self_us": float(e["dur"]) - child_us[i], "device_us": device[i]}
+            for i, e in enumerate(host) if e["cat"] == "cpu_op"]
+    if not rows:
+        return pd.DataFrame({c: pd.Series(dtype="float64" if c.endswith(("_us", "share")) else "object")
+                             for c in COLUMNS})
+    frame = pd.DataFrame(rows)
+    table = (frame.groupby(["op", "target", "input_shapes", "dtype"], sort=False, dropna=False)
+             .agg(calls=("total_us", "size"), total_us=("total_us", "sum"), self_us=("self_us", "sum"),
+                  device_us=("device_us", lambda s: s.sum(min_count=1)))
+             .reset_index())
+    serving = serving_time_us(trace)
+    table["share"] = op_time_us(table) / serving if serving > 0 else 0.0
+    return table.sort_values(["share", "op"], ascending=[False, True], ignore_index=True)[COLUMNS]
+
+
+def op_time_us(ops: pd.DataFrame) -> pd.Series:
+    """The time that counts per row: the GPU kernels' time when the trace has any, else CPU time."""
+    return ops["device_us"].where(ops["device_us"].notna(), ops["total_us"])
+
+
+def read_op_table(path: str | Path) -> pd.DataFrame:
+    """An op table written by `autotune profile` (ops.csv or ops.parquet), with blanks as ''."""
+    path = Path(path)
+    frame = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path, keep_default_na=False,
+                                                                                 na_values={"device_us": [""]})
+    for c in ("target", "dtype", "input_shapes"):
+        frame[c] = frame[c].fillna("").astype(str)
+    return frame

@@ -1,0 +1,160 @@
+"""Profiling: serve the model under torch.profiler, or read an existing trace, and write the run folder.
+
+`profile_serving(cfg)` builds the model, serves `profile.warmup_requests` requests outside the profile
+(one-time costs: allocator growth, first-call dispatch), then serves the workload under
+`torch.profiler.profile` (CPU, plus CUDA on a GPU) with shapes recorded, inside a
+`record_function("autotune::serve")` window whose duration is the serving time. The environment record and
+the serve report go into the trace's metadata, so a trace alone says where it came from.
+`profile_trace(cfg, path)` reads a trace someone else wrote (vLLM, SGLang, or ours).
+
+Both write `<profile.out_dir>/<run>/` (run = `YYYYmmdd-HHMMSS-xxxx`): trace.json.gz (or the copied trace),
+ops.csv (+ ops.parquet when pyarrow is present), hotspots.json, env.json, serve.json (when there is a
+serve report), nsight.json (when profile.nsight measured anything). The op table is always computed from
+the trace file as written, so a run and `autotune profile trace=<run>/trace.json.gz` agree. The folder is
+built as `.<run>.partial` and renamed when complete: an interrupted or failed profile leaves no run that
+looks finished.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import json
+import secrets
+import shutil
+from pathlib import Path
+from typing import Any, Iterator
+
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf
+
+from autotune import env
+from autotune.profile import nsight
+from autotune.profile.hotspots import FILE as HOTSPOTS_FILE
+from autotune.profile.hotspots import hotspots_record, rank_hotspots
+from autotune.profile.optable import META_ENVIRONMENT, META_SERVE, SERVE_SPAN, op_table, read_trace, serving_time_us
+
+
+@dataclasses.dataclass
+class ProfileResult:
+    run_dir: Path
+    ops: pd.DataFrame  # the op table (optable.COLUMNS)
+    hotspots: dict  # the content of hotspots.json
+    serve_report: dict | None  # ServeReport.to_dict() of the profiled serving, None for a foreign trace
+    environment: dict  # the environment that produced the trace
+    nsight: list[dict] | None = None  # per-kernel metrics when profile.nsight measured them
+    nsight_note: str | None = None  # why nsight did not run (or what it did)
+
+
+def new_run_name() -> str:
+    """A sortable, unique run name: `20261130-043512-ab12`."""
+    return f"{dt.datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+@contextlib.contextmanager
+def building(out_dir: Path, run: str) -> Iterator[Path]:
+    """Yield a hidden `.<run>.partial` folder; rename it to `<run>` on success, remove it on any failure."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    partial = out_dir / f".{run}.partial"
+    partial.mkdir()
+    try:
+        yield partial
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    partial.rename(out_dir / run)
+
+
+def _serve_under_profiler(cfg: DictConfig, trace_path: Path) -> tuple[dict, dict]:
+    """Serve warm-up requests, then the workload under torch.profiler; export the trace. (serve report, env)"""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from autotune.serve import build_model, make_requests, serve
+
+    device = env.resolve_device(cfg.device)
+    model = build_model(cfg.model, device)
+    requests = make_requests(cfg.workload, cfg.model.vocab_size, cfg.model.max_seq_len)
+    warmup = make_requests(cfg.workload, cfg.model.vocab_size, cfg.model.max_seq_len)[: cfg.profile.warmup_requests]
+    if warmup:
+        serve(cfg, model=model, requests=warmup)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    environment = env.collect(OmegaConf.to_container(cfg.labels, resolve=True)).to_dict()
+    with profile(activities=activities, record_shapes=True, with_stack=bool(cfg.profile.with_stack)) as prof:
+        with record_function(SERVE_SPAN):
+            report = serve(cfg, model=model, requests=requests)
+            if device == "cuda":
+                torch.cuda.synchronize()  # the window ends when the GPU's work has, not when it was queued
+        serve_report = report.to_dict()
+        prof.add_metadata_json(META_ENVIRONMENT, json.dumps(environment))
+        prof.add_metadata_json(META_SERVE, json.dumps(serve_report))
+    prof.export_chrome_trace(str(trace_path))
+    return serve_report, environment
+
+
+def profile_serving(cfg: DictConfig) -> ProfileResult:
+    """Serve the configured model and workload under the profiler and write a run folder."""
+    out_dir, run = Path(cfg.profile.out_dir), new_run_name()
+    with building(out_dir, run) as partial:
+        serve_report, environment = _serve_under_profiler(cfg, partial / "trace.json.gz")
+        trace = read_trace(partial / "trace.json.gz")
+        result = _analyse(cfg, trace, out_dir / run, "trace.json.gz", partial, environment, serve_report)
+    return result
+
+
+def profile_trace(cfg: DictConfig, path: str | Path) -> ProfileResult:
+    """Read an existing torch-profiler trace (ours, vLLM's, SGLang's) and write a run folder for it."""
+    path = Path(path)
+    trace = read_trace(path)
+    name = "trace.json.gz" if path.read_bytes()[:2] == b"\x1f\x8b" else "trace.json"
+    out_dir, run = Path(cfg.profile.out_dir), new_run_name()
+    environment = trace.get(META_ENVIRONMENT) or foreign_environment(trace, cfg)
+    with building(out_dir, run) as partial:
+        shutil.copyfile(path, partial / name)
+        result = _analyse(cfg, trace, out_dir / run, name, partial, environment, trace.get(META_SERVE))
+    return result
+
+
+def foreign_environment(trace: dict, cfg: DictConfig) -> dict[str, Any]:
+    """What a foreign trace says about where it was taken (GPU, top-level metadata), and who read it."""
+    devices = trace.get("deviceProperties") or []
+    metadata = {k: v for k, v in trace.items() if k not in ("traceEvents", "deviceProperties")
+                and isinstance(v, (str, int, float, bool))}
+    reader = env.collect(OmegaConf.to_container(cfg.labels, resolve=True)).to_dict()
+    return {"source": "foreign trace", "gpu": devices[0].get("name") if devices else None,
+            "gpu_count": len(devices), "trace_metadata": metadata, "read_by": reader}
+
+
+def _analyse(cfg: DictConfig, trace: dict, run_dir: Path, trace_name: str, partial: Path,
+             environment: dict, serve_report: dict | None) -> ProfileResult:
+    """Op table and hot spots of a trace, written into the partial folder."""
+    target_map = OmegaConf.to_container(cfg.profile.target_map, resolve=True)
+    ops = op_table(trace, target_map)
+    serving_us = serving_time_us(trace)
+    speedup = float(cfg.profile.assumed_speedup)
+    record = hotspots_record(run_dir.name, str((run_dir / trace_name).resolve()), serving_us, speedup,
+                             environment, rank_hotspots(ops, serving_us, speedup))
+    ops.to_csv(partial / "ops.csv", index=False)
+    if _has_pyarrow():
+        ops.to_parquet(partial / "ops.parquet", index=False)
+    _write_json(partial / HOTSPOTS_FILE, record)
+    _write_json(partial / "env.json", environment)
+    if serve_report is not None:
+        _write_json(partial / "serve.json", serve_report)
+    result = ProfileResult(run_dir, ops, record, serve_report, environment)
+    if cfg.profile.nsight:
+        result.nsight, result.nsight_note = nsight.measure(cfg, record, partial)
+    return result
+
+
+def _write_json(path: Path, content: Any) -> None:
+    path.write_text(json.dumps(content, indent=2, default=str) + "\n")
+
+
+def _has_pyarrow() -> bool:
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        return False
+    return True

@@ -1,0 +1,79 @@
+"""Hot-spot ranking, the Amdahl projection, the newest-run lookup, run-folder atomicity, nsight's skip line."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from autotune.config import compose
+from autotune.errors import UserError
+from autotune.profile import nsight
+from autotune.profile.hotspots import amdahl_gain, latest_hotspots, rank_hotspots, shapes_for
+from autotune.profile.optable import op_table, read_trace, serving_time_us
+from autotune.profile.profiler import building
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_amdahl_gain():
+    assert amdahl_gain(0.5, 2.0) == pytest.approx(0.25)
+    assert amdahl_gain(0.2, 4.0) == pytest.approx(0.15)
+    assert amdahl_gain(0.0, 10.0) == 0.0
+    assert amdahl_gain(0.3, 1.0) == pytest.approx(0.0)
+
+
+def test_ranking_of_the_gpu_fixture_matches_the_hotspots_schema():
+    trace = read_trace(FIXTURES / "kineto_gpu.json")
+    hot = rank_hotspots(op_table(trace, dict(compose([]).profile.target_map)), serving_time_us(trace), 4.0)
+    assert [h["target"] for h in hot] == ["rms_norm", "silu_and_mul"]
+    rms = hot[0]
+    assert set(rms) == {"target", "share", "calls", "total_us", "projected_gain", "shapes"}
+    assert (rms["calls"], rms["total_us"], rms["share"]) == (2, 23.0, pytest.approx(0.023))
+    assert rms["projected_gain"] == pytest.approx(0.023 * (1 - 1 / 4))
+    assert rms["shapes"] == [{"shape": [8, 4096], "dtype": "bfloat16", "calls": 1, "total_us": 20.0},
+                             {"shape": [1, 4096], "dtype": "bfloat16", "calls": 1, "total_us": 3.0}]
+    json.dumps(hot)  # plain JSON types only
+    with pytest.raises(UserError, match="assumed_speedup"):
+        rank_hotspots(op_table(trace, {}), 1000.0, 0.0)
+
+
+def _run(out: Path, name: str, targets: dict, hidden: bool = False) -> None:
+    d = out / (f".{name}.partial" if hidden else name)
+    d.mkdir(parents=True)
+    record = {"run": name, "hotspots": [{"target": t, "shapes": [{"shape": s, "dtype": "float32", "calls": c}
+                                                                 for s, c in shapes]} for t, shapes in targets.items()]}
+    (d / "hotspots.json").write_text(json.dumps(record))
+
+
+def test_latest_hotspots_takes_the_newest_complete_run(tmp_path):
+    assert latest_hotspots(tmp_path / "none") is None
+    _run(tmp_path, "20261129-100000-aaaa", {"rms_norm": [([1, 64], 3)]})
+    _run(tmp_path, "20261130-090000-bbbb", {"rms_norm": [([7, 128], 5), ([1, 128], 2)]})
+    _run(tmp_path, "20261130-120000-cccc", {"rms_norm": [([9, 9], 1)]}, hidden=True)  # still being written
+    (tmp_path / "20261130-130000-dddd").mkdir()  # no hotspots.json: not a complete run
+    latest = latest_hotspots(tmp_path)
+    assert latest["run"] == "20261130-090000-bbbb"
+    assert shapes_for("rms_norm", latest) == [((7, 128), "float32", 5), ((1, 128), "float32", 2)]
+    assert shapes_for("softmax", latest) == [] and shapes_for("rms_norm", None) == []
+
+
+@pytest.mark.parametrize("error", [RuntimeError("serving failed"), KeyboardInterrupt()])
+def test_a_failed_or_interrupted_run_leaves_nothing_that_looks_complete(tmp_path, error):
+    with pytest.raises(type(error)):
+        with building(tmp_path, "20261130-000000-abcd") as partial:
+            (partial / "hotspots.json").write_text("{}")
+            raise error
+    assert os.listdir(tmp_path) == []
+    with building(tmp_path, "20261130-000001-abcd") as partial:
+        (partial / "hotspots.json").write_text("{}")
+    assert os.listdir(tmp_path) == ["20261130-000001-abcd"]
+
+
+def test_nsight_without_a_gpu_is_skipped_with_one_line(tmp_path):
+    cfg = compose(["profile.nsight=true", "device=cpu"])
+    record = {"hotspots": [{"target": "rms_norm", "shapes": [{"shape": [4, 64], "dtype": "float32"}]}]}
+    metrics, note = nsight.measure(cfg, record, tmp_path)
+    assert metrics is None and note.startswith("nsight skipped: no GPU") and "\n" not in note
+    assert nsight.cases(record, 3) == [{"target": "rms_norm", "shape": [4, 64], "dtype": "float32"}]
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,108 @@
+"""The op table: trace reading, nesting and self time, the GPU kernel join, foreign op names, bad traces."""
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from autotune.config import compose
+from autotune.errors import UserError
+from autotune.profile.optable import SERVE_SPAN, op_table, read_op_table, read_trace, serving_time_us
+from autotune.serve import dispatch
+
+FIXTURES = Path(__file__).parent / "fixtures"
+TARGET_MAP = dict(compose([]).profile.target_map)
+
+
+def _row(ops, op, shapes):
+    rows = ops[(ops["op"] == op) & (ops["input_shapes"] == json.dumps(shapes))]
+    assert len(rows) == 1, f"expected one row for {op} {shapes}, got {len(rows)}"
+    return rows.iloc[0]
+
+
+def test_gpu_ops_take_the_time_of_the_kernels_they_and_their_children_launched():
+    trace = read_trace(FIXTURES / "kineto_gpu.json")
+    ops = op_table(trace, TARGET_MAP)
+    big = _row(ops, "autotune::rms_norm", [[8, 4096], [4096], []])
+    # aten::pow's kernel (7) + aten::mean's (9) + the one rms_norm launched itself (4)
+    assert big.device_us == 20 and big.total_us == 100 and big.self_us == 50
+    assert big["target"] == "rms_norm" and big["dtype"] == "bfloat16" and big.calls == 1
+    assert _row(ops, "autotune::rms_norm", [[1, 4096], [4096], []]).device_us == 3
+    # the second launch has no External id on its runtime event: the kernel's own joins it
+    assert _row(ops, "autotune::silu_and_mul", [[8, 28672]]).device_us == 17
+    assert _row(ops, "aten::copy_", [[8], [8], []]).device_us == 2  # a memcpy counts as device time
+    assert _row(ops, "aten::mm", [[8, 4096], [4096, 28672]]).device_us == 80
+    # the graph-launched kernel (50 us) belongs to no op; the GPU copy of the serve window is not a 2nd window
+    assert serving_time_us(trace) == 1000
+    assert big.share == pytest.approx(20 / 1000)
+
+
+def test_foreign_names_map_without_counting_a_wrapped_op_twice():
+    trace = read_trace(FIXTURES / "vllm_cpu.json")
+    ops = op_table(trace, TARGET_MAP)
+    assert serving_time_us(trace) == 300  # first event's start (100) to last event's end (400)
+    rms = ops[ops["target"] == "rms_norm"]
+    assert sorted(rms["op"]) == ["_C::rms_norm", "vllm::rms_norm"]  # the one on another thread, and the wrapper
+    assert rms["total_us"].sum() == 60  # not 100: the _C::rms_norm inside vllm::rms_norm is not counted again
+    # vLLM's _C ops take their output first: the target's shape comes from the input
+    assert _row(ops, "_C::silu_and_mul", [[4, 256]]).target == "silu_and_mul"
+    assert _row(ops, "aten::_softmax", [[4, 32], [], []]).target == "softmax"
+    assert _row(ops, "aten::linear", [[4, 64], [256, 64], []]).target == ""
+    assert ops["device_us"].isna().all()
+
+
+def test_real_trace_of_dispatch_points_gives_shapes_calls_and_self_time(tmp_path):
+    x, w, gate_up, scores = torch.randn(5, 96), torch.ones(96), torch.randn(3, 2 * 40), torch.randn(2, 7)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        with record_function(SERVE_SPAN):
+            for _ in range(4):
+                dispatch.rms_norm(x, w, 1e-5)
+                dispatch.silu_and_mul(gate_up)
+            dispatch.softmax(scores)
+    prof.export_chrome_trace(str(tmp_path / "t.json.gz"))
+    trace = read_trace(tmp_path / "t.json.gz")
+    ops = op_table(trace, TARGET_MAP)
+    assert _row(ops, "autotune::rms_norm", [[5, 96], [96], []]).calls == 4
+    assert _row(ops, "autotune::silu_and_mul", [[3, 80]]).calls == 4
+    softmax = ops[ops["target"] == "softmax"]
+    assert list(softmax["op"]) == ["autotune::softmax"]  # aten::_softmax inside it is not a second hit
+    assert (ops["self_us"] <= ops["total_us"] + 1e-6).all() and (ops["self_us"] >= -1e-6).all()
+    # self times partition the time of the top-level ops: nothing is lost or counted twice
+    top = ops[ops["op"].str.startswith("autotune::")]
+    assert ops["self_us"].sum() == pytest.approx(top["total_us"].sum(), rel=1e-6)
+    assert 0 < top["share"].sum() <= 1.0 + 1e-9
+    assert serving_time_us(trace) >= top["total_us"].sum()
+
+
+def test_op_table_round_trips_through_csv_and_parquet(tmp_path):
+    ops = op_table(read_trace(FIXTURES / "vllm_cpu.json"), TARGET_MAP)
+    ops.to_csv(tmp_path / "ops.csv", index=False)
+    ops.to_parquet(tmp_path / "ops.parquet", index=False)
+    for name in ("ops.csv", "ops.parquet"):
+        back = read_op_table(tmp_path / name)
+        assert back.equals(ops), name
+
+
+@pytest.mark.parametrize("content, says", [
+    (None, "not found"),
+    (b"\x1f\x8b\x08\x00garbage", "not a readable gzip file"),
+    (gzip.compress(b'{"traceEvents": [ {"ph": '), "not valid JSON"),
+    (b"\xff\xfe not text", "not valid JSON"),
+    (json.dumps({"schemaVersion": 1}).encode(), "has no traceEvents"),
+    (json.dumps([{"ph": "X"}]).encode(), "has no traceEvents"),
+])
+def test_missing_or_corrupt_traces_are_one_line_user_errors(tmp_path, content, says):
+    path = tmp_path / "trace.json.gz"
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(UserError) as e:
+        read_trace(path)
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_directory_is_not_a_trace(tmp_path):
+    with pytest.raises(UserError, match="is a directory"):
+        read_trace(tmp_path)
