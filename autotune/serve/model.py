@@ -1,0 +1,244 @@
+"""The served model: a Llama-style decoder whose replaceable ops all go through `autotune.serve.dispatch`.
+
+Token embedding, RMSNorm, rotary position embedding (rotate-half, as Hugging Face Llama checkpoints
+expect), grouped-query attention over a KV cache, SwiGLU MLP, LM head. The residual stream is arranged
+as in vLLM's Llama: layer 0 does `residual = h; h = rms_norm(h)`, every later norm is
+`h, residual = fused_add_rms_norm(h, residual, w)`, the final norm included. q/k/v and gate/up are
+merged projections, as in vLLM, so silu_and_mul sees [T, 2 * intermediate].
+
+    model = build_model(compose([]).model, "cpu")          # seeded random weights (or model.checkpoint=PATH)
+    tokens, logits = greedy_generate(model, check_prompts(model.config.vocab_size, 4, 16, 0), 8)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from autotune.errors import UserError
+from autotune.serve import dispatch
+from autotune.serve.attention import Batch, KVCache, Segment, attend, write_kv
+from autotune.targets.base import parse_dtype
+
+MODEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    name: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rope_theta: float
+    rms_norm_eps: float
+    max_seq_len: int
+    tie_embeddings: bool
+    dtype: torch.dtype
+    init_seed: int = 0
+    rope_scaling: dict[str, Any] | None = None  # Llama 3.x "llama3" frequency scaling, from a checkpoint
+
+    def __post_init__(self):
+        sizes = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
+                 "head_dim", "max_seq_len")
+        for field in sizes:
+            if getattr(self, field) < 1:
+                raise UserError(f"model.{field} is {getattr(self, field)} (set it to a positive integer)")
+        if self.num_heads % self.num_kv_heads:
+            raise UserError(f"model.num_heads={self.num_heads} is not a multiple of model.num_kv_heads="
+                            f"{self.num_kv_heads} (grouped-query attention needs whole groups)")
+        if self.head_dim % 2:
+            raise UserError(f"model.head_dim={self.head_dim} is odd (rotary embedding needs an even head_dim)")
+        if self.dtype not in MODEL_DTYPES:
+            raise UserError(f"model.dtype {self.dtype} is not supported (use float32, bfloat16 or float16)")
+
+    @classmethod
+    def from_cfg(cls, model_cfg, **overrides) -> "ModelConfig":
+        """From a `cfg.model` node (a preset in conf/model/); `overrides` replace fields (checkpoint dims)."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in dict(model_cfg).items() if k in fields}
+        values.setdefault("name", "custom")
+        values.update(overrides)
+        missing = sorted(fields - set(values) - {"init_seed", "rope_scaling"})
+        if missing:
+            raise UserError(f"the model config lacks {', '.join(missing)} (start from a preset in conf/model/)")
+        if not isinstance(values["dtype"], torch.dtype):
+            try:
+                values["dtype"] = parse_dtype(str(values["dtype"]))
+            except ValueError:
+                raise UserError(f"unknown model.dtype '{values['dtype']}' (use float32, bfloat16 or float16)") from None
+        return cls(**values)
+
+
+def inverse_frequencies(config: ModelConfig) -> torch.Tensor:
+    """RoPE's inv_freq [head_dim / 2] in fp32, with Llama 3.x long-context scaling when the checkpoint has it."""
+    d = config.head_dim
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    scaling = config.rope_scaling
+    if scaling:
+        # Llama 3.1+: wavelengths longer than the original context are stretched by `factor`, short ones
+        # kept, and the band between them interpolated smoothly.
+        factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+        original = scaling["original_max_position_embeddings"]
+        wavelength = 2 * math.pi / inv_freq
+        smooth = ((original / wavelength - low) / (high - low)).clamp(0.0, 1.0)
+        inv_freq = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    return inv_freq.float()
+
+
+def rope_tables(config: ModelConfig, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [max_seq_len, head_dim / 2] in fp32, gathered per token at its position."""
+    positions = torch.arange(config.max_seq_len, dtype=torch.float32)
+    angles = torch.outer(positions, inverse_frequencies(config))
+    return angles.cos().to(device), angles.sin().to(device)
+
+
+def _weight(*shape, device, dtype) -> torch.nn.Parameter:
+    return torch.nn.Parameter(torch.empty(shape, device=device, dtype=dtype), requires_grad=False)
+
+
+class DecoderLayer(torch.nn.Module):
+    def __init__(self, c: ModelConfig, device):
+        super().__init__()
+        kw = dict(device=device, dtype=c.dtype)
+        self.c = c
+        self.input_norm = _weight(c.hidden_size, **kw)
+        self.qkv_proj = _weight((c.num_heads + 2 * c.num_kv_heads) * c.head_dim, c.hidden_size, **kw)
+        self.o_proj = _weight(c.hidden_size, c.num_heads * c.head_dim, **kw)
+        self.post_norm = _weight(c.hidden_size, **kw)
+        self.gate_up_proj = _weight(2 * c.intermediate_size, c.hidden_size, **kw)
+        self.down_proj = _weight(c.hidden_size, c.intermediate_size, **kw)
+
+    def forward(self, h, residual, cos, sin, batch: Batch, k_cache, v_cache):
+        """h, residual [T, hidden] -> (MLP output, residual stream), both [T, hidden]."""
+        eps = self.c.rms_norm_eps
+        if residual is None:
+            residual, h = h, dispatch.rms_norm(h, self.input_norm, eps)
+        else:
+            h, residual = dispatch.fused_add_rms_norm(h, residual, self.input_norm, eps)
+        h = self.attention(h, cos, sin, batch, k_cache, v_cache)
+        h, residual = dispatch.fused_add_rms_norm(h, residual, self.post_norm, eps)
+        h = F.linear(dispatch.silu_and_mul(F.linear(h, self.gate_up_proj)), self.down_proj)
+        return h, residual
+
+    def attention(self, h, cos, sin, batch: Batch, k_cache, v_cache):
+        c, t = self.c, h.shape[0]
+        q, k, v = F.linear(h, self.qkv_proj).split(
+            [c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.num_kv_heads * c.head_dim], dim=-1)
+        q = dispatch.rotary_embedding(q.reshape(t, c.num_heads, c.head_dim), cos, sin)
+        k = dispatch.rotary_embedding(k.reshape(t, c.num_kv_heads, c.head_dim), cos, sin)
+        write_kv(k_cache, v_cache, batch, k, v.reshape(t, c.num_kv_heads, c.head_dim))
+        out = attend(q, k_cache, v_cache, batch, 1.0 / math.sqrt(c.head_dim))
+        return F.linear(out, self.o_proj)
+
+
+class LlamaModel(torch.nn.Module):
+    """`model(segments, cache)` runs one engine step and returns logits at each segment's last token."""
+
+    def __init__(self, config: ModelConfig, device: str | torch.device = "cpu"):
+        super().__init__()
+        c = self.config = config
+        kw = dict(device=device, dtype=c.dtype)
+        self.embed = _weight(c.vocab_size, c.hidden_size, **kw)
+        self.layers = torch.nn.ModuleList(DecoderLayer(c, device) for _ in range(c.num_layers))
+        self.norm = _weight(c.hidden_size, **kw)
+        self.lm_head_weight = None if c.tie_embeddings else _weight(c.vocab_size, c.hidden_size, **kw)
+        cos, sin = rope_tables(c, device)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+
+    @property
+    def lm_head(self) -> torch.Tensor:
+        return self.embed if self.lm_head_weight is None else self.lm_head_weight
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.device
+
+    def new_cache(self, max_slots: int, max_len: int) -> KVCache:
+        c = self.config
+        if max_len > c.max_seq_len:
+            raise ValueError(f"a cache of length {max_len} exceeds model.max_seq_len={c.max_seq_len}")
+        return KVCache(c.num_layers, c.num_kv_heads, c.head_dim, max_slots=max_slots, max_len=max_len,
+                       dtype=c.dtype, device=self.device)
+
+    @torch.inference_mode()
+    def forward(self, segments: list[Segment], cache: KVCache, all_logits: bool = False) -> torch.Tensor:
+        """Logits [segments, vocab] at each segment's last token ([T, vocab] for every token with all_logits)."""
+        batch = Batch.build(segments, cache, self.config.vocab_size, self.device)
+        h = F.embedding(batch.tokens, self.embed)  # [T, hidden]
+        cos, sin = self.rope_cos[batch.positions], self.rope_sin[batch.positions]  # [T, head_dim / 2]
+        residual = None
+        for i, layer in enumerate(self.layers):
+            h, residual = layer(h, residual, cos, sin, batch, *cache.layer(i))
+        h, _ = dispatch.fused_add_rms_norm(h, residual, self.norm, self.config.rms_norm_eps)
+        if not all_logits:
+            h = h[batch.last_rows]
+        return F.linear(h, self.lm_head)
+
+
+@torch.no_grad()
+def init_weights(model: LlamaModel, seed: int) -> None:
+    """Seeded random weights that keep activations O(1) through the layers and give varied greedy tokens.
+
+    Linears are N(0, 1/fan_in), so each projection keeps the variance of its input, and norms are 1:
+    the tiny preset's logits then have std 1.0 and its 4 check prompts give 37 distinct tokens in 48.
+    (With N(0, 0.02) linears, the training init, the logits' std drops to 0.23 and greedy decoding falls
+    into 1- to 4-token loops within a few steps.) Embeddings are N(0, 1), except a tied one: there the
+    input embedding reappears in the final hidden state, and at N(0, 1) its dot product with itself
+    (~hidden) outweighs every other logit, so the model only copies its input; N(0, 1/hidden) fixes that.
+    """
+    c = model.config
+    gen = torch.Generator(device=model.device).manual_seed(seed)
+    for name, p in model.named_parameters():
+        if p.dim() == 1:
+            p.fill_(1.0)
+        elif name == "embed":
+            p.normal_(0.0, c.hidden_size ** -0.5 if c.tie_embeddings else 1.0, generator=gen)
+        else:
+            p.normal_(0.0, p.shape[1] ** -0.5, generator=gen)
+
+
+def build_model(model_cfg, device: str) -> LlamaModel:
+    """The model of a `cfg.model` preset on `device`: seeded random weights, or `model_cfg.checkpoint` loaded."""
+    from autotune.serve import checkpoint
+
+    path = model_cfg.get("checkpoint")
+    if path:
+        config = ModelConfig.from_cfg(model_cfg, **checkpoint.read_config(path, model_cfg))
+        model = LlamaModel(config, device)
+        checkpoint.load_weights(model, path)
+    else:
+        model = LlamaModel(ModelConfig.from_cfg(model_cfg), device)
+        init_weights(model, model.config.init_seed)
+    return model.eval()
+
+
+def check_prompts(vocab_size: int, n: int, length: int, seed: int) -> list[list[int]]:
+    """A fixed, seeded set of n prompts of `length` token ids, the same on every machine."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab_size, (n, length), generator=gen).tolist()
+
+
+def greedy_generate(model: LlamaModel, prompts: list[list[int]], max_new_tokens: int
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy decoding of all prompts as one batch: (tokens [N, max_new_tokens], fp32 logits [N, max_new, vocab])."""
+    if not prompts or any(not p for p in prompts) or max_new_tokens < 1:
+        raise ValueError("greedy_generate needs non-empty prompts and max_new_tokens >= 1")
+    cache = model.new_cache(len(prompts), max(len(p) for p in prompts) + max_new_tokens)
+    segments = [Segment(i, 0, tuple(p)) for i, p in enumerate(prompts)]
+    tokens, logits = [], []
+    for _ in range(max_new_tokens):
+        step_logits = model(segments, cache).float()  # [N, vocab]
+        chosen = step_logits.argmax(dim=-1)
+        tokens.append(chosen)
+        logits.append(step_logits)
+        segments = [Segment(s.slot, s.end, (t,)) for s, t in zip(segments, chosen.tolist())]
+    return torch.stack(tokens, dim=1).cpu(), torch.stack(logits, dim=1).cpu()
