@@ -1,0 +1,65 @@
+"""A sandbox self-test: run inside `run_isolated`, it tries what a hostile candidate would and reports.
+
+    from autotune.verify.sandbox import run_isolated
+    r = run_isolated("autotune.verify.probe", {"write": ["/tmp/x"], "read": ["/root/.netrc"],
+                     "connect": [["127.0.0.1", 8000]]}, timeout_s=60, memory_mb=4096, workdir=d)
+    r.result  # {"env": [...], "uid": ..., "write": {"/tmp/x": "blocked: ..."}, ...}
+
+The tests use it to show the isolation holds from the inside, independently of the static scan.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from autotune.verify.sandbox import child_main
+
+
+def _attempt(fn) -> str:
+    try:
+        fn()
+        return "allowed"
+    except OSError as e:
+        return f"blocked: {e.strerror or e}"
+
+
+def _write(path: str) -> None:
+    with open(path, "w") as f:
+        f.write("written from inside the sandbox\n")
+
+
+def _read(path: str) -> None:
+    with open(path, "rb") as f:
+        f.read(1)
+
+
+def _connect(host: str, port: int) -> None:
+    socket.create_connection((host, port), timeout=2).close()
+
+
+def probe(payload: dict, send) -> dict:
+    if payload.get("spawn_escaper"):  # a grandchild that leaves the process group; the runner must still kill it
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+        send("spawned")
+    found = {
+        "env": sorted(os.environ),
+        "uid": os.getuid(),
+        "euid": os.geteuid(),
+        "cwd": os.getcwd(),
+        "write": {p: _attempt(lambda p=p: _write(p)) for p in payload.get("write", [])},
+        "read": {p: _attempt(lambda p=p: _read(p)) for p in payload.get("read", [])},
+        "connect": {f"{h}:{port}": _attempt(lambda h=h, port=port: _connect(h, port))
+                    for h, port in payload.get("connect", [])},
+        "parent_mem": _attempt(lambda: _read(f"/proc/{os.getppid()}/mem")),
+    }
+    if payload.get("sleep_s"):
+        time.sleep(payload["sleep_s"])
+    return found
+
+
+if __name__ == "__main__":
+    child_main(probe)

@@ -1,0 +1,329 @@
+"""Running a Python module in an isolated child process: the general runner of untrusted code.
+
+The checker runs every candidate through it, and the model-level check runs the whole model with a
+candidate plugged in through it. The parent never imports what runs inside.
+
+Parent side:
+    result = run_isolated("autotune.verify.worker", payload, timeout_s=120, memory_mb=8192, workdir=d)
+A module run this way ends with
+    if __name__ == "__main__":
+        sandbox.child_main(handler)   # handler(payload, send) -> result dict; send(kind, **fields)
+
+How it is kept apart (see confine.py for what the child applies to itself):
+- a fresh `python -I -B -m module` in its own session and process group; on timeout, and after every run,
+  the whole group and every process of the child's private uid are killed with SIGKILL;
+- an allow-listed environment: PATH, LANG, HOME/TMPDIR and the Triton/Inductor caches inside its private
+  directory, one thread, TRITON_INTERPRET=1 on CPU, CUDA_VISIBLE_DEVICES on GPU; nothing else of the
+  parent's environment (API keys, tokens) reaches it;
+- payload in and results out through two pipes the parent created and passes by number, as
+  length-prefixed `torch.save` frames that the parent reads with `torch.load(weights_only=True)`: tensors
+  travel both ways, and no arbitrary object is ever unpickled. stdout is discarded, never read as a
+  result; stderr goes to a parent-owned unlinked file of which only the tail is kept;
+- progress frames (`send("case", index=3)`) let the parent say where a child that died was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import secrets
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+MAX_FRAME_BYTES = 1 << 30  # one frame: the largest case (1024 x 28672 fp32 ~ 117 MB) fits with room
+MAX_TOTAL_BYTES = 4 << 30  # everything a child may send; beyond this the parent stops keeping frames
+STDERR_TAIL_BYTES = 4000
+_HEADER = struct.Struct("<Q")
+
+
+@dataclasses.dataclass
+class SandboxResult:
+    ok: bool  # exited 0 after sending its result
+    returncode: int | None
+    signal: str | None  # e.g. "SIGSEGV" when a signal ended it
+    timed_out: bool
+    result: dict | None  # the handler's return value
+    stderr_tail: str
+    isolation: dict[str, Any]  # what confinement was applied (confine.confine's report + the runner's own)
+    duration_s: float
+    events: list[dict] = dataclasses.field(default_factory=list)  # progress frames, in order
+    error: str = ""  # the handler's exception (trimmed traceback) when it raised
+    channel_error: str = ""  # a malformed or oversized frame: nothing after it is trusted
+
+    def last_event(self, kind: str) -> dict | None:
+        return next((e for e in reversed(self.events) if e.get("kind") == kind), None)
+
+
+# ----------------------------------------------------------------------------------------------- frames
+
+def encode(obj: dict) -> bytes:
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return _HEADER.pack(buf.tell()) + buf.getvalue()
+
+
+def decode(data: bytes) -> dict:
+    import torch
+
+    obj = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    if not isinstance(obj, dict):
+        raise ValueError(f"a frame must hold a dict, not {type(obj).__name__}")
+    return obj
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def read_exact(fd: int, n: int) -> bytes | None:
+    """n bytes, or None at end of stream (a partial frame at the end is dropped)."""
+    parts, got = [], 0
+    while got < n:
+        chunk = os.read(fd, min(n - got, 1 << 20))
+        if not chunk:
+            return None
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)
+
+
+def read_frame(fd: int, limit: int = MAX_FRAME_BYTES) -> dict | None:
+    header = read_exact(fd, _HEADER.size)
+    if header is None:
+        return None
+    (size,) = _HEADER.unpack(header)
+    if size > limit:
+        raise ValueError(f"frame of {size} bytes is over the {limit}-byte limit")
+    data = read_exact(fd, size)
+    if data is None:
+        return None
+    return decode(data)
+
+
+class _Reader(threading.Thread):
+    """Reads the child's frames until end of stream; keeps them, or the first protocol error."""
+
+    def __init__(self, fd: int):
+        super().__init__(daemon=True)
+        self.fd, self.frames, self.error, self.total = fd, [], "", 0
+
+    def run(self) -> None:
+        try:
+            while True:
+                frame = read_frame(self.fd)
+                if frame is None:
+                    break
+                self.frames.append(frame)
+        except Exception as e:  # a forged or torn frame: stop trusting the channel, keep draining it
+            self.error = f"malformed result frame ({type(e).__name__}: {str(e)[:200]})"
+            while os.read(self.fd, 1 << 20):
+                pass
+        finally:
+            os.close(self.fd)
+
+
+# ----------------------------------------------------------------------------------------------- parent
+
+def child_env(workdir: Path, gpu: bool, env_extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The allow-listed environment of a child: nothing from the parent but PATH, LANG and library paths."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "LANG": os.environ.get("LANG", "C.UTF-8"),
+        "HOME": str(workdir / "home"),
+        "TMPDIR": str(workdir / "tmp"),
+        "TRITON_HOME": str(workdir / "home"),
+        "TRITON_CACHE_DIR": str(workdir / "triton-cache"),
+        "TORCHINDUCTOR_CACHE_DIR": str(workdir / "inductor-cache"),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+    }
+    if "LD_LIBRARY_PATH" in os.environ:  # CUDA libraries in containers; not a secret
+        env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
+    if gpu:
+        env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "0")
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        env["TRITON_INTERPRET"] = "1"
+    env.update(env_extra or {})
+    return env
+
+
+def run_isolated(module: str, payload: dict, *, timeout_s: float, memory_mb: int, workdir: str | Path,
+                 env_extra: dict[str, str] | None = None, gpu: bool = False, file_mb: int = 64) -> SandboxResult:
+    """Run `python -m module` isolated, hand it `payload`, and collect what it sends back."""
+    workdir = Path(workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    os.chmod(workdir, 0o700)
+    for sub in ("home", "tmp", "triton-cache", "inductor-cache"):
+        (workdir / sub).mkdir(exist_ok=True)
+    uid = _free_uid() if os.geteuid() == 0 else None
+    settings = {"workdir": str(workdir), "uid": uid, "memory_mb": int(memory_mb), "file_mb": int(file_mb),
+                "gpu": bool(gpu)}
+    started = time.monotonic()
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    with tempfile.TemporaryFile() as stderr_file:
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-B", "-m", module, "--sandbox-fds", f"{in_r},{out_w}"],
+                cwd=workdir, env=child_env(workdir, gpu, env_extra), stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=stderr_file, pass_fds=(in_r, out_w), start_new_session=True)
+        finally:
+            os.close(in_r)
+            os.close(out_w)
+        writer = threading.Thread(target=_send_and_close, args=(in_w, {"sandbox": settings, "payload": payload}),
+                                  daemon=True)
+        reader = _Reader(out_r)
+        writer.start()
+        reader.start()
+        timed_out = _wait(proc, timeout_s)
+        _kill_everything(proc.pid, uid)
+        proc.wait()
+        reader.join(timeout=30)
+        writer.join(timeout=5)
+        stderr_tail = _tail(stderr_file)
+    return _result(proc.returncode, timed_out, reader, stderr_tail, time.monotonic() - started,
+                   {"uid": uid, "timeout_s": timeout_s, "process_group": "own session; killed as a whole",
+                    "environment": "allow-listed: " + ", ".join(sorted(child_env(workdir, gpu, env_extra)))})
+
+
+def _send_and_close(fd: int, obj: dict) -> None:
+    try:
+        write_all(fd, encode(obj))
+    except BrokenPipeError:  # the child died before reading its payload; its exit status says why
+        pass
+    finally:
+        os.close(fd)
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float) -> bool:
+    try:
+        proc.wait(timeout=timeout_s)
+        return False
+    except subprocess.TimeoutExpired:
+        return True
+
+
+def _free_uid() -> int:
+    """A uid no process uses: each child gets its own, so its processes can be found and killed by uid."""
+    used = {uid for _, uid in _processes()}
+    while True:
+        uid = 200_000 + secrets.randbelow(100_000)
+        if uid not in used:
+            return uid
+
+
+def _processes() -> list[tuple[int, int]]:
+    """(pid, real uid) of every process, from /proc."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status") as f:
+                uid_line = next(line for line in f if line.startswith("Uid:"))
+            found.append((int(entry.name), int(uid_line.split()[1])))
+        except (OSError, StopIteration, ValueError):
+            continue
+    return found
+
+
+def _kill_everything(pgid: int, uid: int | None) -> None:
+    """SIGKILL the child's process group, then anything left running under its private uid (a grandchild
+    that called setsid escapes the group but not the uid)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if uid is None:
+        return
+    for _ in range(5):
+        left = [pid for pid, u in _processes() if u == uid]
+        if not left:
+            return
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
+
+
+def _tail(f) -> str:
+    f.seek(0, os.SEEK_END)
+    size = f.tell()
+    f.seek(max(0, size - STDERR_TAIL_BYTES))
+    return f.read().decode("utf-8", "replace")
+
+
+def _result(returncode: int, timed_out: bool, reader: _Reader, stderr_tail: str, duration_s: float,
+            runner: dict) -> SandboxResult:
+    isolation, result, error, events = {}, None, "", []
+    for frame in reader.frames:
+        kind = frame.get("kind")
+        if kind == "isolation" and not isolation:
+            isolation = dict(frame.get("report", {}))
+        elif kind == "result" and result is None:
+            result = frame.get("payload")
+        elif kind == "error" and not error:
+            error = str(frame.get("error", ""))
+        else:
+            events.append(frame)
+    sig = signal.Signals(-returncode).name if returncode is not None and returncode < 0 else None
+    ok = returncode == 0 and result is not None and not timed_out and not reader.error
+    return SandboxResult(ok=ok, returncode=returncode, signal=sig, timed_out=timed_out, result=result,
+                         stderr_tail=stderr_tail, isolation={**runner, **isolation}, duration_s=duration_s,
+                         events=events, error=error, channel_error=reader.error)
+
+
+# ----------------------------------------------------------------------------------------------- child
+
+def child_main(handler: Callable[[dict, Callable[..., None]], dict]) -> None:
+    """The child's side: read the payload, confine this process, run the handler, send its result."""
+    from autotune.verify.confine import confine
+
+    in_fd, out_fd = (int(x) for x in sys.argv[sys.argv.index("--sandbox-fds") + 1].split(","))
+    frame = read_frame(in_fd, limit=1 << 62)
+    os.close(in_fd)
+    settings, payload = frame["sandbox"], frame["payload"]
+
+    def send(kind: str, **fields: Any) -> None:
+        write_all(out_fd, encode({"kind": kind, **fields}))
+
+    report = confine(settings["workdir"], uid=settings["uid"], memory_mb=settings["memory_mb"],
+                     file_mb=settings["file_mb"], gpu=settings["gpu"])
+    os.chdir(settings["workdir"])
+    send("isolation", report=report)
+    try:
+        result = handler(payload, send)
+    except BaseException as e:  # noqa: BLE001 - everything the handler raises is reported, then we exit
+        send("error", error=trim_traceback(e))
+        os._exit(1)
+    send("result", payload=result)
+    os._exit(0)  # no atexit hooks, no finalizers of code the handler imported
+
+
+def trim_traceback(e: BaseException, keep_files: tuple[str, ...] = (), limit: int = 3000) -> str:
+    """The exception and, when `keep_files` is given, only the frames in those files."""
+    lines = traceback.format_exception(type(e), e, e.__traceback__)
+    if keep_files:
+        kept = [line for line in lines if line.startswith("Traceback") or any(f in line for f in keep_files)
+                or not line.startswith("  File ")]
+        lines = kept
+    text = "".join(lines).strip()
+    return text if len(text) <= limit else "..." + text[-limit:]
