@@ -41,7 +41,7 @@ class Ledger:
         line = json.dumps(record, default=str, sort_keys=False) + "\n"
         _check_no_secret(line)
         with self._lock:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)  # read: the torn-line check
             try:
                 if os.fstat(fd).st_size and not _ends_with_newline(fd):
                     os.write(fd, b"\n")  # a torn line from a crash: start ours on a line of its own
