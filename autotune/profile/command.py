@@ -81,6 +81,8 @@ def _print_serving(console: Console, result: ProfileResult) -> None:
     from autotune.serve import ServeReport
 
     console.print(ServeReport.from_dict(result.serve_report).table())
+    console.print("(latencies measured under the profiler, which slows CPU ops: compare them with runs profiled "
+                  "the same way, not with unprofiled serving)", soft_wrap=True)
 
 
 def _print_files(console: Console, result: ProfileResult) -> None:

@@ -30,6 +30,7 @@ import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
 from autotune import env
+from autotune.errors import UserError
 from autotune.profile import nsight
 from autotune.profile.hotspots import FILE as HOTSPOTS_FILE
 from autotune.profile.hotspots import hotspots_record, rank_hotspots
@@ -75,8 +76,9 @@ def _serve_under_profiler(cfg: DictConfig, trace_path: Path) -> tuple[dict, dict
 
     device = env.resolve_device(cfg.device)
     model = build_model(cfg.model, device)
-    requests = make_requests(cfg.workload, cfg.model.vocab_size, cfg.model.max_seq_len)
-    warmup = make_requests(cfg.workload, cfg.model.vocab_size, cfg.model.max_seq_len)[: cfg.profile.warmup_requests]
+    requests = make_requests(cfg.workload, model.config.vocab_size, model.config.max_seq_len)
+    # warm-up requests all arrive at once: they exist to run each code path once, not to wait for arrivals
+    warmup = [dataclasses.replace(r, arrival_s=0.0, after=None) for r in requests[: cfg.profile.warmup_requests]]
     if warmup:
         serve(cfg, model=model, requests=warmup)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
@@ -93,8 +95,19 @@ def _serve_under_profiler(cfg: DictConfig, trace_path: Path) -> tuple[dict, dict
     return serve_report, environment
 
 
+def check_settings(cfg: DictConfig) -> None:
+    """Reject bad profile.* values before any serving is spent on them."""
+    if not float(cfg.profile.assumed_speedup) > 0:
+        raise UserError(f"profile.assumed_speedup={cfg.profile.assumed_speedup} must be > 0 "
+                        "(the kernel speedup the Amdahl projection assumes, e.g. profile.assumed_speedup=2)")
+    for key in ("warmup_requests", "top", "nsight_top"):
+        if int(cfg.profile[key]) < 0:
+            raise UserError(f"profile.{key}={cfg.profile[key]} is negative (use 0 or more)")
+
+
 def profile_serving(cfg: DictConfig) -> ProfileResult:
     """Serve the configured model and workload under the profiler and write a run folder."""
+    check_settings(cfg)
     out_dir, run = Path(cfg.profile.out_dir), new_run_name()
     with building(out_dir, run) as partial:
         serve_report, environment = _serve_under_profiler(cfg, partial / "trace.json.gz")
@@ -105,6 +118,7 @@ def profile_serving(cfg: DictConfig) -> ProfileResult:
 
 def profile_trace(cfg: DictConfig, path: str | Path) -> ProfileResult:
     """Read an existing torch-profiler trace (ours, vLLM's, SGLang's) and write a run folder for it."""
+    check_settings(cfg)
     path = Path(path)
     trace = read_trace(path)
     name = "trace.json.gz" if path.read_bytes()[:2] == b"\x1f\x8b" else "trace.json"
