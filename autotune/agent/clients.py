@@ -1,0 +1,311 @@
+"""The agent's LLM clients (`agent=openai|replay|search`) and the transcript of every exchange.
+
+- `openai`: the official openai client against any OpenAI-compatible endpoint (a hosted API, vLLM,
+  SGLang, llama.cpp, Ollama). It retries 429 and 5xx with backoff and honours Retry-After (up to the
+  client's 120 s cap; a longer wait is reported, not slept). A dead or wrong endpoint is a `UserError`
+  that names the URL and what came back.
+- `replay`: sends nothing; answers each request from a transcript recorded by an earlier run.
+- `search`: no LLM; candidate i of a target is the i-th template of `autotune.agent.search`.
+
+Every exchange goes to `<run_dir>/transcript.jsonl` (messages, parameters, reply, usage, latency and the
+request's hash). A request whose hash is already in the run's own transcript is answered from it, so a
+resumed run never sends the same request twice. The API key is read once, from the environment variable
+named by `agent.api_key_env`, and registered with `ledger.redact` so that no record can contain it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any, Protocol
+
+from omegaconf import DictConfig, OmegaConf
+
+from autotune import ledger as ledger_mod
+from autotune.agent.accounting import Price, Usage, usage_from_response
+from autotune.errors import UserError
+
+TRANSCRIPT = "transcript.jsonl"
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """Where a request belongs: target, candidate index, turn (1-based)."""
+
+    target: str
+    index: int
+    turn: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Exchange:
+    text: str
+    usage: Usage
+    cost_usd: float
+    latency_s: float
+    request_sha256: str
+    model: str
+    source: str  # live | transcript (answered from this run's transcript) | replay | search
+    finish_reason: str | None = None
+
+
+class Client(Protocol):
+    name: str
+    model: str
+
+    def plan(self, target: str, candidates: int, turns: int) -> tuple[int, int]:
+        """(candidates, turns) this client can serve for the configured ones."""
+
+    def complete(self, messages: list[dict[str, str]], slot: Slot) -> Exchange: ...
+
+
+class EndOfRecording(Exception):
+    """Replay reached a turn the recorded run never asked for (it stopped there): the conversation ends."""
+
+
+def request_sha256(messages: list[dict[str, str]]) -> str:
+    """The request's identity: its messages, canonically encoded (model and parameters are checked apart)."""
+    blob = json.dumps(messages, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+class Transcript:
+    """A run's exchanges, appended as JSON lines through a `Ledger` (which refuses secrets)."""
+
+    def __init__(self, path: Path, *, writable: bool = True):
+        self.path = Path(path)
+        self._ledger = ledger_mod.Ledger(self.path) if writable else None
+        self._lock = threading.Lock()
+        self._by_hash = {r["request_sha256"]: r for r in ledger_mod.read(self.path)
+                         if r.get("kind") == "exchange" and r.get("request_sha256")}
+
+    def lookup(self, sha: str) -> dict[str, Any] | None:
+        with self._lock:
+            return self._by_hash.get(sha)
+
+    def record(self, slot: Slot, messages: list[dict[str, str]], params: dict[str, Any], ex: Exchange) -> None:
+        if self._ledger is None:
+            return
+        rec = self._ledger.append(
+            "exchange", target=slot.target, index=slot.index, turn=slot.turn, request_sha256=ex.request_sha256,
+            model=ex.model, params=params, messages=messages, response=ex.text, finish_reason=ex.finish_reason,
+            usage=ex.usage.to_dict(), cost_usd=ex.cost_usd, latency_s=round(ex.latency_s, 3), source=ex.source)
+        with self._lock:
+            self._by_hash.setdefault(ex.request_sha256, rec)
+
+
+def exchange_from_record(rec: dict[str, Any], source: str) -> Exchange:
+    return Exchange(text=rec.get("response") or "", usage=Usage.from_dict(rec.get("usage")),
+                    cost_usd=float(rec.get("cost_usd") or 0.0), latency_s=float(rec.get("latency_s") or 0.0),
+                    request_sha256=rec["request_sha256"], model=str(rec.get("model") or ""), source=source,
+                    finish_reason=rec.get("finish_reason"))
+
+
+def make(cfg: DictConfig, run_dir: Path, target: str) -> Client:
+    """The client that `agent.name` selects, recording to the run's transcript."""
+    agent = cfg.agent
+    name = agent.get("name", "search")
+    if name == "search":
+        return SearchClient(target, int(agent.candidates))
+    own = Transcript(_transcript_path(agent, run_dir))
+    if name == "replay":
+        return ReplayClient(_required(agent, "transcript", "agent.transcript=<a recorded run>/transcript.jsonl"), own)
+    if name == "openai":
+        return OpenAIClient(agent, own)
+    raise UserError(f"unknown agent '{name}' (use agent=openai, agent=replay or agent=search)")
+
+
+def _transcript_path(agent: DictConfig, run_dir: Path) -> Path:
+    own = agent.get("transcript") if agent.get("name") == "openai" else None
+    path = Path(own or TRANSCRIPT)
+    return path if path.is_absolute() else Path(run_dir) / path
+
+
+def _required(agent: DictConfig, key: str, example: str) -> str:
+    if key not in agent or OmegaConf.is_missing(agent, key) or agent.get(key) in (None, ""):
+        raise UserError(f"agent.{key} is not set (pass {example} on the command line)")
+    return str(agent.get(key))
+
+
+class OpenAIClient:
+    name = "openai"
+
+    def __init__(self, agent: DictConfig, transcript: Transcript):
+        self.base_url = _required(agent, "base_url", "agent.base_url=http://127.0.0.1:8000/v1")
+        self.model = _required(agent, "model", "agent.model=<a model the server serves>")
+        self.key_env = str(agent.get("api_key_env") or "OPENAI_API_KEY")
+        key = os.environ.get(self.key_env) or None  # the one read of the key; it stays in memory only
+        ledger_mod.redact(key)
+        self.timeout_s = float(agent.get("timeout_s") or 300)
+        self.max_retries = int(agent.get("max_retries", 2))
+        self.stream = bool(agent.get("stream", False))
+        self.params = {k: agent.get(k) for k in ("temperature", "max_tokens") if agent.get(k) is not None}
+        self.price = Price.from_cfg(agent.get("price"))
+        self.transcript = transcript
+        import openai
+
+        # Local servers (vLLM, llama.cpp, Ollama) take any key; the client insists on one.
+        self._client = openai.OpenAI(api_key=key or "no-key", base_url=self.base_url, timeout=self.timeout_s,
+                                     max_retries=self.max_retries)
+
+    def plan(self, target: str, candidates: int, turns: int) -> tuple[int, int]:
+        return candidates, turns
+
+    def complete(self, messages: list[dict[str, str]], slot: Slot) -> Exchange:
+        sha = request_sha256(messages)
+        seen = self.transcript.lookup(sha)
+        if seen is not None and seen.get("model") == self.model:
+            return exchange_from_record(seen, "transcript")
+        start = time.monotonic()
+        try:
+            text, finish, usage = self._stream(messages) if self.stream else self._once(messages)
+        except Exception as e:  # openai's errors are turned into one line that says what to do
+            raise self._explain(e) from None
+        ex = Exchange(text=text, usage=usage, cost_usd=self.price.cost_usd(usage), latency_s=time.monotonic() - start,
+                      request_sha256=sha, model=self.model, source="live", finish_reason=finish)
+        self.transcript.record(slot, messages, {**self.params, "stream": self.stream}, ex)
+        return ex
+
+    def _once(self, messages) -> tuple[str, str | None, Usage]:
+        resp = self._client.chat.completions.create(model=self.model, messages=messages, **self.params)
+        choice = resp.choices[0] if resp.choices else None
+        text = (choice.message.content or "") if choice else ""
+        return text, choice.finish_reason if choice else None, usage_from_response(resp.usage)
+
+    def _stream(self, messages) -> tuple[str, str | None, Usage]:
+        parts, finish, usage = [], None, None
+        stream = self._client.chat.completions.create(model=self.model, messages=messages, stream=True,
+                                                      stream_options={"include_usage": True}, **self.params)
+        for chunk in stream:
+            usage = chunk.usage or usage  # the last chunk carries the usage, with no choices
+            for choice in chunk.choices:
+                if choice.delta is not None and choice.delta.content:
+                    parts.append(choice.delta.content)
+                finish = choice.finish_reason or finish
+        return "".join(parts), finish, usage_from_response(usage)
+
+    def _explain(self, e: Exception) -> Exception:
+        import openai
+
+        url = _display_url(self.base_url)
+        if isinstance(e, openai.APITimeoutError):
+            return UserError(f"no answer from the LLM endpoint {url} within agent.timeout_s={self.timeout_s:g} s "
+                             f"after {self.max_retries} retries (check the server, or raise agent.timeout_s)")
+        if isinstance(e, openai.APIConnectionError):
+            cause = e.__cause__ or e.__context__ or e
+            return UserError(f"cannot reach the LLM endpoint {url}: {type(cause).__name__}: {_one_line(cause)} "
+                             f"(start the server or fix agent.base_url)")
+        if isinstance(e, openai.APIStatusError):
+            return UserError(self._status_message(e, url))
+        return e  # anything else is a bug and keeps its traceback
+
+    def _status_message(self, e, url: str) -> str:
+        code, body = e.status_code, _body(e.response)
+        said = f"the LLM endpoint {url} answered {code}: {body}"
+        if code in (401, 403):
+            return f"{said} (put the API key in the environment variable {self.key_env}, named by agent.api_key_env)"
+        if code == 404:
+            return f"{said} (agent.base_url must be the API root, usually ending in /v1, and agent.model a model it serves)"
+        if code == 429:
+            wait = e.response.headers.get("retry-after")
+            asked = f"; it asked to wait {wait} s" if wait else ""
+            return f"{said} after {self.max_retries} retries{asked} (wait and resume the run, or raise agent.max_retries)"
+        if code >= 500:
+            return f"{said} after {self.max_retries} retries (check the server's log, then resume the run)"
+        return f"{said} (check agent.model, agent.max_tokens and agent.temperature for this server)"
+
+
+def _display_url(url: str) -> str:
+    """The URL without any user:password part."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+
+
+def _body(response) -> str:
+    try:
+        text = response.text
+    except Exception:
+        text = ""
+    return _one_line(text) or "(empty body)"
+
+
+def _one_line(x: Any, limit: int = 200) -> str:
+    text = " ".join(str(x).split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+class ReplayClient:
+    """Answers from a recorded transcript, matched by the request's hash; sends nothing."""
+
+    name = "replay"
+
+    def __init__(self, source: str, own: Transcript):
+        self.source = Path(source)
+        if not self.source.is_file():
+            raise UserError(f"no transcript at {self.source} (agent.transcript must point at a recorded run's "
+                            f"transcript.jsonl)")
+        self.recorded = Transcript(self.source, writable=False)
+        same = own.path.resolve() == self.source.resolve()
+        self.own = Transcript(own.path, writable=False) if same else own
+        self.model = "replay"
+        self.slots = {(r.get("target"), r.get("index"), r.get("turn")) for r in ledger_mod.read(self.source)
+                      if r.get("kind") == "exchange"}
+
+    def plan(self, target: str, candidates: int, turns: int) -> tuple[int, int]:
+        """The recorded run's candidates and turns: its task messages say "candidate i of n"."""
+        mine = [(i, t) for (name, i, t) in self.slots if name == target]
+        return (max(i for i, _ in mine) + 1, max(t for _, t in mine)) if mine else (0, 0)
+
+    def complete(self, messages: list[dict[str, str]], slot: Slot) -> Exchange:
+        sha = request_sha256(messages)
+        rec = self.recorded.lookup(sha)
+        if rec is None and (slot.target, slot.index, slot.turn) not in self.slots:
+            raise EndOfRecording(f"{slot.target} candidate {slot.index} turn {slot.turn}")
+        if rec is None:
+            raise UserError(f"{self.source} has no recorded answer for {slot.target} candidate {slot.index} turn "
+                            f"{slot.turn} ({_nearest(self.source, messages, slot)}; replay needs the same code, "
+                            f"config and checker verdicts as the recorded run)")
+        ex = dataclasses.replace(exchange_from_record(rec, "replay"), latency_s=0.0)
+        self.own.record(slot, messages, dict(rec.get("params") or {}), ex)
+        return ex
+
+
+def _nearest(path: Path, messages: list[dict[str, str]], slot: Slot) -> str:
+    """Where the recorded request for the same slot first differs from this one."""
+    for rec in ledger_mod.read(path):
+        if (rec.get("target"), rec.get("index"), rec.get("turn")) == (slot.target, slot.index, slot.turn):
+            recorded = rec.get("messages") or []
+            for i, (a, b) in enumerate(zip(recorded, messages)):
+                if a != b:
+                    return f"the recorded request differs at message {i + 1} ({b.get('role')})"
+            return f"the recorded request has {len(recorded)} messages, this one {len(messages)}"
+    return "the recording has no request for this slot"
+
+
+class SearchClient:
+    """The no-LLM baseline: 'replies' with the target's i-th template, at no cost."""
+
+    name = "search"
+
+    def __init__(self, target: str, n: int):
+        from autotune.agent import search
+
+        self.model = "templates"
+        self._candidates = search.candidates(target, n)
+
+    def plan(self, target: str, candidates: int, turns: int) -> tuple[int, int]:
+        return len(self._candidates), 1  # a template does not learn from feedback
+
+    def complete(self, messages: list[dict[str, str]], slot: Slot) -> Exchange:
+        label, source = self._candidates[slot.index]
+        text = f"Template configuration {label}.\n\n```python\n{source.rstrip()}\n```\n"
+        return Exchange(text=text, usage=Usage(), cost_usd=0.0, latency_s=0.0, request_sha256=request_sha256(messages),
+                        model=f"templates:{label}", source="search", finish_reason="stop")

@@ -1,0 +1,232 @@
+"""Rendering the agent's messages from the Jinja2 templates in `prompts/`.
+
+A conversation is `[system, task, reply_1, feedback_1, reply_2, ...]`. The system message is the same
+for every target and turn, the task message is rendered once per candidate, and each turn only appends,
+so turn n+1's request starts with turn n's messages byte for byte and a serving engine's prefix cache
+can hit. Nothing that differs between runs (timestamps, ids, run paths) is rendered: absolute paths in
+checker output are cut to file names, which also keeps the request hashes that replay matches on the
+same on every machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+import jinja2
+from omegaconf import OmegaConf
+
+from autotune.targets.base import Target, parse_dtype
+from autotune.verify.verdict import Status, Verdict
+
+PROMPTS_DIR = Path(__file__).resolve().parents[2] / "prompts"
+EXAMPLE = PROMPTS_DIR / "examples" / "rms_norm.py"
+# HBM3 of an H100 SXM (NVIDIA datasheet): the floor assumed when no GPU is present to look up.
+ASSUMED_BANDWIDTH = (3350.0, "assumed: an H100 SXM's 3.35 TB/s, since no GPU was seen here")
+STDERR_LINES = 30  # the end of a traceback that the model sees; more is noise at ~10 tokens a line
+
+_env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(PROMPTS_DIR)), undefined=jinja2.StrictUndefined,
+                          trim_blocks=True, lstrip_blocks=True, autoescape=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Roofline:
+    bandwidth_gbps: float
+    source: str  # where the figure comes from, said in the prompt
+
+
+@dataclasses.dataclass(frozen=True)
+class Incumbent:
+    """The best kernel known before a search starts (a merged kernel, the baseline search's best)."""
+
+    name: str
+    source: str
+    summary: str
+
+
+class Conversation:
+    """The messages of one candidate's conversation; only ever appended to."""
+
+    def __init__(self, system: str, task: str):
+        self._messages = [{"role": "system", "content": system}, {"role": "user", "content": task}]
+
+    @property
+    def messages(self) -> list[dict[str, str]]:
+        return [dict(m) for m in self._messages]
+
+    def add_turn(self, reply: str, feedback: str) -> None:
+        self._messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": feedback}]
+
+
+def roofline(cfg) -> Roofline:
+    """The bandwidth behind the prompt's time floors: configured, else the GPU's, else an assumption said so."""
+    given = OmegaConf.select(cfg, "verify.peak_bandwidth_gbps", default=None)
+    if given:
+        return Roofline(float(given), "set by verify.peak_bandwidth_gbps")
+    found = _gpu_bandwidth()
+    return Roofline(*found) if found else Roofline(*ASSUMED_BANDWIDTH)
+
+
+def _gpu_bandwidth() -> tuple[float, str] | None:
+    """(GB/s, source) for the GPU torch sees, from the checker's table; None without a GPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    try:
+        from autotune.verify import roofline as checker_roofline
+    except ImportError:
+        return None
+    name = torch.cuda.get_device_name(0)
+    gbps = checker_roofline.peak_bandwidth_gbps(name)
+    return (float(gbps), f"the {name}'s peak memory bandwidth") if gbps else None
+
+
+def render(template: str, **slots: Any) -> str:
+    text = _env.get_template(template).render(**slots)
+    return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
+
+
+def system_message(example: Path = EXAMPLE) -> str:
+    source = example.read_text().rstrip() if example.is_file() else ""
+    return render("system.md.j2", example_name=example.stem if source else "", example_source=source)
+
+
+def task_message(target: Target, hotspot: dict | None, roofline: Roofline, *, index: int, candidates: int,
+                 incumbent: Incumbent | None = None, rejections: Iterable[str] = ()) -> str:
+    profile = None
+    if hotspot:
+        profile = {"share_pct": _pct(hotspot.get("share")), "calls": f"{int(hotspot.get('calls') or 0):,}",
+                   "total_us": _us(hotspot.get("total_us"))}
+    return render("task.md.j2", target=target, signature=target.signature,
+                  reference_source=target.reference_source(), profile=profile,
+                  shapes=shape_rows(target, hotspot, roofline), roofline=_roofline_slots(roofline),
+                  incumbent=incumbent, rejections=[scrub_paths(r) for r in rejections if r],
+                  index=index, candidates=candidates)
+
+
+def shape_rows(target: Target, hotspot: dict | None, roofline: Roofline) -> list[dict[str, str]]:
+    """One row per profiled (shape, dtype): calls, share, bytes moved and the time floor."""
+    if hotspot and hotspot.get("shapes"):
+        entries = hotspot["shapes"]
+        total_us = sum(float(s.get("total_us") or 0.0) for s in entries)
+    else:
+        entries = [{"shape": list(s), "dtype": str(d).removeprefix("torch."), "calls": None, "total_us": None}
+                   for s in target.default_shapes for d in target.dtypes]
+        total_us = 0.0
+    rows = []
+    for s in entries:
+        moved = _bytes_moved(target, s["shape"], s["dtype"])
+        rows.append({"shape": "x".join(str(d) for d in s["shape"]), "dtype": s["dtype"],
+                     "calls": f"{int(s['calls']):,}" if s.get("calls") is not None else "-",
+                     "share": _pct(float(s["total_us"]) / total_us) if total_us and s.get("total_us") else "-",
+                     "bytes": _size(moved) if moved is not None else "?",
+                     "floor": _us(moved / (roofline.bandwidth_gbps * 1e3)) if moved is not None else "?"})
+    return rows
+
+
+def feedback_message(verdict: Verdict | None, *, file: str, no_code: str = "") -> str:
+    """What the model reads about its last reply: the verdict, or why the reply held no file."""
+    if verdict is None:
+        return render("feedback.md.j2", no_code=no_code or "no usable code", file=file, status="no_code",
+                      reason="", case=None, policy=[], stderr="", timings=[], speedup="", measured=False)
+    case = verdict.failing_case()
+    return render("feedback.md.j2", no_code="", file=file, status=verdict.status.value,
+                  reason=scrub_paths(verdict.reason), case=_case_slots(case) if case else None,
+                  policy=[scrub_paths(p) for p in verdict.policy], stderr=trim_stderr(verdict.stderr_tail),
+                  timings=[_timing_slots(t) for t in verdict.timings] if verdict.measured else [],
+                  speedup=_ratio(verdict.speedup_geomean), measured=verdict.measured)
+
+
+def incumbent_from(name: str, path: Path, verdict: Verdict | None) -> Incumbent:
+    """An `Incumbent` from a judged kernel file, summarised by its verdict."""
+    summary = f"`{name}`"
+    if verdict is not None:
+        summary += f": {verdict.status.value}"
+        if verdict.speedup_geomean:
+            summary += f", {_ratio(verdict.speedup_geomean)} over the best baseline (weighted by calls)"
+        elif verdict.status is Status.UNMEASURED:
+            summary += " (correct; not timed, no GPU)"
+    return Incumbent(name=name, source=Path(path).read_text(), summary=summary + ".")
+
+
+_ABS_PATH = re.compile(r"(?<![\w.~])(?:/[\w.+@-]+)+/([\w.+@-]+)")
+
+
+def scrub_paths(text: str) -> str:
+    """Absolute paths cut to their last part: run and sandbox directories differ in every run."""
+    return _ABS_PATH.sub(r"\1", text or "")
+
+
+_FRAME = re.compile(r'^\s*File "([^"]+)", line \d+')
+
+
+def trim_stderr(text: str, lines: int = STDERR_LINES) -> str:
+    """A traceback cut to what the model can act on: frames outside the library code, and the error."""
+    kept, skipping = [], False
+    for line in (text or "").strip("\n").splitlines():
+        frame = _FRAME.match(line)
+        if frame:
+            skipping = "site-packages" in frame.group(1) or "/autotune/" in frame.group(1) or frame.group(1).startswith("<")
+            if skipping and (not kept or kept[-1] != "  ..."):
+                kept.append("  ...")
+            if skipping:
+                continue
+        elif skipping and line.startswith("    "):
+            continue  # the source line under a skipped frame
+        else:
+            skipping = False
+        kept.append(line)
+    return scrub_paths("\n".join(kept[-lines:]))
+
+
+def _roofline_slots(roofline: Roofline) -> dict[str, str]:
+    return {"bandwidth": f"{roofline.bandwidth_gbps:,.0f} GB/s", "source": roofline.source}
+
+
+def _case_slots(case) -> dict[str, Any]:
+    return {"shape": "x".join(str(d) for d in case.shape), "dtype": case.dtype, "kind": case.kind, "seed": case.seed,
+            "max_abs_err": _num(case.max_abs_err), "max_rel_err": _num(case.max_rel_err),
+            "atol": _num(case.atol), "rtol": _num(case.rtol), "note": scrub_paths(case.note)}
+
+
+def _timing_slots(t) -> dict[str, str]:
+    return {"shape": "x".join(str(d) for d in t.shape), "dtype": t.dtype, "candidate": _num(t.candidate_us),
+            "eager": _num(t.eager_us), "compile": _num(t.compile_us), "speedup": _ratio(t.speedup),
+            "floor": f"{t.pct_of_floor:.0f}%" if t.pct_of_floor is not None else "-"}
+
+
+def _bytes_moved(target: Target, shape: list[int], dtype: str) -> int | None:
+    try:
+        return int(target.bytes_moved(tuple(int(d) for d in shape), parse_dtype(dtype)))
+    except (ValueError, TypeError, IndexError):
+        return None  # a shape this target cannot read: the row says "?" rather than a wrong figure
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def _ratio(x: float | None) -> str:
+    return "" if x is None else f"{x:.2f}x"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * float(x):.1f}%"
+
+
+def _us(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if x >= 1e3:
+        return f"{x / 1e3:,.2f} ms"
+    return f"{x:.2f} us" if x >= 1 else f"{x * 1e3:.0f} ns"
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} B"

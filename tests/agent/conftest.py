@@ -1,0 +1,250 @@
+"""A real OpenAI-compatible chat-completions server on 127.0.0.1 for the agent's tests, and kernel replies.
+
+The server speaks the wire format the openai client reads (JSON, and SSE when `stream` is set), checks
+the bearer key when given one, and simulates a serving engine's prefix cache: a prompt's cached tokens
+are the whole 16-token blocks it shares with the longest prefix seen before (vLLM's block size), with
+one token per 4 characters of "role: content" text. Replies come from a `responder(body) -> Reply`
+that each test sets, so that parallel candidates get answers by what they asked, not by arrival order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.server
+import json
+import threading
+import time
+from typing import Callable
+
+import pytest
+
+BLOCK_TOKENS = 16
+CHARS_PER_TOKEN = 4
+
+
+@dataclasses.dataclass
+class Reply:
+    text: str = ""
+    status: int = 200
+    headers: dict = dataclasses.field(default_factory=dict)
+    body: str | None = None  # raw body for errors
+
+
+@dataclasses.dataclass
+class Request:
+    path: str
+    body: dict
+    headers: dict
+    at: float
+
+
+class FakeLLM:
+    """The server's state: requests seen, the prefix cache, and the responder tests set."""
+
+    def __init__(self, api_key: str | None = None, report_cached: bool = True):
+        self.api_key = api_key
+        self.report_cached = report_cached
+        self.requests: list[Request] = []
+        self.responder: Callable[[dict], Reply] = lambda body: Reply("no responder set")
+        self._prompts: list[str] = []
+        self._lock = threading.Lock()
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def start(self) -> "FakeLLM":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def chat_requests(self) -> list[Request]:
+        return [r for r in self.requests if r.path.endswith("/chat/completions")]
+
+    def usage(self, messages: list[dict], completion: str) -> dict:
+        prompt = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
+        with self._lock:
+            shared = max((_common_prefix(prompt, p) for p in self._prompts), default=0)
+            self._prompts.append(prompt)
+        tokens = len(prompt) // CHARS_PER_TOKEN
+        cached = (shared // CHARS_PER_TOKEN) // BLOCK_TOKENS * BLOCK_TOKENS
+        usage = {"prompt_tokens": tokens, "completion_tokens": max(len(completion) // CHARS_PER_TOKEN, 1),
+                 "total_tokens": tokens + max(len(completion) // CHARS_PER_TOKEN, 1)}
+        if self.report_cached:
+            usage["prompt_tokens_details"] = {"cached_tokens": min(cached, tokens)}
+        return usage
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def _handler(llm: FakeLLM):
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):  # keep pytest's output clean
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
+            llm.requests.append(Request(self.path, body, dict(self.headers), time.monotonic()))
+            if not self.path.endswith("/v1/chat/completions"):
+                return self._json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+            if llm.api_key and self.headers.get("authorization") != f"Bearer {llm.api_key}":
+                return self._json(401, {"error": {"message": "invalid api key", "type": "auth"}})
+            reply = llm.responder(body)
+            if reply.status != 200:
+                return self._raw(reply.status, reply.body or json.dumps({"error": {"message": "busy"}}), reply.headers)
+            usage = llm.usage(body["messages"], reply.text)
+            if body.get("stream"):
+                return self._sse(body, reply.text, usage)
+            self._json(200, {"id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
+                             "choices": [{"index": 0, "finish_reason": "stop",
+                                          "message": {"role": "assistant", "content": reply.text}}],
+                             "usage": usage})
+
+        def _json(self, status, obj):
+            self._raw(status, json.dumps(obj), {})
+
+        def _raw(self, status, text, headers):
+            data = text.encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _sse(self, body, text, usage):
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.end_headers()
+            base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 0, "model": body["model"]}
+            pieces = [text[i:i + 64] for i in range(0, len(text), 64)] or [""]
+            for i, piece in enumerate(pieces):
+                delta = {"role": "assistant", "content": piece} if i == 0 else {"content": piece}
+                self._event({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+            self._event({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+            if (body.get("stream_options") or {}).get("include_usage"):
+                self._event({**base, "choices": [], "usage": usage})
+            self.wfile.write(b"data: [DONE]\n\n")
+
+        def _event(self, obj):
+            self.wfile.write(f"data: {json.dumps(obj)}\n\n".encode())
+            self.wfile.flush()
+
+    return Handler
+
+
+@pytest.fixture
+def llm():
+    server = FakeLLM().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def reply_cls():
+    return Reply
+
+
+@pytest.fixture
+def fake_llm_cls():
+    return FakeLLM
+
+
+# A correct rms_norm: two passes over the row in chunks, fp32 sums, masks for any width.
+GOOD_RMS_NORM = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rms_norm_kernel(x_ptr, w_ptr, y_ptr, n_cols, stride_x, stride_y, eps, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + offs
+        x = tl.load(x_ptr + row * stride_x + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
+        acc += x * x
+    rstd = tl.rsqrt(tl.sum(acc, axis=0) / n_cols + eps)
+    for start in range(0, n_cols, BLOCK):
+        cols = start + offs
+        mask = cols < n_cols
+        x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        tl.store(y_ptr + row * stride_y + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def rms_norm(x, weight, eps):
+    shape = x.shape
+    x2 = x.reshape(-1, shape[-1]).contiguous()
+    y = torch.empty_like(x2)
+    n_rows, n_cols = x2.shape
+    block = min(triton.next_power_of_2(n_cols), 4096)
+    _rms_norm_kernel[(n_rows,)](x2, weight.contiguous(), y, n_cols, x2.stride(0), y.stride(0), eps, BLOCK=block)
+    return y.reshape(shape)
+'''
+
+# The same kernel with a classic bug: the mean divides by the block width, not the row width, so every
+# width that is not a power of two (1000, 5120) comes out wrong.
+BROKEN_RMS_NORM = GOOD_RMS_NORM.replace("tl.sum(acc, axis=0) / n_cols", "tl.sum(acc, axis=0) / BLOCK")
+
+
+@pytest.fixture
+def kernels():
+    return {"good": GOOD_RMS_NORM, "broken": BROKEN_RMS_NORM}
+
+
+def fenced(source: str, prose: str = "Here is the kernel.") -> str:
+    return f"{prose}\n\n```python\n{source}```\n"
+
+
+@pytest.fixture
+def fence():
+    return fenced
+
+
+# Until the real checker lands: the candidate in a subprocess under the Triton interpreter, compared with
+# the reference on one ragged shape. Replaced by autotune.verify.verify in the integration tests.
+_DEV_CHECK = '''
+import importlib.util, sys, torch
+from autotune import targets
+t = targets.get(sys.argv[1])
+spec = importlib.util.spec_from_file_location("cand", sys.argv[2]); m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+g = torch.Generator().manual_seed(0)
+args = t.make_inputs((7, 1000), torch.float32, g, "normal")
+torch.testing.assert_close(getattr(m, t.name)(*args), t.reference(*args))
+'''
+
+
+@pytest.fixture
+def dev_verify():
+    import os
+    import subprocess
+    import sys
+
+    from autotune.verify.verdict import CaseResult, Status, Verdict
+
+    def verify(target, path):
+        env = {**os.environ, "TRITON_INTERPRET": "1"}
+        p = subprocess.run([sys.executable, "-c", _DEV_CHECK, target.name, str(path)], env=env,
+                           capture_output=True, text=True, timeout=120)
+        ok = p.returncode == 0
+        case = CaseResult([7, 1000], "float32", "normal", 0, ok, max_abs_err=None if ok else 0.01)
+        return Verdict(Status.UNMEASURED if ok else Status.INCORRECT, "dev check", target.name, str(path),
+                       cases=[case], stderr_tail=p.stderr[-2000:])
+
+    return verify
