@@ -1,0 +1,233 @@
+"""The files of a proposal: the evidence page (markdown, also the PR body), provenance.json and a regression test.
+
+The evidence page is rendered from templates/evidence.md.j2 and is written for a reviewer who decides from
+it alone: a summary table first (verdict, correctness, speed, share of serving time, projected gain, the
+model-level check, who made it and at what cost), then the detail behind each line. It ends with a hidden
+HTML comment holding machine-readable metadata (`parse_metadata` reads it back).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import jinja2
+
+from autotune.env import Environment
+from autotune.verify.verdict import Verdict
+
+if TYPE_CHECKING:
+    from autotune.publish import ProposalRequest
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+_META = re.compile(r"<!-- autotune-proposal: (\{.*?\}) -->")
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True, autoescape=False)
+    env.filters.update(us=_us, num=_num, err=_err, pct=_pct, pct100=lambda x: "—" if x is None else f"{x:.0f}%",
+                       times=lambda x: "—" if x is None else f"{x:.2f}×", usd=lambda x: "cost unknown" if x is None else f"${x:.4f}",
+                       shape=lambda s: "×".join(str(d) for d in s), cell=_cell)
+    return env
+
+
+def _us(x: float | None) -> str:
+    if x is None:
+        return "—"
+    return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 100 else f"{x:,.0f}"
+
+
+def _num(x: Any) -> str:
+    if x is None:
+        return "—"
+    if isinstance(x, float):
+        return f"{x:.3g}" if abs(x) < 1000 else f"{x:,.0f}"
+    return str(x)
+
+
+def _err(x: float | None) -> str:
+    if x is None:
+        return "—"
+    return "0" if x == 0 else "nan" if math.isnan(x) else f"{x:.1e}"
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.1f}%"
+
+
+def _cell(x: Any) -> str:
+    """Text that stays inside one markdown table cell."""
+    return str(x).replace("|", "\\|").replace("\n", " ")
+
+
+def amdahl_gain(share: float, speedup: float) -> float:
+    """Fraction of serving time saved when an op taking `share` of it runs `speedup` times faster."""
+    return 1 - ((1 - share) + share / speedup)
+
+
+def case_rows(verdict: Verdict) -> list[dict[str, Any]]:
+    """One row per shape x dtype x kind, over its seeds: worst errors, tolerance, cases passed."""
+    groups: dict[tuple, list] = collections.OrderedDict()
+    for c in verdict.cases:
+        groups.setdefault((tuple(c.shape), c.dtype, c.kind), []).append(c)
+    rows = []
+    for (shape, dtype, kind), cases in groups.items():
+        abs_errs = [c.max_abs_err for c in cases if c.max_abs_err is not None]
+        rel_errs = [c.max_rel_err for c in cases if c.max_rel_err is not None]
+        notes = sorted({c.note for c in cases if c.note})
+        rows.append({"shape": shape, "dtype": dtype, "kind": kind, "source": cases[0].source,
+                     "max_abs_err": max(abs_errs) if abs_errs else None, "max_rel_err": max(rel_errs) if rel_errs else None,
+                     "rtol": cases[0].rtol, "atol": cases[0].atol, "seeds": len(cases),
+                     "passed": sum(c.passed for c in cases), "note": "; ".join(notes)})
+    return rows
+
+
+def judged_shapes(request: "ProposalRequest") -> list[tuple[tuple[int, ...], str, int]]:
+    """(shape, dtype, calls) the verdict was judged on, beyond the checker's own edge shapes."""
+    calls = {(tuple(s["shape"]), s["dtype"]): int(s.get("calls", 0)) for s in (request.hotspot or {}).get("shapes", [])}
+    calls.update({(tuple(t.shape), t.dtype): t.calls for t in request.verdict.timings if t.calls})
+    seen: dict[tuple, int] = {}
+    for c in request.verdict.cases:
+        key = (tuple(c.shape), c.dtype)
+        if c.source != "edge" and key not in seen:
+            seen[key] = calls.get(key, 1)
+    return [(shape, dtype, n) for (shape, dtype), n in seen.items()]
+
+
+def _hotspot(hs: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The hotspot entry with every key the page reads (absent ones as None)."""
+    if not hs:
+        return None
+    keys = ("run", "share", "calls", "total_us", "serving_time_us", "projected_gain", "assumed_speedup")
+    shapes = [{"shape": s.get("shape", []), "dtype": s.get("dtype", "?"), "calls": s.get("calls"),
+               "total_us": s.get("total_us")} for s in hs.get("shapes", [])]
+    return {**{k: hs.get(k) for k in keys}, "shapes": shapes}
+
+
+def _latency_rows(model_check: dict[str, Any] | None) -> list[dict[str, Any]]:
+    latency = (model_check or {}).get("latency") or {}
+    before, after = latency.get("before") or {}, latency.get("after") or {}
+    rows = []
+    for name in before:
+        b, a = before.get(name), after.get(name)
+        change = f"{100 * (a - b) / b:+.1f}%" if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else "—"
+        rows.append({"name": name, "before": b, "after": a, "change": change})
+    return rows
+
+
+def _model_sentence(mc: dict[str, Any] | None) -> str:
+    if not mc:
+        return "not run"
+    prompts, new = mc.get("prompts", "?"), mc.get("new_tokens", "?")
+    diff = f"max logit difference {_err(mc.get('max_logit_diff'))}"
+    if mc.get("logit_tolerance") is not None:
+        diff += f" (tolerance {_err(mc['logit_tolerance'])})"
+    if mc.get("tokens_identical"):
+        return f"Greedy tokens identical to the reference model's on {prompts} prompts × {new} new tokens; {diff}."
+    return f"⚠ Greedy tokens DIFFER from the reference model's on {prompts} prompts × {new} new tokens; {diff}."
+
+
+def _profile_lines(request: "ProposalRequest") -> dict[str, str]:
+    hs, v, t = request.hotspot, request.verdict, request.target
+    if not hs:
+        return {"profile_line": "unknown (no profile)", "gain_line": "unknown (no profile)", "gain_sentence": ""}
+    share = float(hs.get("share") or 0.0)
+    assumed = hs.get("assumed_speedup")
+    at = f"{assumed:g}× faster" if assumed else "at the profile's assumed speedup"
+    projected = f"{_pct(hs.get('projected_gain'))} of serving time if `{t}` ran {at}"
+    if v.measured and v.speedup_geomean:
+        gain = _pct(amdahl_gain(share, v.speedup_geomean))
+        line = f"**{gain}** of serving time at the measured {v.speedup_geomean:.2f}×"
+        sentence = f"At the measured {v.speedup_geomean:.2f}×, serving takes {gain} less time end to end"
+    else:
+        line = f"{projected} (projection; this kernel's speed is not measured: no GPU)"
+        sentence = f"Projected: {projected}; this kernel's own speed is not measured (no GPU)"
+    return {"profile_line": f"{_pct(share)} ({hs.get('calls', '?')} calls)", "gain_line": line,
+            "gain_sentence": sentence + ". Amdahl: gain = 1 − ((1 − share) + share / speedup)."}
+
+
+def _headline(v: Verdict, cases_passed: int, cases_total: int) -> tuple[str, str]:
+    if v.measured and v.speedup_geomean:
+        head = f"{v.speedup_geomean:.2f}× faster than the best baseline"
+    else:
+        head = "correct, speed not measured (no GPU)" if v.status.correct else v.status.value
+    lead = (f"The checker judged this kernel **{v.status.value}**: {v.reason}. "
+            f"It passed {cases_passed} of {cases_total} correctness cases in an isolated process.")
+    return head, lead
+
+
+def render(request: "ProposalRequest", *, proposal_id: str, short_id: str, branch: str, base: str, backend: str,
+           sha256: str) -> str:
+    v = request.verdict
+    rows = case_rows(v)
+    passed, total = sum(c.passed for c in v.cases), len(v.cases)
+    headline, lead = _headline(v, passed, total)
+    env = Environment.from_dict(request.environment) if request.environment else None
+    cand = collections.defaultdict(lambda: None, request.candidate)
+    context = dict(
+        target=request.target, short_id=short_id, proposal_id=proposal_id, branch=branch, base=base, backend=backend,
+        run_id=request.run_id, verdict=v, headline=headline, lead=lead, sha256=sha256, source=request.source.rstrip(),
+        cases={"rows": rows, "passed": passed, "total": total, "not_evidence": sum(not c.evidence for c in v.cases)},
+        timings=v.timings if v.measured else [], speed_line=_speed_line(v), candidate=cand,
+        tokens_line=_tokens_line(cand), hotspot=_hotspot(request.hotspot), model_check=request.model_check,
+        model_line=_model_sentence(request.model_check) if request.model_check else "not run",
+        model_sentence=_model_sentence(request.model_check), latency_rows=_latency_rows(request.model_check),
+        environment=request.environment or {}, environment_summary=env.summary() if env else "not recorded",
+        environment_rows=[(k, val) for k, val in (request.environment or {}).items()],
+        metadata=json.dumps({"proposal": proposal_id, "run": request.run_id, "target": request.target, "sha256": sha256,
+                             "status": v.status.value}),
+        **_profile_lines(request))
+    return _env().get_template("evidence.md.j2").render(**context)
+
+
+def title(request: "ProposalRequest", proposal_id: str) -> str:
+    """The pull request's title, e.g. "rms_norm: Triton kernel rms_norm-1a2b3c, 1.42× faster"."""
+    v = request.verdict
+    passed = sum(c.passed for c in v.cases)
+    return f"{request.target}: Triton kernel {proposal_id}, {_headline(v, passed, len(v.cases))[0]}"
+
+
+def _speed_line(v: Verdict) -> str:
+    if v.measured and v.speedup_geomean:
+        return f"**{v.speedup_geomean:.2f}×** (geometric mean over {len(v.timings)} shapes, weighted by calls)"
+    return "not measured (no GPU)"
+
+
+def _tokens_line(cand) -> str:
+    if cand["prompt_tokens"] is None and cand["completion_tokens"] is None:
+        return "no LLM tokens"
+    return (f"{cand['prompt_tokens'] or 0:,} prompt tokens ({cand['cached_tokens'] or 0:,} cached), "
+            f"{cand['completion_tokens'] or 0:,} completion tokens")
+
+
+def parse_metadata(markdown: str) -> dict[str, Any] | None:
+    """The hidden metadata of an evidence page (proposal, run, target, sha256, status), or None."""
+    m = _META.search(markdown or "")
+    return json.loads(m.group(1)) if m else None
+
+
+def provenance(request: "ProposalRequest", *, proposal_id: str, sha256: str, created_at: str) -> dict[str, Any]:
+    v = request.verdict
+    return {
+        "proposal": proposal_id, "target": request.target, "sha256": sha256, "created_at": created_at,
+        "run": {"id": request.run_id, "dir": request.run_dir},
+        "candidate": dict(request.candidate),
+        "verdict": {"status": v.status.value, "reason": v.reason, "measured": v.measured,
+                    "speedup_geomean": v.speedup_geomean, "cases_passed": sum(c.passed for c in v.cases),
+                    "cases_total": len(v.cases), "nondeterministic": v.nondeterministic, "policy": list(v.policy),
+                    "timings": [t.__dict__ for t in v.timings]},
+        "hotspot": request.hotspot, "model_check": request.model_check, "environment": request.environment,
+    }
+
+
+def regression_test(request: "ProposalRequest", *, proposal_id: str, short_id: str) -> str:
+    shapes = judged_shapes(request)
+    dtypes = sorted({d for _, d, _ in shapes}) or sorted({c.dtype for c in request.verdict.cases})
+    return _env().get_template("regression_test.py.j2").render(
+        target=request.target, short_id=short_id, proposal_id=proposal_id, run_id=request.run_id,
+        shapes=shapes, dtypes=dtypes)

@@ -1,0 +1,106 @@
+"""Drafting a proposal: its id, branch name, files and commit, before any ref or record is written.
+
+Both backends start here. The id comes from the kernel source (`<op>-<first 6 hex of its sha256>`), so the
+same kernel published again lands on the same branch and updates its proposal instead of duplicating it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import hashlib
+import json
+
+import git
+
+from autotune import targets
+from autotune.errors import UserError
+from autotune.publish import Proposal, ProposalRequest, evidence, gitops, records
+
+
+@dataclasses.dataclass
+class Draft:
+    repo: git.Repo
+    proposal: Proposal  # status "open", evidence_path still empty
+    existing: Proposal | None  # the record of an earlier publish of the same kernel
+    files: dict[str, str]  # repo path -> text
+    evidence: str
+    commit: git.Commit | None = None
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _check(request: ProposalRequest) -> None:
+    targets.get(request.target)  # a UserError for an unknown target
+    if not request.source.strip():
+        raise UserError(f"the {request.target} candidate source is empty (nothing to publish)")
+    if request.verdict.target != request.target:
+        raise UserError(f"the verdict is for '{request.verdict.target}', not '{request.target}' (pass the matching verdict)")
+    if not request.verdict.passed:
+        raise UserError(f"refusing to publish a {request.target} kernel judged '{request.verdict.status.value}': "
+                        f"only accepted or unmeasured kernels are proposed ({request.verdict.reason})")
+
+
+def draft(request: ProposalRequest, cfg, backend: str) -> Draft:
+    """Everything to publish `request`; makes git objects (harmless) but no refs or records."""
+    _check(request)
+    pub = cfg.publish
+    repo = gitops.open_repo(pub.repo)
+    base = gitops.base_commit(repo, str(pub.base))
+    sha256 = hashlib.sha256(request.source.encode()).hexdigest()
+    short_id = sha256[:6]
+    pid = f"{request.target}-{short_id}"
+    kernel_dir = f"kernels/{request.target}/{short_id}"
+    existing = records.load(repo, pid)
+    branch = f"{pub.branch_prefix}/{pid}"
+    created_at = existing.created_at if existing else now()
+    if existing is None and _exists(base, f"{kernel_dir}/kernel.py"):
+        raise UserError(f"kernel {pid} is already merged into {pub.base} at {kernel_dir} (nothing to propose)")
+    text = evidence.render(request, proposal_id=pid, short_id=short_id, branch=branch, base=str(pub.base),
+                           backend=backend, sha256=sha256)
+    prov = evidence.provenance(request, proposal_id=pid, sha256=sha256, created_at=created_at)
+    files = {
+        f"{kernel_dir}/kernel.py": request.source if request.source.endswith("\n") else request.source + "\n",
+        f"{kernel_dir}/provenance.json": json.dumps(prov, indent=2, default=str) + "\n",
+        f"{kernel_dir}/EVIDENCE.md": text,
+        f"tests/kernels/test_{request.target}_{short_id}.py": evidence.regression_test(
+            request, proposal_id=pid, short_id=short_id),
+    }
+    v = request.verdict
+    proposal = Proposal(
+        id=pid, target=request.target, branch=branch, base=str(pub.base), commit="", status="open",
+        created_at=created_at, pr_url=None, pr_number=None, reason=None, evidence_path="",
+        verdict_status=v.status.value, speedup=v.speedup_geomean if v.measured else None, backend=backend,
+        run_id=request.run_id, sha256=sha256, kernel_dir=kernel_dir)
+    d = Draft(repo=repo, proposal=proposal, existing=existing, files=files, evidence=text)
+    if existing is None or existing.status == "open":
+        d.commit = gitops.build_commit(repo, base, files, commit_message(request, pid, kernel_dir), pub.author)
+        proposal.commit = d.commit.hexsha
+    return d
+
+
+def _exists(commit: git.Commit, path: str) -> bool:
+    try:
+        commit.tree / path
+        return True
+    except KeyError:
+        return False
+
+
+def commit_message(request: ProposalRequest, pid: str, kernel_dir: str) -> str:
+    v, c = request.verdict, request.candidate
+    passed = sum(case.passed for case in v.cases)
+    speed = f"{v.speedup_geomean:.2f}x faster" if v.measured and v.speedup_geomean else "speed not measured (no GPU)"
+    return (f"{request.target}: Triton kernel {pid} ({v.status.value}, {passed}/{len(v.cases)} cases pass)\n\n"
+            f"{speed}. Proposed by autotune run {request.run_id}: agent {c.get('agent', '?')}, "
+            f"model {c.get('model') or '-'}, turn {c.get('turn', '?')}.\n\nEvidence: {kernel_dir}/EVIDENCE.md\n")
+
+
+def save(d: Draft, **changes) -> Proposal:
+    """Write the proposal record and its evidence copy; returns the stored proposal."""
+    proposal = dataclasses.replace(d.proposal, **changes)
+    proposal.evidence_path = str(records.save_evidence(d.repo, proposal.id, d.evidence))
+    records.save(d.repo, proposal)
+    return proposal

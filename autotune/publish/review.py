@@ -1,0 +1,101 @@
+"""Review the kernels `autotune run` proposed, in the repository given by publish.repo (default: here).
+
+  list               every proposal: id, target, status, verdict and speedup, when it was made
+  show ID            the evidence page a reviewer decides from (the same text as the PR body)
+  approve ID         merge the proposal branch into publish.base with a merge commit (--no-ff); needs a
+                     clean checkout of the base branch. The kernel then sits in kernels/<op>/<id>/, and
+                     `kernels.enable=true` makes the served model use it.
+  reject ID --reason TEXT
+                     delete the proposal branch and keep the reason: the next run's prompts include it.
+
+Proposal records live in .git/autotune/proposals/ of that repository (not in any branch).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.table import Table
+
+from autotune import publish
+from autotune.errors import UserError
+
+USAGE = "autotune review list | show ID | approve ID | reject ID --reason TEXT  [key=value ...]"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, the CLI's format, exit 2
+        raise UserError(f"{message} (usage: {USAGE})")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="autotune review", add_help=False)
+    sub = parser.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    sub.add_parser("list", add_help=False)
+    for action in ("show", "approve"):
+        sub.add_parser(action, add_help=False).add_argument("id")
+    rej = sub.add_parser("reject", add_help=False)
+    rej.add_argument("id")
+    rej.add_argument("--reason", required=True)
+    return parser
+
+
+def main(cfg, args: list[str]) -> int:
+    if not args:
+        raise UserError(f"say what to do: list, show ID, approve ID or reject ID --reason TEXT (usage: {USAGE})")
+    ns = _parser().parse_args(args)
+    console = Console()
+    if not console.is_terminal:  # piped or captured: full rows, no wrapping at 80 columns
+        console = Console(width=200)
+    if ns.action == "list":
+        return _list(cfg, console)
+    if ns.action == "show":
+        return _show(cfg, ns.id, console)
+    if ns.action == "approve":
+        p = publish.approve(cfg, ns.id)
+        console.print(f"approved {p.id}: merged {p.branch} into {p.base} (merge commit {p.merge_commit[:10]}); "
+                      f"the kernel is in {p.kernel_dir}/. `autotune profile kernels.enable=true` serves with it.")
+        return 0
+    p = publish.reject(cfg, ns.id, ns.reason)
+    console.print(f"rejected {p.id}: branch {p.branch} deleted; the reason goes into the next run's prompts "
+                  f"for {p.target}.")
+    return 0
+
+
+def _list(cfg, console: Console) -> int:
+    proposals = publish.list_proposals(cfg)
+    if not proposals:
+        console.print("no proposals yet: `autotune run` publishes one per target whose best kernel passes the checker")
+        return 0
+    table = Table(title=f"proposals ({len(proposals)})")
+    for col in ("id", "target", "status", "verdict", "speedup", "created", "branch, PR or reason"):
+        table.add_column(col, no_wrap=col in ("id", "created"))
+    for p in proposals:
+        speed = f"{p.speedup:.2f}x" if p.speedup else "not measured"
+        where = p.pr_url or (p.branch if p.status == "open" else (p.merge_commit or "")[:10] or p.reason or "")
+        style = {"approved": "green", "rejected": "red"}.get(p.status, "")
+        table.add_row(p.id, p.target, f"[{style}]{p.status}[/]" if style else p.status, p.verdict_status, speed,
+                      p.created_at.replace("T", " ").removesuffix("+00:00"), where)
+    console.print(table)
+    console.print("`autotune review show ID` prints a proposal's evidence; approve ID merges it; "
+                  "reject ID --reason TEXT drops it.")
+    return 0
+
+
+def _show(cfg, proposal_id: str, console: Console) -> int:
+    from pathlib import Path
+
+    p = publish.get_proposal(cfg, proposal_id)
+    path = Path(p.evidence_path)
+    if not path.is_file():
+        raise UserError(f"the evidence of {p.id} is missing at {path} (publish the kernel again to rewrite it)")
+    header = f"{p.id}: {p.status}" + (f" ({p.reason})" if p.reason else "") + f", branch {p.branch}"
+    if console.is_terminal:
+        console.print(header, style="bold")
+        console.print(Markdown(path.read_text()))
+    else:  # piped: the markdown as it is, for less, grep or a file
+        print(header)
+        print(path.read_text())
+    return 0
