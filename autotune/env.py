@@ -51,8 +51,13 @@ class Environment:
 
 
 def _version(module: str) -> str | None:
+    # Read from package metadata, not by importing: importing triton fixes its interpreter mode for the
+    # whole process (TRITON_INTERPRET is read when triton.language's own @jit functions are defined), so an
+    # environment record taken first would break loading kernels on CPU later (autotune.kernels.load).
     try:
-        return __import__(module).__version__
+        from importlib.metadata import version
+
+        return version(module)
     except Exception:
         return None
 
