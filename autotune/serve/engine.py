@@ -65,7 +65,7 @@ class _Sequence:
     def stats(self) -> RequestStats:
         r = self.request
         return RequestStats(r.request_id, len(r.prompt), len(self.output), self.arrival_s, self.token_times_s[0],
-                            self.token_times_s[-1], tuple(self.token_times_s))
+                            self.token_times_s[-1], tuple(self.token_times_s), tuple(self.output))
 
 
 class Engine:

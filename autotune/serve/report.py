@@ -40,6 +40,7 @@ class RequestStats:
     first_token_s: float
     finish_s: float
     token_times_s: tuple[float, ...]  # when each output token was sampled
+    tokens: tuple[int, ...] = ()  # the generated token ids
 
     @property
     def ttft_ms(self) -> float:
@@ -94,7 +95,8 @@ class ServeReport:
         fields = dict(d)
         for key in ("ttft_ms", "tpot_ms", "e2e_ms"):
             fields[key] = Latency(**fields[key])
-        fields["requests"] = tuple(RequestStats(**{**r, "token_times_s": tuple(r["token_times_s"])})
+        fields["requests"] = tuple(RequestStats(**{**r, "token_times_s": tuple(r["token_times_s"]),
+                                                      "tokens": tuple(r.get("tokens", ()))})
                                    for r in fields["requests"])
         return cls(**fields)
 
@@ -102,7 +104,7 @@ class ServeReport:
         """One row per request: ids, token counts, times (s) and ttft_ms, tpot_ms, e2e_ms."""
         import pandas as pd
 
-        rows = [{**{k: v for k, v in dataclasses.asdict(r).items() if k != "token_times_s"},
+        rows = [{**{k: v for k, v in dataclasses.asdict(r).items() if k not in ("token_times_s", "tokens")},
                  "ttft_ms": r.ttft_ms, "tpot_ms": r.tpot_ms, "e2e_ms": r.e2e_ms} for r in self.requests]
         return pd.DataFrame(rows)
 
