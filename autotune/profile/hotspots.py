@@ -38,7 +38,10 @@ def _shapes(target: str, rows: pd.DataFrame) -> list[dict]:
         parsed = json.loads(dims) if dims else []
         if not parsed or not parsed[0]:
             continue  # recorded without shapes (vLLM's default): nothing to give the checker
-        shape = tuple(int(d) for d in shape_from_dims(parsed))
+        try:
+            shape = tuple(int(d) for d in shape_from_dims(parsed))
+        except (TypeError, ValueError, IndexError):
+            continue  # a foreign op whose arguments are not laid out as the target's
         entry = seen.setdefault((shape, dtype), {"shape": list(shape), "dtype": dtype, "calls": 0, "total_us": 0.0})
         entry["calls"] += int(calls)
         entry["total_us"] += float(time_us)

@@ -71,7 +71,9 @@ def read_trace(path: str | Path) -> dict[str, Any]:
 def complete_events(trace: Mapping[str, Any]) -> list[dict]:
     """The duration ('X') events of the categories the op table reads."""
     return [e for e in trace["traceEvents"]
-            if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in WINDOW_CATEGORIES]
+            if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in WINDOW_CATEGORIES
+            and isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float))
+            and isinstance(e.get("name"), str) and isinstance(e.get("args", {}), dict)]
 
 
 def serving_time_us(trace: Mapping[str, Any]) -> float:
