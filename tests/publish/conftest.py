@@ -174,7 +174,7 @@ class _Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def github(bare_remote):
     server = FakeGitHub("acme", "widgets", bare_remote)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield server
     server.shutdown()
