@@ -121,7 +121,8 @@ def profile_trace(cfg: DictConfig, path: str | Path) -> ProfileResult:
     check_settings(cfg)
     path = Path(path)
     trace = read_trace(path)
-    name = "trace.json.gz" if path.read_bytes()[:2] == b"\x1f\x8b" else "trace.json"
+    with path.open("rb") as f:
+        name = "trace.json.gz" if f.read(2) == b"\x1f\x8b" else "trace.json"  # keep the copy's bytes as given
     out_dir, run = Path(cfg.profile.out_dir), new_run_name()
     environment = trace.get(META_ENVIRONMENT) or foreign_environment(trace, cfg)
     with building(out_dir, run) as partial:
