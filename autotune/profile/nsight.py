@@ -6,7 +6,7 @@ are measured: duration (summed over the op's kernels) and DRAM bytes, hence DRAM
 Results go to `nsight.json` in the run folder. Anything missing (no GPU, no ncu, no nsight-python, no
 counter permission) or failing gives one line saying why, never a failed profile.
 
-The measuring runs in a child process (`python -m autotune.profile.nsight SPEC OUT`) because nsight-python
+The measuring runs in a child process whose first import is `nsight` (CHILD below), because nsight-python
 must be imported before CUDA is initialised, and the profiling process has long since initialised it.
 Not run on a GPU during development (no GPU there); the skip paths are tested.
 """
@@ -25,6 +25,7 @@ from omegaconf import DictConfig
 DURATION = "gpu__time_duration.sum"  # ns
 DRAM_BYTES = "dram__bytes.sum"  # bytes read + written to device memory
 FILE = "nsight.json"
+CHILD = "import nsight, sys; from autotune.profile.nsight import _child; _child(sys.argv[1], sys.argv[2])"
 
 
 def unavailable_reason(device: str) -> str | None:
@@ -46,9 +47,17 @@ def cases(record: dict, top: int) -> list[dict]:
 
 def measure(cfg: DictConfig, record: dict, run_dir: Path) -> tuple[list[dict] | None, str]:
     """(metrics per target, a one-line note); metrics None when skipped or failed. Writes nsight.json."""
-    from autotune.env import resolve_device
+    try:
+        return _measure(cfg, record, run_dir)
+    except Exception as e:  # optional metrics never fail the profile that asked for them
+        return None, f"nsight skipped: {type(e).__name__}: {e}".splitlines()[0]
 
-    reason = unavailable_reason(resolve_device(cfg.device))
+
+def _measure(cfg: DictConfig, record: dict, run_dir: Path) -> tuple[list[dict] | None, str]:
+    import torch
+
+    on_gpu = cfg.device in ("auto", "cuda") and torch.cuda.is_available()
+    reason = unavailable_reason("cuda" if on_gpu else "cpu")
     todo = cases(record, int(cfg.profile.nsight_top))
     if reason is None and not todo:
         reason = "no hot spot with recorded shapes to measure"
@@ -57,7 +66,7 @@ def measure(cfg: DictConfig, record: dict, run_dir: Path) -> tuple[list[dict] | 
     spec, out = run_dir / ".nsight-spec.json", run_dir / FILE
     spec.write_text(json.dumps(todo))
     try:
-        done = subprocess.run([sys.executable, "-m", "autotune.profile.nsight", str(spec), str(out)],
+        done = subprocess.run([sys.executable, "-c", CHILD, str(spec), str(out)],
                               capture_output=True, text=True, timeout=float(cfg.profile.nsight_timeout_s))
     except subprocess.TimeoutExpired:
         return None, f"nsight skipped: measuring took over profile.nsight_timeout_s={cfg.profile.nsight_timeout_s}s"
@@ -76,7 +85,7 @@ def _dram_gbps(duration_ns: float, dram_bytes: float, case: int) -> dict:
 
 def _child(spec_path: str, out_path: str) -> None:
     """Measure each case's reference under Nsight Compute; runs in a fresh process (see the module doc)."""
-    import nsight  # must come before anything initialises CUDA
+    import nsight  # already imported first by CHILD; nothing here may initialise CUDA before it
 
     import torch
 
@@ -114,7 +123,3 @@ def _rows(todo: list[dict], frame) -> list[dict]:
                      "dram_bytes": float(mine.loc[DRAM_BYTES, "AvgValue"]),
                      "dram_GBps": float(mine.loc["dram_GBps", "AvgValue"]), "gpu": str(mine["GPU"].iloc[0])})
     return rows
-
-
-if __name__ == "__main__":
-    _child(sys.argv[1], sys.argv[2])

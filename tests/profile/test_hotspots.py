@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from autotune.config import compose
 from autotune.errors import UserError
@@ -70,10 +71,11 @@ def test_a_failed_or_interrupted_run_leaves_nothing_that_looks_complete(tmp_path
     assert os.listdir(tmp_path) == ["20261130-000001-abcd"]
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without a GPU")
 def test_nsight_without_a_gpu_is_skipped_with_one_line(tmp_path):
-    cfg = compose(["profile.nsight=true", "device=cpu"])
     record = {"hotspots": [{"target": "rms_norm", "shapes": [{"shape": [4, 64], "dtype": "float32"}]}]}
-    metrics, note = nsight.measure(cfg, record, tmp_path)
-    assert metrics is None and note.startswith("nsight skipped: no GPU") and "\n" not in note
+    for device in ("cpu", "cuda"):  # device=cuda reading a trace on a machine without one: still only skipped
+        metrics, note = nsight.measure(compose(["profile.nsight=true", f"device={device}"]), record, tmp_path)
+        assert metrics is None and note.startswith("nsight skipped: no GPU") and "\n" not in note
     assert nsight.cases(record, 3) == [{"target": "rms_norm", "shape": [4, 64], "dtype": "float32"}]
     assert list(tmp_path.iterdir()) == []
