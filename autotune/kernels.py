@@ -112,26 +112,33 @@ def best(kernels_dir: str | os.PathLike, target: str) -> MergedKernel | None:
 
 
 def interpreter_on() -> None:
-    """On a machine without a GPU, turn the Triton interpreter on for this process (before any kernel exists).
+    """On a machine without a GPU, turn the Triton interpreter on for this process, before kernels are defined.
 
-    Measured with triton 3.9: `@triton.jit` decides at decoration time whether a function is interpreted,
-    by reading `triton.knobs.runtime.interpret`, which reads TRITON_INTERPRET from the live process
-    environment on each access. That holds for triton's own library too: `tl.zeros`, `tl.sum`, ... are @jit
-    functions in triton/language/standard.py, fixed when triton.language is first imported. So the variable
-    must be set before the first `import triton` of the process; a kernel loaded after triton was imported
-    without it fails at launch ("Cannot call @triton.jit'd outside of the scope of a kernel"), and triton
-    cannot be re-imported in the same process (its C extension refuses to register twice).
+    Measured with triton 3.9: `@triton.jit` decides at decoration time whether a function is interpreted, by
+    reading `triton.knobs.runtime.interpret`, which reads TRITON_INTERPRET from the live process environment
+    on each access. That holds for triton's own library too: `tl.zeros`, `tl.sum`, ... are @jit functions in
+    triton/language/standard.py, fixed when triton.language is first imported. So the variable must be set
+    before the first `import triton` of the process (`_check_interpretable` says so when it was not), and
+    triton cannot be re-imported to fix it (its C extension refuses to register its types twice).
     """
     import torch
 
-    if torch.cuda.is_available():
-        return
-    os.environ["TRITON_INTERPRET"] = "1"
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
+def _check_interpretable(module, path: Path) -> None:
+    """Refuse a CPU-only process whose triton was imported before the interpreter was on (see interpreter_on):
+    its kernels would fail at launch with "Cannot call @triton.jit'd outside of the scope of a kernel"."""
+    import torch
+
     standard = sys.modules.get("triton.language.standard")
-    if standard is not None and type(standard.zeros).__name__ != "InterpretedFunction":
-        raise RuntimeError("triton was imported in this process before the Triton interpreter was turned on, so "
-                           "kernels cannot run on this CPU-only machine: call autotune.kernels.enable/interpreter_on "
-                           "before anything imports triton")
+    if torch.cuda.is_available() or standard is None or type(standard.zeros).__name__ == "InterpretedFunction":
+        return
+    if any(type(v).__name__ in ("JITFunction", "InterpretedFunction") for v in vars(module).values()):
+        raise RuntimeError(f"cannot run {path} in this process: triton was imported before the Triton interpreter "
+                           f"was turned on, and there is no GPU (call autotune.kernels.interpreter_on() or "
+                           f"kernels.enable(cfg) before anything imports triton)")
 
 
 def load(kernel: MergedKernel) -> Callable:
@@ -150,6 +157,7 @@ def load(kernel: MergedKernel) -> Callable:
         del sys.modules[name]
         raise UserError(f"merged kernel {kernel.source_path} failed to import: {type(e).__name__}: {e} "
                         f"(run `autotune verify {kernel.target} {kernel.source_path}` to see why)") from None
+    _check_interpretable(module, kernel.source_path)
     entry = getattr(module, kernel.target, None)
     if not callable(entry):
         raise UserError(f"{kernel.source_path} defines no function {kernel.target}() (the entry point every kernel needs)")
