@@ -1,4 +1,4 @@
-"""Attention over a paged-by-slot KV cache, for engine steps that mix prefill chunks and decodes.
+"""Attention over a KV cache with one slot per sequence, for engine steps mixing prefill chunks and decodes.
 
 An engine step is a list of `Segment`s: each is a run of consecutive tokens of one sequence (a whole
 prompt, a chunk of one, or the single token of a decode step), stored in that sequence's cache slot.
@@ -108,6 +108,8 @@ def check_segments(segments: list[Segment], cache: KVCache, vocab_size: int) -> 
     """Out-of-range indices would be a device-side assert on a GPU (fatal to the process): refuse them here."""
     if not segments:
         raise ValueError("an engine step needs at least one segment")
+    if len({seg.slot for seg in segments}) < len(segments):
+        raise ValueError("an engine step has two segments for one cache slot")
     for seg in segments:
         if not seg.tokens:
             raise ValueError(f"empty segment for slot {seg.slot}")

@@ -1,5 +1,7 @@
 """The serving engine: a mixed stream served to completion, unchanged by batching, with sane latencies."""
 
+import itertools
+
 import pytest
 import torch
 
@@ -43,17 +45,30 @@ class Recording:
 
 @pytest.fixture(scope="module")
 def served(tiny):
-    """10 requests of 1-40 prompt and 1-12 output tokens over 60 ms; 3 slots and 32 tokens per step force
-    queueing, chunked prefill (prompts > 32) and decodes joined by prefills."""
+    """10 requests of 1-40 prompt and 1-12 output tokens over 60 ms, served in real time; 3 slots and 32
+    tokens per step force queueing, chunked prefill (prompts > 32) and decodes joined by prefills."""
     requests = mixed_requests()
     assert any(len(q.prompt) > 32 for q in requests)
+    return requests, Engine(tiny, max_batch_size=3, max_batched_tokens=32).run(requests)
+
+
+def test_steps_respect_the_limits_and_mix_prefill_with_decodes(tiny):
+    """The same stream on a clock that ticks 2 ms per reading, so the schedule does not depend on CPU load."""
+    ticks = itertools.count()
     model = Recording(tiny)
-    report = Engine(model, max_batch_size=3, max_batched_tokens=32).run(requests)
-    return requests, report, model.steps
+    engine = Engine(model, max_batch_size=3, max_batched_tokens=32, clock=lambda: 0.002 * next(ticks),
+                    sleep=lambda s: None)
+    report = engine.run(mixed_requests())
+    assert len(model.steps) == report.steps
+    for segments in model.steps:
+        assert len({s.slot for s in segments}) == len(segments) <= 3
+        assert sum(len(s.tokens) for s in segments) <= 32
+    assert any(len(s.tokens) > 1 and s.start > 0 for seg in model.steps for s in seg)  # a prompt's later chunk
+    assert any({len(s.tokens) == 1 for s in seg} == {True, False} for seg in model.steps)  # decodes + a prefill
 
 
 def test_every_request_gets_exactly_its_tokens(served):
-    requests, report, _ = served
+    requests, report = served
     assert report.num_requests == len(requests)
     assert [r.request_id for r in report.requests] == [q.request_id for q in requests]
     for request, stats in zip(requests, report.requests):
@@ -63,25 +78,15 @@ def test_every_request_gets_exactly_its_tokens(served):
     assert report.prompt_tokens == sum(len(q.prompt) for q in requests)
 
 
-def test_steps_respect_the_limits_and_mix_prefill_with_decodes(served):
-    _, report, steps = served
-    assert len(steps) == report.steps
-    for segments in steps:
-        assert len({s.slot for s in segments}) == len(segments) <= 3
-        assert sum(len(s.tokens) for s in segments) <= 32
-    assert any(len(s.tokens) > 1 and s.start > 0 for seg in steps for s in seg)  # a prompt's later chunk
-    assert any({len(s.tokens) == 1 for s in seg} == {True, False} for seg in steps)  # decodes + a prefill
-
-
 def test_batching_does_not_change_the_tokens(served, tiny):
-    requests, report, _ = served
+    requests, report = served
     for request, stats in zip(requests, report.requests):
         alone, _ = greedy_generate(tiny, [list(request.prompt)], request.output_len)
         assert list(stats.tokens) == alone[0].tolist(), f"request {request.request_id}"
 
 
 def test_latency_figures_are_sane(served):
-    requests, report, _ = served
+    requests, report = served
     for request, r in zip(requests, report.requests):
         assert r.arrival_s == pytest.approx(request.arrival_s)
         assert r.arrival_s < r.first_token_s <= r.finish_s
@@ -97,7 +102,7 @@ def test_latency_figures_are_sane(served):
 
 
 def test_report_round_trips_and_prints(served):
-    _, report, _ = served
+    _, report = served
     assert ServeReport.from_dict(report.to_dict()) == report
     frame = report.requests_frame()
     assert list(frame["request_id"]) == list(range(report.num_requests))

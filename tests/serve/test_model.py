@@ -122,6 +122,7 @@ def test_bad_model_configs_are_user_errors(override, message):
 
 def test_bad_steps_are_refused_before_they_reach_the_device(tiny):
     cache = tiny.new_cache(max_slots=1, max_len=8)
-    for segments in ([Segment(1, 0, (1,))], [Segment(0, 6, (1, 2, 3))], [Segment(0, 0, (512,))], []):
+    for segments in ([Segment(1, 0, (1,))], [Segment(0, 6, (1, 2, 3))], [Segment(0, 0, (512,))], [],
+                     [Segment(0, 0, (1,)), Segment(0, 1, (2,))]):
         with pytest.raises(ValueError):
             tiny(segments, cache)

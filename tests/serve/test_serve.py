@@ -14,7 +14,7 @@ def test_serve_the_default_config_in_seconds():
     assert report.num_requests == cfg.workload.num_requests
     assert report.output_tokens > 0 and report.output_tokens_per_s > 0
     assert report.ttft_ms.p50 <= report.e2e_ms.p50
-    assert elapsed_s < 20  # about 1 s on 2 CPU cores (the arrivals alone span ~0.4 s)
+    assert elapsed_s < 30  # about 1 s on 2 idle CPU cores (the arrivals alone span ~0.4 s); 9 s seen under load
 
 
 def test_serve_takes_a_model_and_requests(tiny):
