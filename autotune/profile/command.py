@@ -50,22 +50,22 @@ def main(cfg: DictConfig) -> int:
 _SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
-def _top_shapes(shapes: list[dict], n: int = 3) -> str:
-    text = ", ".join(f"{'x'.join(map(str, s['shape']))} {_SHORT_DTYPES.get(s['dtype'], s['dtype'])} ×{s['calls']}"
-                     for s in shapes[:n])
-    return text + (f" (+{len(shapes) - n} more)" if len(shapes) > n else "") if shapes else "-"
+def _top_shapes(shapes: list[dict], n: int = 2) -> str:
+    """The most-timed shapes, one per line: `8x4096 bf16 ×120`."""
+    lines = [f"{'x'.join(map(str, s['shape']))} {_SHORT_DTYPES.get(s['dtype'], s['dtype'])} ×{s['calls']}"
+             for s in shapes[:n]]
+    return "\n".join(lines + ([f"(+{len(shapes) - n} more)"] if len(shapes) > n else [])) or "-"
 
 
 def hotspot_table(record: dict, top: int) -> Table:
     """The ranked hot spots as a rich Table."""
     speedup = record["assumed_speedup"]
     table = Table(title=f"hot spots (run {record['run']})",
-                  caption=f"serving time {record['serving_time_us'] / 1e3:.1f} ms; projected gain = end-to-end "
-                          f"time saved by a kernel {speedup:g}x faster (Amdahl)")
+                  caption=f"serving time {record['serving_time_us'] / 1e3:.1f} ms; gain: the end-to-end time a "
+                          f"kernel {speedup:g}x faster would save (Amdahl)")
     for name, justify in (("#", "right"), ("target", "left"), ("share", "right"), ("calls", "right"),
-                          ("time ms", "right"), ("top shapes (dtype ×calls)", "left"),
-                          (f"gain at {speedup:g}x", "right")):
-        table.add_column(name, justify=justify)
+                          ("ms", "right"), ("top shapes ×calls", "left"), ("gain", "right")):
+        table.add_column(name, justify=justify, no_wrap=True)
     for rank, h in enumerate(record["hotspots"][:top], start=1):
         table.add_row(str(rank), h["target"], f"{100 * h['share']:.1f}%", str(h["calls"]),
                       f"{h['total_us'] / 1e3:.2f}", _top_shapes(h["shapes"]), f"{100 * h['projected_gain']:.1f}%")
