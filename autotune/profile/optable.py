@@ -143,7 +143,7 @@ def target_of(op: str, target_map: Mapping[str, Any]) -> tuple[str, int]:
     return str(entry), 0
 
 
-def _targets(host: list[dict], parents: list[int], own: list[str]) -> list[str]:
+def _targets(parents: list[int], own: list[str]) -> list[str]:
     """Each event's target, blank when an enclosing op already counts for the same target."""
     result = []
     for i, t in enumerate(own):
@@ -169,9 +169,10 @@ def op_table(trace: Mapping[str, Any], target_map: Mapping[str, Any]) -> pd.Data
     for i, p in enumerate(parents):
         if p != -1:
             child_us[p] += host[i]["dur"]
-    device = _device_us(host, parents, events) if has_device_events(trace) else [float("nan")] * len(host)
+    on_gpu = any(e["cat"] in DEVICE_CATEGORIES for e in events)
+    device = _device_us(host, parents, events) if on_gpu else [0.0] * len(host)
     mapped = [target_of(e["name"], target_map) if e["cat"] == "cpu_op" else ("", 0) for e in host]
-    targets = _targets(host, parents, [t for t, _ in mapped])
+    targets = _targets(parents, [t for t, _ in mapped])
     rows = [{**_row(e, targets[i], mapped[i][1]), "self_us": float(e["dur"]) - child_us[i], "device_us": device[i]}
             for i, e in enumerate(host) if e["cat"] == "cpu_op"]
     if not rows:
@@ -180,8 +181,10 @@ def op_table(trace: Mapping[str, Any], target_map: Mapping[str, Any]) -> pd.Data
     frame = pd.DataFrame(rows)
     table = (frame.groupby(["op", "target", "input_shapes", "dtype"], sort=False, dropna=False)
              .agg(calls=("total_us", "size"), total_us=("total_us", "sum"), self_us=("self_us", "sum"),
-                  device_us=("device_us", lambda s: s.sum(min_count=1)))
+                  device_us=("device_us", "sum"))
              .reset_index())
+    if not on_gpu:
+        table["device_us"] = float("nan")  # no GPU kernels in the trace: left empty, not zero
     serving = serving_time_us(trace)
     table["share"] = op_time_us(table) / serving if serving > 0 else 0.0
     return table.sort_values(["share", "op"], ascending=[False, True], ignore_index=True)[COLUMNS]
