@@ -70,7 +70,8 @@ def hotspot_table(record: dict, top: int) -> Table:
         table.add_row(str(rank), h["target"], f"{100 * h['share']:.1f}%", str(h["calls"]),
                       f"{h['total_us'] / 1e3:.2f}", _top_shapes(h["shapes"]), f"{100 * h['projected_gain']:.1f}%")
     if not record["hotspots"]:
-        table.add_row("-", "no target op in this trace", "", "", "", "", "")
+        table.add_row("-", "none found", "", "", "", "foreign op names?", "")
+        table.caption = "no op maps to a target: add the trace's op names to profile.target_map"
     return table
 
 
@@ -80,7 +81,11 @@ def _print_serving(console: Console, result: ProfileResult) -> None:
         return
     from autotune.serve import ServeReport
 
-    console.print(ServeReport.from_dict(result.serve_report).table())
+    try:
+        console.print(ServeReport.from_dict(result.serve_report).table())
+    except (TypeError, KeyError):  # a report written by another version of the serve stage
+        console.print(f"serving report: {result.serve_report.get('wall_s', '?')} s wall (see serve.json)")
+        return
     console.print("(latencies measured under the profiler, which slows CPU ops: compare them with runs profiled "
                   "the same way, not with unprofiled serving)", soft_wrap=True)
 
