@@ -102,12 +102,6 @@ def _remote(repo: git.Repo, name: str) -> git.Remote:
     return repo.remote(name)
 
 
-def _git_error(e: git.GitCommandError) -> str:
-    text = str(e.stderr or e).strip().removeprefix("stderr:").strip().strip("'").strip()
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return next((ln for ln in lines if "rejected" in ln or ln.startswith(("error", "fatal"))), lines[-1] if lines else str(e))
-
-
 def _push(remote: git.Remote, refspec: str, what: str) -> None:
     """`git push`, failing loudly: GitPython does not raise on rejected refs, so the result is checked."""
     progress = git.RemoteProgress()  # keeps the "remote: ..." lines, where hooks and servers say why
@@ -118,7 +112,7 @@ def _push(remote: git.Remote, refspec: str, what: str) -> None:
             infos.raise_if_error()
     except git.GitCommandError as e:
         bad, infos = [], None
-        progress.error_lines.insert(0, _git_error(e))
+        progress.error_lines.insert(0, gitops.error_line(e))
     if bad or not infos:
         said = [ln.removeprefix("remote:").strip() for ln in progress.other_lines if ln.startswith("remote:")]
         parts = [f"{i.remote_ref_string} {i.summary.strip()}" for i in bad] + said or progress.error_lines[:1]
@@ -130,7 +124,7 @@ def _remote_sha(repo: git.Repo, remote: git.Remote, branch: str) -> str | None:
     try:
         out = repo.git.ls_remote(remote.name, f"refs/heads/{branch}")
     except git.GitCommandError as e:
-        raise UserError(f"cannot read remote '{remote.name}': {_git_error(e)} (check its URL and your git credentials)") from None
+        raise UserError(f"cannot read remote '{remote.name}': {gitops.error_line(e)} (check its URL and your git credentials)") from None
     return out.split()[0] if out.strip() else None
 
 

@@ -123,7 +123,13 @@ def merge_no_ff(repo: Repo, base: str, branch: str, message: str, author) -> git
     except git.GitCommandError as e:
         if Path(checkout.git_dir, "MERGE_HEAD").exists():
             checkout.git.merge("--abort")
-        detail = (e.stderr or e.stdout or "").strip().splitlines()
-        raise UserError(f"merging {branch} into {base} at {where} failed: {detail[-1] if detail else e} "
+        raise UserError(f"merging {branch} into {base} at {where} failed: {error_line(e)} "
                         f"(nothing was merged; resolve it and approve again)") from None
     return checkout.head.commit
+
+
+def error_line(e: git.GitCommandError) -> str:
+    """The line of git's stderr that says what went wrong (GitPython wraps it in "stderr: '...'")."""
+    text = str(e.stderr or e).strip().removeprefix("stderr:").strip().strip("'")
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return next((ln for ln in lines if ln.startswith(("error", "fatal")) or "rejected" in ln), lines[0] if lines else str(e))

@@ -14,6 +14,7 @@ Proposal records live in .git/autotune/proposals/ of that repository (not in any
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from rich.console import Console
 from rich.markdown import Markdown
@@ -85,8 +86,6 @@ def _list(cfg, console: Console) -> int:
 
 
 def _show(cfg, proposal_id: str, console: Console) -> int:
-    from pathlib import Path
-
     p = publish.get_proposal(cfg, proposal_id)
     path = Path(p.evidence_path)
     if not path.is_file():

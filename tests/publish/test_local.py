@@ -125,6 +125,18 @@ def test_approve_refuses_a_dirty_checkout_and_merges_nothing(project, git, make_
     assert git(project, "branch", "--list", p.branch).strip() == p.branch
 
 
+def test_approve_stops_when_an_untracked_file_is_in_the_way(project, git, make_request, cfg_of):
+    cfg = cfg_of(project)
+    p = publish.publish(make_request(), cfg)
+    (project / p.kernel_dir).mkdir(parents=True)
+    (project / p.kernel_dir / "kernel.py").write_text("# a hand-made copy\n")
+    main_before = git(project, "rev-parse", "main")
+    with pytest.raises(UserError, match=r"failed: error: The following untracked working tree files would be overwritten"):
+        publish.approve(cfg, p.id)
+    assert git(project, "rev-parse", "main") == main_before and publish.get_proposal(cfg, p.id).status == "open"
+    assert not (project / ".git" / "MERGE_HEAD").exists()
+
+
 def test_approve_needs_the_base_branch_checked_out(project, git, make_request, cfg_of):
     cfg = cfg_of(project)
     p = publish.publish(make_request(), cfg)

@@ -1,0 +1,42 @@
+"""The evidence page for a verdict measured on a GPU (rendered here from the checker's record; no GPU needed)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from autotune.publish import evidence
+from autotune.verify.verdict import ShapeTiming, Status
+
+
+@pytest.fixture
+def measured(make_request, make_verdict):
+    v = make_verdict(Status.ACCEPTED, "1.31x faster than torch.compile | weighted by calls")
+    v.measured, v.speedup_geomean = True, 1.31
+    v.timings = [ShapeTiming([7, 1000], "float32", 4.21, 0.12, 9.8, 5.52, 1.311, 3.1, 73.6, calls=40),
+                 ShapeTiming([7, 1000], "bfloat16", 3.05, 0.08, 8.1, 1.0, 0.33, 1.6, 52.5, calls=1, implausible=True)]
+    v.cases[0] = dataclasses.replace(v.cases[0], passed=False, max_abs_err=0.25, note="max abs err 0.25 at row 3")
+    check = {"prompts": 4, "new_tokens": 8, "tokens_identical": False, "max_logit_diff": 0.5, "logit_tolerance": 1e-4,
+             "latency": {"before": {"ttft_p50_ms": 20.0, "tpot_p50_ms": 5.0}, "after": {"ttft_p50_ms": 19.0, "tpot_p50_ms": 4.5}}}
+    return dataclasses.replace(make_request(v=v), model_check=check)
+
+
+def test_measured_verdicts_get_a_timing_table_and_the_gain_at_the_measured_speedup(measured):
+    text = evidence.render(measured, proposal_id="rms_norm-abc123", short_id="abc123", branch="autotune/rms_norm-abc123",
+                           base="main", backend="github", sha256="f" * 64)
+    assert text.startswith("# rms_norm: Triton kernel `abc123` — 1.31× faster than the best baseline\n")
+    assert "| 7×1000 | float32 | 40 | 4.21 ± 0.12 | 9.80 | 5.52 | 1.31× | 74% |" in text
+    assert "| 52% ⚠ faster than the bandwidth floor |" in text
+    # share 12%, 1.31x: 1 - (0.88 + 0.12 / 1.31) = 2.8% of serving time
+    assert "**2.8%** of serving time at the measured 1.31×" in text
+    assert "1.31x faster than torch.compile \\| weighted by calls" in text  # a "|" cannot break the table
+    assert "| 7×1000 | float32 | normal | profile | 2.5e-01 | 3.1e-07 | 1.3e-06, 1.0e-05 | 0/1 — max abs err 0.25 at row 3 |" in text
+    assert "⚠ Greedy tokens DIFFER" in text and "(tolerance 1.0e-04)" in text
+    assert "| ttft_p50_ms | 20 | 19 | -5.0% |" in text and "| tpot_p50_ms | 5 | 4.5 | -10.0% |" in text
+    assert "Merging this pull request registers the kernel" in text and "autotune review approve" not in text
+
+
+def test_the_pull_request_title_says_what_it_brings(measured, make_request):
+    assert evidence.title(measured, "rms_norm-abc123") == "rms_norm: Triton kernel rms_norm-abc123, 1.31× faster than the best baseline"
+    assert evidence.title(make_request(), "rms_norm-abc123").endswith("correct, speed not measured (no GPU)")
