@@ -82,22 +82,25 @@ class Transcript:
         self.path = Path(path)
         self._ledger = ledger_mod.Ledger(self.path) if writable else None
         self._lock = threading.Lock()
-        self._by_hash = {r["request_sha256"]: r for r in ledger_mod.read(self.path)
-                         if r.get("kind") == "exchange" and r.get("request_sha256")}
+        self._by_hash: dict[str, list[dict[str, Any]]] = {}
+        for r in ledger_mod.read(self.path):
+            if r.get("kind") == "exchange" and r.get("request_sha256"):
+                self._by_hash.setdefault(r["request_sha256"], []).append(r)
 
-    def lookup(self, sha: str) -> dict[str, Any] | None:
+    def lookup(self, sha: str, model: str | None = None) -> dict[str, Any] | None:
+        """The first recorded exchange of this request (answered by `model`, when given)."""
         with self._lock:
-            return self._by_hash.get(sha)
+            return next((r for r in self._by_hash.get(sha, []) if model is None or r.get("model") == model), None)
 
     def record(self, slot: Slot, messages: list[dict[str, str]], params: dict[str, Any], ex: Exchange) -> None:
-        if self._ledger is None:
-            return
+        if self._ledger is None or self.lookup(ex.request_sha256, ex.model) is not None:
+            return  # read-only, or recorded already (a resumed replay)
         rec = self._ledger.append(
             "exchange", target=slot.target, index=slot.index, turn=slot.turn, request_sha256=ex.request_sha256,
             model=ex.model, params=params, messages=messages, response=ex.text, finish_reason=ex.finish_reason,
             usage=ex.usage.to_dict(), cost_usd=ex.cost_usd, latency_s=round(ex.latency_s, 3), source=ex.source)
         with self._lock:
-            self._by_hash.setdefault(ex.request_sha256, rec)
+            self._by_hash.setdefault(ex.request_sha256, []).append(rec)
 
 
 def exchange_from_record(rec: dict[str, Any], source: str) -> Exchange:
@@ -159,8 +162,8 @@ class OpenAIClient:
 
     def complete(self, messages: list[dict[str, str]], slot: Slot) -> Exchange:
         sha = request_sha256(messages)
-        seen = self.transcript.lookup(sha)
-        if seen is not None and seen.get("model") == self.model:
+        seen = self.transcript.lookup(sha, self.model)
+        if seen is not None:
             return exchange_from_record(seen, "transcript")
         start = time.monotonic()
         try:
@@ -222,11 +225,10 @@ class OpenAIClient:
 
 
 def _display_url(url: str) -> str:
-    """The URL without any user:password part."""
+    """The URL without user:password or query, where some services take a key."""
     parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or ""
-    netloc = host + (f":{parts.port}" if parts.port else "")
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+    netloc = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 def _body(response) -> str:

@@ -87,10 +87,14 @@ def default_verify(cfg: DictConfig, hotspot: dict | None) -> VerifyFn:
     """The real checker on the hot spot's shapes (its defaults when there is no profile)."""
     shapes = [(tuple(s["shape"]), s["dtype"], int(s.get("calls") or 0)) for s in (hotspot or {}).get("shapes") or []]
 
+    environment = []  # collected on first use, once per search: it runs git and asks torch
+
     def verify_fn(target: Target, path: Path) -> Verdict:
+        from autotune.env import collect
         from autotune.verify import verify
 
-        return verify(target, path, cfg.verify, shapes=shapes or None)
+        environment[:] = environment or [collect(dict(cfg.get("labels") or {}))]
+        return verify(target, path, cfg, shapes=shapes or None, environment=environment[0])
 
     return verify_fn
 

@@ -16,20 +16,14 @@ KEY_ENV = "AUTOTUNE_TEST_LLM_KEY"
 KEY = "sk-test-9f8e7d6c5b4a39281706"
 HOTSPOT = {"target": "rms_norm", "share": 0.08, "calls": 200, "total_us": 900.0, "projected_gain": 0.04,
            "shapes": [{"shape": [7, 1000], "dtype": "float32", "calls": 200, "total_us": 900.0}]}
+FAST_VERIFY = ["verify.seeds=1", "verify.dtypes=[float32]", "verify.max_interpreter_rows=64"]  # as conftest's
 PRICE = ["agent.price.input_per_mtok=2.0", "agent.price.cached_input_per_mtok=0.5", "agent.price.output_per_mtok=8.0"]
 
 
 def _cfg(llm, *extra):
     return compose(["agent=openai", f"agent.base_url={llm.base_url}", "agent.model=test-coder",
-                    f"agent.api_key_env={KEY_ENV}", "agent.candidates=1", "agent.turns=3", *PRICE, *extra])
-
-
-def _by_turn(fence, kernels, **replies):
-    """A responder that answers by the conversation's length: turn n's request has 2n messages."""
-    def respond(body, reply_cls=None):
-        turn = len(body["messages"]) // 2
-        return replies[f"t{turn}"]
-    return respond
+                    f"agent.api_key_env={KEY_ENV}", "agent.candidates=1", "agent.turns=3", *PRICE, *FAST_VERIFY,
+                    *extra])
 
 
 @pytest.fixture
@@ -40,11 +34,17 @@ def keyed_llm(fake_llm_cls, monkeypatch):
     server.stop()
 
 
-def test_a_broken_kernel_is_fixed_after_feedback(tmp_path, keyed_llm, reply_cls, kernels, fence, dev_verify):
+def _verdict(status):
+    def verify(target, path):
+        return Verdict(status, f"canned {status.value}", target.name, str(path), speedup_geomean=1.5)
+    return verify
+
+
+def test_a_broken_kernel_is_fixed_after_feedback(tmp_path, keyed_llm, reply_cls, kernels, fence):
     replies = {2: fence(kernels["broken"]), 4: fence(kernels["good"], "Fixed: divide by the row width.")}
     keyed_llm.responder = lambda body: reply_cls(replies[len(body["messages"])])
     ledger = Ledger(tmp_path / "ledger.jsonl")
-    result = search_target(targets.get("rms_norm"), HOTSPOT, _cfg(keyed_llm), tmp_path, ledger, verify_fn=dev_verify)
+    result = search_target(targets.get("rms_norm"), HOTSPOT, _cfg(keyed_llm), tmp_path, ledger)  # the real checker
 
     assert [c.status for c in result.candidates] == ["incorrect", "unmeasured"]
     assert result.best.id == "rms_norm-c0-t2" and result.best.path == tmp_path / "candidates/rms_norm/c0_t2.py"
@@ -54,7 +54,8 @@ def test_a_broken_kernel_is_fixed_after_feedback(tmp_path, keyed_llm, reply_cls,
     assert second[:2] == first  # the prefix, byte for byte
     assert json.dumps(second[:2], ensure_ascii=False).encode() == json.dumps(first, ensure_ascii=False).encode()
     assert second[2] == {"role": "assistant", "content": replies[2]}
-    assert "**incorrect**" in second[3]["content"] and str(tmp_path) not in json.dumps(second)
+    assert "**incorrect**" in second[3]["content"] and "First failing case" in second[3]["content"]
+    assert str(tmp_path) not in json.dumps(second)
 
     llm_records = ledger.read("llm")
     assert [r["turn"] for r in llm_records] == [1, 2] and all(r["prompt_tokens"] > 0 for r in llm_records)
@@ -70,25 +71,36 @@ def test_a_broken_kernel_is_fixed_after_feedback(tmp_path, keyed_llm, reply_cls,
         assert not path.is_file() or KEY.encode() not in path.read_bytes(), path
 
 
-def test_replay_reproduces_a_recorded_run_without_a_server(tmp_path, keyed_llm, reply_cls, kernels, fence, dev_verify):
-    replies = {2: "I would use a two-pass kernel.", 4: fence(kernels["good"])}
+def test_replay_reproduces_the_recorded_run_offline(tmp_path, keyed_llm, reply_cls, kernels, fence):
+    replies = {2: fence(kernels["broken"]), 4: fence(kernels["good"])}
     keyed_llm.responder = lambda body: reply_cls(replies[len(body["messages"])])
-    recorded = search_target(targets.get("rms_norm"), None, _cfg(keyed_llm), tmp_path / "rec",
-                             Ledger(tmp_path / "rec/ledger.jsonl"), verify_fn=dev_verify)
-    assert [c.status for c in recorded.candidates] == ["no_code", "unmeasured"]
-    assert "no fenced code block" in keyed_llm.chat_requests()[1].body["messages"][3]["content"]
-    keyed_llm.stop()
+    recorded = search_target(targets.get("rms_norm"), HOTSPOT, _cfg(keyed_llm), tmp_path / "rec",
+                             Ledger(tmp_path / "rec/ledger.jsonl"))
+    keyed_llm.stop()  # nothing may be sent from here on
 
-    cfg = compose(["agent=replay", f"agent.transcript={tmp_path / 'rec/transcript.jsonl'}",
-                   "agent.candidates=1", "agent.turns=3"])
+    # Turn 2's request holds the real checker's feedback on turn 1: it must come out byte for byte the
+    # same from a fresh run directory for the recorded answer to be found.
+    cfg = compose(["agent=replay", f"agent.transcript={tmp_path / 'rec/transcript.jsonl'}", *FAST_VERIFY])
     ledger = Ledger(tmp_path / "again/ledger.jsonl")
-    replayed = search_target(targets.get("rms_norm"), None, cfg, tmp_path / "again", ledger, verify_fn=dev_verify)
+    replayed = search_target(targets.get("rms_norm"), HOTSPOT, cfg, tmp_path / "again", ledger)
     assert [(c.status, c.sha256) for c in replayed.candidates] == [(c.status, c.sha256) for c in recorded.candidates]
+    assert [c.status for c in replayed.candidates] == ["incorrect", "unmeasured"]
     assert [r["source"] for r in ledger.read("llm")] == ["replay", "replay"]
     assert ledger.read("llm")[1]["cost_usd"] == Ledger(tmp_path / "rec/ledger.jsonl").read("llm")[1]["cost_usd"]
 
 
-def test_a_resumed_loop_sends_no_request_twice(tmp_path, keyed_llm, reply_cls, kernels, fence, dev_verify):
+def test_a_reply_without_code_is_recorded_and_fed_back(tmp_path, llm, reply_cls, kernels, fence):
+    replies = {2: "I would use a two-pass kernel.", 4: fence(kernels["good"])}
+    llm.responder = lambda body: reply_cls(replies[len(body["messages"])])
+    cfg = compose(["agent=openai", f"agent.base_url={llm.base_url}", "agent.model=m", "agent.candidates=1"])
+    ledger = Ledger(tmp_path / "l.jsonl")
+    result = search_target(targets.get("rms_norm"), None, cfg, tmp_path, ledger, verify_fn=_verdict(Status.UNMEASURED))
+    assert [c.status for c in result.candidates] == ["no_code", "unmeasured"] and result.candidates[0].path is None
+    assert "no fenced code block" in llm.chat_requests()[1].body["messages"][3]["content"]
+    assert [r["status"] for r in ledger.read("candidate")] == ["no_code", "unmeasured"]
+
+
+def test_a_resumed_loop_sends_no_request_twice(tmp_path, keyed_llm, reply_cls, kernels, fence, real_verify):
     down = {"turn 2": True}
 
     def respond(body):
@@ -101,7 +113,7 @@ def test_a_resumed_loop_sends_no_request_twice(tmp_path, keyed_llm, reply_cls, k
 
     def counting_verify(target, path):
         judged.append(path.name)
-        return dev_verify(target, path)
+        return real_verify(target, path)
 
     ledger = Ledger(tmp_path / "ledger.jsonl")
     cfg = _cfg(keyed_llm, "agent.max_retries=0")
@@ -116,12 +128,6 @@ def test_a_resumed_loop_sends_no_request_twice(tmp_path, keyed_llm, reply_cls, k
     assert [c.status for c in result.candidates] == ["incorrect", "unmeasured"]
     assert [(r["index"], r["turn"]) for r in ledger.read("candidate")] == [(0, 1), (0, 2)]
     assert [r["turn"] for r in ledger.read("llm")] == [1, 2]
-
-
-def _verdict(status):
-    def verify(target, path):
-        return Verdict(status, f"canned {status.value}", target.name, str(path), speedup_geomean=1.5)
-    return verify
 
 
 def test_an_accepted_candidate_stops_the_search(tmp_path, llm, reply_cls, kernels, fence):
@@ -170,3 +176,10 @@ def test_the_search_agent_needs_no_endpoint(tmp_path):
     assert len(result.candidates) == 2 and all("@triton.jit" in s for s in seen)
     assert result.candidates[0].model.startswith("templates:") and result.usage["requests"] == 0
     assert not (tmp_path / "transcript.jsonl").exists() and os.listdir(tmp_path / "candidates/silu_and_mul")
+
+
+@pytest.mark.parametrize("name", targets.NAMES)
+def test_the_search_agent_yields_a_candidate_the_checker_passes(tmp_path, name):
+    cfg = compose(["agent=search", "agent.candidates=1", *FAST_VERIFY])
+    result = search_target(targets.get(name), None, cfg, tmp_path, Ledger(tmp_path / "l.jsonl"))  # the real checker
+    assert result.best is not None and result.best.status == "unmeasured", result.candidates[0].verdict.reason
