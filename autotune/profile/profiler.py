@@ -69,6 +69,18 @@ def building(out_dir: Path, run: str) -> Iterator[Path]:
 
 def _serve_under_profiler(cfg: DictConfig, trace_path: Path) -> tuple[dict, dict]:
     """Serve warm-up requests, then the workload under torch.profiler; export the trace. (serve report, env)"""
+    from autotune import kernels
+    from autotune.serve import dispatch
+
+    enabled = kernels.enable(cfg)  # {} unless kernels.enable=true: then merged kernels serve
+    try:
+        return _serve_profiled(cfg, trace_path, {name: k.id for name, k in enabled.items()})
+    finally:
+        for name in enabled:
+            dispatch.use(name, None)
+
+
+def _serve_profiled(cfg: DictConfig, trace_path: Path, enabled: dict[str, str]) -> tuple[dict, dict]:
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -83,6 +95,7 @@ def _serve_under_profiler(cfg: DictConfig, trace_path: Path) -> tuple[dict, dict
         serve(cfg, model=model, requests=warmup)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     environment = env.collect(OmegaConf.to_container(cfg.labels, resolve=True)).to_dict()
+    environment["kernels_enabled"] = enabled  # which merged kernels the served model ran: {target: kernel id}
     with profile(activities=activities, record_shapes=True, with_stack=bool(cfg.profile.with_stack)) as prof:
         with record_function(SERVE_SPAN):
             report = serve(cfg, model=model, requests=requests)
