@@ -90,8 +90,11 @@ def render(template: str, **slots: Any) -> str:
 
 
 def system_message(example: Path = EXAMPLE) -> str:
+    from autotune.verify.policy import ALLOWED_IMPORTS  # the contract as the checker enforces it
+
     source = example.read_text().rstrip() if example.is_file() else ""
-    return render("system.md.j2", example_name=example.stem if source else "", example_source=source)
+    return render("system.md.j2", allowed_imports=", ".join(f"`{m}`" for m in ALLOWED_IMPORTS),
+                  example_name=example.stem if source else "", example_source=source)
 
 
 def task_message(target: Target, hotspot: dict | None, roofline: Roofline, *, index: int, candidates: int,
