@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from autotune.publish import ProposalRequest
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
+REGRESSION_SHAPES = 4  # profile shapes a generated regression test re-checks
+HOTSPOT_ROWS = 12  # profile shapes listed on the evidence page (the rest are summed up in one line)
 _META = re.compile(r"<!-- autotune-proposal: (\{.*?\}) -->")
 
 
@@ -87,26 +89,45 @@ def case_rows(verdict: Verdict) -> list[dict[str, Any]]:
     return rows
 
 
-def judged_shapes(request: "ProposalRequest") -> list[tuple[tuple[int, ...], str, int]]:
-    """(shape, dtype, calls) the verdict was judged on, beyond the checker's own edge shapes."""
-    calls = {(tuple(s["shape"]), s["dtype"]): int(s.get("calls", 0)) for s in (request.hotspot or {}).get("shapes", [])}
-    calls.update({(tuple(t.shape), t.dtype): t.calls for t in request.verdict.timings if t.calls})
-    seen: dict[tuple, int] = {}
-    for c in request.verdict.cases:
-        key = (tuple(c.shape), c.dtype)
-        if c.source != "edge" and key not in seen:
-            seen[key] = calls.get(key, 1)
-    return [(shape, dtype, n) for (shape, dtype), n in seen.items()]
+def regression_shapes(request: "ProposalRequest") -> list[tuple[tuple[int, ...], str, int]]:
+    """(shape, dtype, calls) for the generated regression test: the profile's most-called shapes (the checker
+    adds its own edge shapes and runs each shape in every dtype). Capped, because on CPU each profile shape
+    costs about 1.5 s under the interpreter (measured: 4 shapes x 3 dtypes + edges, 64 cases, 13 s)."""
+    profile = (request.hotspot or {}).get("shapes") or []
+    found = [(tuple(int(d) for d in s["shape"]), str(s["dtype"]), int(s.get("calls") or 0)) for s in profile]
+    if not found:  # no profile attached: the non-edge shapes the verdict was judged on
+        seen: dict[tuple, str] = {}
+        for c in request.verdict.cases:
+            if c.source != "edge":
+                seen.setdefault(tuple(c.shape), c.dtype)
+        found = [(shape, dtype, 0) for shape, dtype in seen.items()]
+    return sorted(found, key=lambda s: -s[2])[:REGRESSION_SHAPES]
 
 
 def _hotspot(hs: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The hotspot entry with every key the page reads (absent ones as None)."""
+    """The hotspot entry with every key the page reads (absent ones as None), its shapes cut to HOTSPOT_ROWS."""
     if not hs:
         return None
     keys = ("run", "share", "calls", "total_us", "serving_time_us", "projected_gain", "assumed_speedup")
-    shapes = [{"shape": s.get("shape", []), "dtype": s.get("dtype", "?"), "calls": s.get("calls"),
-               "total_us": s.get("total_us")} for s in hs.get("shapes", [])]
-    return {**{k: hs.get(k) for k in keys}, "shapes": shapes}
+    shapes = [{"shape": s.get("shape", []), "dtype": s.get("dtype", "?"), "calls": s.get("calls") or 0,
+               "total_us": s.get("total_us") or 0.0} for s in hs.get("shapes", [])]
+    rest = shapes[HOTSPOT_ROWS:]
+    more = {"count": len(rest), "calls": sum(s["calls"] for s in rest), "total_us": sum(s["total_us"] for s in rest)}
+    return {**{k: hs.get(k) for k in keys}, "shapes": shapes[:HOTSPOT_ROWS], "more": more if rest else None}
+
+
+def dtype_rows(verdict: Verdict) -> list[dict[str, Any]]:
+    """Per dtype: cases passed, the worst errors, the tolerance."""
+    rows: dict[str, dict[str, Any]] = {}
+    for c in verdict.cases:
+        r = rows.setdefault(c.dtype, {"dtype": c.dtype, "passed": 0, "total": 0, "max_abs_err": None,
+                                      "max_rel_err": None, "rtol": c.rtol, "atol": c.atol})
+        r["passed"], r["total"] = r["passed"] + c.passed, r["total"] + 1
+        for key in ("max_abs_err", "max_rel_err"):
+            value = getattr(c, key)
+            if value is not None and not math.isnan(value) and (r[key] is None or value > r[key]):
+                r[key] = value
+    return list(rows.values())
 
 
 def _latency_rows(model_check: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -172,7 +193,8 @@ def render(request: "ProposalRequest", *, proposal_id: str, short_id: str, branc
     context = dict(
         target=request.target, short_id=short_id, proposal_id=proposal_id, branch=branch, base=base, backend=backend,
         run_id=request.run_id, verdict=v, headline=headline, lead=lead, sha256=sha256, source=request.source.rstrip(),
-        cases={"rows": rows, "passed": passed, "total": total, "not_evidence": sum(not c.evidence for c in v.cases)},
+        cases={"rows": rows, "passed": passed, "total": total, "not_evidence": sum(not c.evidence for c in v.cases),
+               "by_dtype": dtype_rows(v)},
         timings=v.timings if v.measured else [], speed_line=_speed_line(v), candidate=cand,
         tokens_line=_tokens_line(cand), hotspot=_hotspot(request.hotspot), model_check=request.model_check,
         model_line=_model_sentence(request.model_check) if request.model_check else "not run",
@@ -199,7 +221,7 @@ def _speed_line(v: Verdict) -> str:
 
 
 def _tokens_line(cand) -> str:
-    if cand["prompt_tokens"] is None and cand["completion_tokens"] is None:
+    if not cand["prompt_tokens"] and not cand["completion_tokens"]:
         return "no LLM tokens"
     return (f"{cand['prompt_tokens'] or 0:,} prompt tokens ({cand['cached_tokens'] or 0:,} cached), "
             f"{cand['completion_tokens'] or 0:,} completion tokens")
@@ -226,8 +248,8 @@ def provenance(request: "ProposalRequest", *, proposal_id: str, sha256: str, cre
 
 
 def regression_test(request: "ProposalRequest", *, proposal_id: str, short_id: str) -> str:
-    shapes = judged_shapes(request)
-    dtypes = sorted({d for _, d, _ in shapes}) or sorted({c.dtype for c in request.verdict.cases})
+    shapes = regression_shapes(request)
+    dtypes = sorted({c.dtype for c in request.verdict.cases} | {d for _, d, _ in shapes})
     return _env().get_template("regression_test.py.j2").render(
         target=request.target, short_id=short_id, proposal_id=proposal_id, run_id=request.run_id,
         shapes=shapes, dtypes=dtypes)
