@@ -58,6 +58,9 @@ def draft(request: ProposalRequest, cfg, backend: str) -> Draft:
     created_at = existing.created_at if existing else now()
     if existing is None and _exists(base, f"{kernel_dir}/kernel.py"):
         raise UserError(f"kernel {pid} is already merged into {pub.base} at {kernel_dir} (nothing to propose)")
+    if existing is None and branch in repo.heads:
+        raise UserError(f"branch {branch} already exists in {repo.working_dir} but is no proposal autotune knows "
+                        f"(delete or rename it, or set publish.branch_prefix=NAME)")
     text = evidence.render(request, proposal_id=pid, short_id=short_id, branch=branch, base=str(pub.base),
                            backend=backend, sha256=sha256)
     prov = evidence.provenance(request, proposal_id=pid, sha256=sha256, created_at=created_at)

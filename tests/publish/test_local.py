@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -155,6 +156,7 @@ def test_approve_needs_the_base_branch_checked_out(project, git, make_request, c
     ("incorrect verdict", r"refusing to publish a rms_norm kernel judged 'incorrect'"),
     ("empty reason", r"a rejection needs a reason"),
     ("unknown base", r"no branch 'trunk' .*publish.base"),
+    ("foreign branch", r"branch autotune/rms_norm-\w+ already exists .* but is no proposal autotune knows"),
 ])
 def test_errors_are_one_clear_line(case, message, project, tmp_path, make_request, make_verdict, cfg_of):
     cfg = cfg_of(project)
@@ -170,8 +172,12 @@ def test_errors_are_one_clear_line(case, message, project, tmp_path, make_reques
             publish.publish(make_request(v=make_verdict(Status.INCORRECT, "max abs err 0.5 at [7, 1000]")), cfg)
         elif case == "empty reason":
             publish.reject(cfg, publish.publish(make_request(), cfg).id, "  ")
-        else:
+        elif case == "unknown base":
             publish.publish(make_request(), cfg_of(project, "publish.base=trunk"))
+        else:  # the user's own branch happens to carry the proposal's name: never overwrite it
+            sid = hashlib.sha256(make_request().source.encode()).hexdigest()[:6]
+            subprocess.run(["git", "branch", f"autotune/rms_norm-{sid}"], cwd=project, check=True)
+            publish.publish(make_request(), cfg)
     assert "\n" not in str(err.value)
 
 
