@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import threading
 import time
@@ -153,6 +154,8 @@ class OpenAIClient:
         self.transcript = transcript
         import openai
 
+        for name in ("httpx", "httpx2"):  # a line per request under Hydra's INFO logging; openai's retries stay
+            logging.getLogger(name).setLevel(logging.WARNING)
         # Local servers (vLLM, llama.cpp, Ollama) take any key; the client insists on one.
         self._client = openai.OpenAI(api_key=key or "no-key", base_url=self.base_url, timeout=self.timeout_s,
                                      max_retries=self.max_retries)

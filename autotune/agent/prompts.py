@@ -136,9 +136,11 @@ def feedback_message(verdict: Verdict | None, *, file: str, no_code: str = "") -
         return render("feedback.md.j2", no_code=no_code or "no usable code", file=file, status="no_code",
                       reason="", case=None, policy=[], stderr="", timings=[], speedup="", measured=False)
     case = verdict.failing_case()
-    return render("feedback.md.j2", no_code="", file=file, status=verdict.status.value,
-                  reason=scrub_paths(verdict.reason), case=_case_slots(case) if case else None,
-                  policy=[scrub_paths(p) for p in verdict.policy], stderr=trim_stderr(verdict.stderr_tail),
+    reason = scrub_paths(verdict.reason)
+    crashed = verdict.status in (Status.COMPILE_ERROR, Status.RUNTIME_ERROR, Status.TIMEOUT)
+    return render("feedback.md.j2", no_code="", file=file, status=verdict.status.value, reason=reason,
+                  case=_case_slots(case, reason) if case else None, policy=[scrub_paths(p) for p in verdict.policy],
+                  stderr=trim_stderr(verdict.stderr_tail) if crashed else "",  # else interpreter warnings, noise
                   timings=[_timing_slots(t) for t in verdict.timings] if verdict.measured else [],
                   speedup=_ratio(verdict.speedup_geomean), measured=verdict.measured)
 
@@ -189,10 +191,11 @@ def _roofline_slots(roofline: Roofline) -> dict[str, str]:
     return {"bandwidth": f"{roofline.bandwidth_gbps:,.0f} GB/s", "source": roofline.source}
 
 
-def _case_slots(case) -> dict[str, Any]:
+def _case_slots(case, reason: str) -> dict[str, Any]:
+    note = scrub_paths(case.note)
     return {"shape": "x".join(str(d) for d in case.shape), "dtype": case.dtype, "kind": case.kind, "seed": case.seed,
             "max_abs_err": _num(case.max_abs_err), "max_rel_err": _num(case.max_rel_err),
-            "atol": _num(case.atol), "rtol": _num(case.rtol), "note": scrub_paths(case.note)}
+            "atol": _num(case.atol), "rtol": _num(case.rtol), "note": "" if note in reason else note}
 
 
 def _timing_slots(t) -> dict[str, str]:
@@ -225,7 +228,9 @@ def _us(x: float | None) -> str:
         return "-"
     if x >= 1e3:
         return f"{x / 1e3:,.2f} ms"
-    return f"{x:.2f} us" if x >= 1 else f"{x * 1e3:.0f} ns"
+    if x >= 1:
+        return f"{x:.2f} us"
+    return f"{x * 1e3:.0f} ns" if x >= 0.01 else f"{x * 1e3:.1f} ns"
 
 
 def _size(n: int) -> str:

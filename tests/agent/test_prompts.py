@@ -52,13 +52,23 @@ def test_feedback_shows_the_failing_case_and_a_trimmed_traceback_without_paths()
           'ValueError: shape mismatch in /tmp/sandbox-81x2/c0_t1.py')
     case = CaseResult(shape=[7, 1000], dtype="float32", kind="normal", seed=0, passed=False, max_abs_err=0.0123,
                       max_rel_err=0.0245, rtol=1.3e-6, atol=1e-5)
-    verdict = Verdict(status=Status.INCORRECT, reason="1 of 12 cases differ from the reference", target="rms_norm",
+    verdict = Verdict(status=Status.RUNTIME_ERROR, reason="the kernel raised on 1 of 12 cases", target="rms_norm",
                       candidate="/runs/a/candidates/rms_norm/c0_t1.py",
                       cases=[CaseResult([1, 128], "float32", "normal", 0, True), case], stderr_tail=tb)
     text = prompts.feedback_message(verdict, file="c0_t1.py")
-    assert "**incorrect**" in text and "shape 7x1000, float32, normal" in text and "max |error| 0.0123" in text
+    assert "**runtime_error**" in text and "shape 7x1000, float32, normal" in text and "Max |error| 0.0123" in text
     assert 'File "c0_t1.py", line 22' in text and "ValueError: shape mismatch in c0_t1.py" in text
     assert "harness.py" not in text and "jit.py" not in text and "/tmp/" not in text and "/work/" not in text
+
+
+def test_feedback_on_a_wrong_answer_leaves_out_interpreter_warnings():
+    case = CaseResult([7, 1000], "float32", "normal", 0, False, max_abs_err=0.05, max_rel_err=0.01, rtol=1.3e-6,
+                      atol=1e-5, note="6993 of 7000 values differ")
+    verdict = Verdict(Status.INCORRECT, "case [7, 1000]: 6993 of 7000 values differ", "rms_norm", "x.py", cases=[case],
+                      stderr_tail="interpreter.py:599: RuntimeWarning: invalid value encountered in multiply")
+    text = prompts.feedback_message(verdict, file="c0_t1.py")
+    assert "Max |error| 0.05, max relative error 0.01; allowed: atol 1e-05 + rtol 1.3e-06" in text
+    assert "RuntimeWarning" not in text and text.count("6993 of 7000") == 1  # the note repeats the reason
 
 
 def test_feedback_on_a_reply_without_code_and_on_measured_timings():
