@@ -27,6 +27,7 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 REGRESSION_SHAPES = 4  # profile shapes a generated regression test re-checks
 HOTSPOT_ROWS = 12  # profile shapes listed on the evidence page (the rest are summed up in one line)
 _META = re.compile(r"<!-- autotune-proposal: (\{.*?\}) -->")
+_FOLDED = re.compile(r"<details><summary>(Every shape[^<]*|Kernel source)</summary>.*?</details>", re.DOTALL)
 
 
 def _env() -> jinja2.Environment:
@@ -172,14 +173,17 @@ def _profile_lines(request: "ProposalRequest") -> dict[str, str]:
             "gain_sentence": sentence + ". Amdahl: gain = 1 − ((1 − share) + share / speedup)."}
 
 
-def _headline(v: Verdict, cases_passed: int, cases_total: int) -> tuple[str, str]:
+def _headline(v: Verdict) -> str:
     if v.measured and v.speedup_geomean:
-        head = f"{v.speedup_geomean:.2f}× faster than the best baseline"
-    else:
-        head = "correct, speed not measured (no GPU)" if v.status.correct else v.status.value
-    lead = (f"The checker judged this kernel **{v.status.value}**: {v.reason}. "
-            f"It passed {cases_passed} of {cases_total} correctness cases in an isolated process.")
-    return head, lead
+        return f"{v.speedup_geomean:.2f}× faster than the best baseline"
+    return "correct, speed not measured (no GPU)" if v.status.correct else v.status.value
+
+
+def _lead(request: "ProposalRequest") -> str:
+    c = request.candidate
+    who = f"the `{c.get('agent') or '?'}` agent" + (f" (model `{c['model']}`)" if c.get("model") else "")
+    return (f"A Triton kernel for `{request.target}`, written by {who} in run `{request.run_id}` and judged by the "
+            f"checker in an isolated process.")
 
 
 def render(request: "ProposalRequest", *, proposal_id: str, short_id: str, branch: str, base: str, backend: str,
@@ -187,12 +191,12 @@ def render(request: "ProposalRequest", *, proposal_id: str, short_id: str, branc
     v = request.verdict
     rows = case_rows(v)
     passed, total = sum(c.passed for c in v.cases), len(v.cases)
-    headline, lead = _headline(v, passed, total)
     env = Environment.from_dict(request.environment) if request.environment else None
     cand = collections.defaultdict(lambda: None, request.candidate)
     context = dict(
         target=request.target, short_id=short_id, proposal_id=proposal_id, branch=branch, base=base, backend=backend,
-        run_id=request.run_id, verdict=v, headline=headline, lead=lead, sha256=sha256, source=request.source.rstrip(),
+        run_id=request.run_id, verdict=v, headline=_headline(v), lead=_lead(request), sha256=sha256,
+        source=request.source.rstrip(),
         cases={"rows": rows, "passed": passed, "total": total, "not_evidence": sum(not c.evidence for c in v.cases),
                "by_dtype": dtype_rows(v)},
         timings=v.timings if v.measured else [], speed_line=_speed_line(v), candidate=cand,
@@ -209,9 +213,7 @@ def render(request: "ProposalRequest", *, proposal_id: str, short_id: str, branc
 
 def title(request: "ProposalRequest", proposal_id: str) -> str:
     """The pull request's title, e.g. "rms_norm: Triton kernel rms_norm-1a2b3c, 1.42× faster"."""
-    v = request.verdict
-    passed = sum(c.passed for c in v.cases)
-    return f"{request.target}: Triton kernel {proposal_id}, {_headline(v, passed, len(v.cases))[0]}"
+    return f"{request.target}: Triton kernel {proposal_id}, {_headline(request.verdict)}"
 
 
 def _speed_line(v: Verdict) -> str:
@@ -225,6 +227,20 @@ def _tokens_line(cand) -> str:
         return "no LLM tokens"
     return (f"{cand['prompt_tokens'] or 0:,} prompt tokens ({cand['cached_tokens'] or 0:,} cached), "
             f"{cand['completion_tokens'] or 0:,} completion tokens")
+
+
+def fit(markdown: str, limit: int) -> str:
+    """The page within `limit` characters (GitHub refuses longer PR bodies): the folded sections go first,
+    replaced by a pointer to EVIDENCE.md on the branch, which keeps the whole page."""
+    if len(markdown) <= limit:
+        return markdown
+    short = _FOLDED.sub(lambda m: f"<details><summary>{m.group(1)}</summary>\n\nToo long for a pull request body: "
+                                  f"see EVIDENCE.md on the branch.\n</details>", markdown)
+    if len(short) <= limit:
+        return short
+    meta = _META.search(markdown)
+    tail = "\n\n(cut here: the whole page is EVIDENCE.md on the branch)\n\n" + (meta.group(0) if meta else "")
+    return short[: limit - len(tail)] + tail
 
 
 def parse_metadata(markdown: str) -> dict[str, Any] | None:

@@ -27,6 +27,8 @@ from autotune.errors import UserError
 from autotune.ledger import redact
 from autotune.publish import Proposal, ProposalRequest, evidence, gitops, proposal
 
+BODY_LIMIT = 65_536  # characters GitHub accepts in a pull request body (longer ones get a 422)
+
 
 class GitHub:
     """The pulls endpoints of one repository."""
@@ -159,10 +161,10 @@ def publish(request: ProposalRequest, cfg) -> Proposal:
 
 
 def _open_or_update(api: GitHub, d: proposal.Draft, request: ProposalRequest, existing_pr: dict | None, cfg) -> dict:
-    title = evidence.title(request, d.proposal.id)
+    title, body = evidence.title(request, d.proposal.id), evidence.fit(d.evidence, BODY_LIMIT)
     if existing_pr:
-        return api.update_pull(int(existing_pr["number"]), title=title, body=d.evidence)
-    return api.create_pull(title=title, head=d.proposal.branch, base=d.proposal.base, body=d.evidence,
+        return api.update_pull(int(existing_pr["number"]), title=title, body=body)
+    return api.create_pull(title=title, head=d.proposal.branch, base=d.proposal.base, body=body,
                            draft=bool(cfg.publish.draft))
 
 

@@ -56,3 +56,15 @@ def test_many_profile_shapes_stay_readable_and_the_regression_test_takes_the_mos
     test_source = evidence.regression_test(req, proposal_id="rms_norm-abc123", short_id="abc123")
     compile(test_source, "test_rms_norm_abc123.py", "exec")
     assert "((6, 1000), \"float32\", 6)," in test_source and "verify.dtypes=[bfloat16,float32]" in test_source
+
+
+def test_a_page_too_long_for_a_pull_request_body_is_cut_at_its_folded_sections(make_request):
+    text = evidence.render(make_request(), proposal_id="rms_norm-abc123", short_id="abc123", branch="b", base="main",
+                           backend="github", sha256="0" * 64)
+    assert evidence.fit(text, len(text)) == text
+    short = evidence.fit(text, len(text) - 1)
+    assert short.count("Too long for a pull request body: see EVIDENCE.md on the branch.") == 2
+    assert "| 1×128 | float32 | normal | edge |" not in short and "def rms_norm(" not in short
+    assert "| float32 | 4/4 |" in short and evidence.parse_metadata(short) == evidence.parse_metadata(text)
+    tiny = evidence.fit(text, 2000)
+    assert len(tiny) <= 2000 and evidence.parse_metadata(tiny)["proposal"] == "rms_norm-abc123"
