@@ -82,6 +82,12 @@ def parse_dtype(name: str) -> torch.dtype:
     return dtype
 
 
+def upcast(t: torch.Tensor) -> torch.Tensor:
+    """fp32 for fp32/bf16/fp16, fp64 kept: references compute in fp32, and the checker's fp64 golden is
+    the same reference run on fp64 inputs, so every reference upcasts with this instead of `.float()`."""
+    return t if t.dtype == torch.float64 else t.float()
+
+
 def rows_and_width(shape: Shape) -> tuple[int, int]:
     """[..., W] -> (product of leading dims, W)."""
     rows = 1

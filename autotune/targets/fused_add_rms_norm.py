@@ -6,13 +6,13 @@ of that fp32 sum, and both outputs are in x's dtype. Nothing is done in place.
 
 import torch
 
-from autotune.targets.base import Target, activations, rows_and_width
+from autotune.targets.base import Target, activations, rows_and_width, upcast
 
 
 def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
-    s = x.float() + residual.float()
+    s = upcast(x) + upcast(residual)
     y = s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + eps)
-    return (y * weight.float()).to(x.dtype), s.to(x.dtype)
+    return (y * upcast(weight)).to(x.dtype), s.to(x.dtype)
 
 
 def make_inputs(shape, dtype, gen, kind):

@@ -6,13 +6,13 @@ Llama applies it before attention and before the MLP; the built-in model calls i
 
 import torch
 
-from autotune.targets.base import Target, activations, rows_and_width
+from autotune.targets.base import Target, activations, rows_and_width, upcast
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    xf = x.float()
+    xf = upcast(x)
     y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return (y * weight.float()).to(x.dtype)
+    return (y * upcast(weight)).to(x.dtype)
 
 
 def make_inputs(shape, dtype, gen, kind):

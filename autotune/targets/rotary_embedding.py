@@ -7,14 +7,14 @@ fp32 math, output in x's dtype.
 
 import torch
 
-from autotune.targets.base import Target, activations
+from autotune.targets.base import Target, activations, upcast
 
 
 def rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
-    xf = x.float()
+    xf = upcast(x)
     x1, x2 = xf[..., :half], xf[..., half:]
-    c, s = cos.float().unsqueeze(-2), sin.float().unsqueeze(-2)  # [T, 1, half] broadcast over heads
+    c, s = upcast(cos).unsqueeze(-2), upcast(sin).unsqueeze(-2)  # [T, 1, half] broadcast over heads
     return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).to(x.dtype)
 
 

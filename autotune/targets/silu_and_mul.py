@@ -6,12 +6,12 @@ The MLP's gate and up projections are one matmul whose output is split in halves
 import torch
 import torch.nn.functional as F
 
-from autotune.targets.base import Target, activations, rows_and_width
+from autotune.targets.base import Target, activations, rows_and_width, upcast
 
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     d = x.shape[-1] // 2
-    xf = x.float()
+    xf = upcast(x)
     return (F.silu(xf[..., :d]) * xf[..., d:]).to(x.dtype)
 
 

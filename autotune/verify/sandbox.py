@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
+import queue
 import secrets
 import signal
 import struct
@@ -56,6 +57,7 @@ class SandboxResult:
     isolation: dict[str, Any]  # what confinement was applied (confine.confine's report + the runner's own)
     duration_s: float
     events: list[dict] = dataclasses.field(default_factory=list)  # progress frames, in order
+    stopped: bool = False  # the parent's on_event asked to stop it early (it was killed)
     error: str = ""  # the handler's exception (trimmed traceback) when it raised
     channel_error: str = ""  # a malformed or oversized frame: nothing after it is trusted
 
@@ -113,26 +115,74 @@ def read_frame(fd: int, limit: int = MAX_FRAME_BYTES) -> dict | None:
     return decode(data)
 
 
-class _Reader(threading.Thread):
-    """Reads the child's frames until end of stream; keeps them, or the first protocol error."""
+class _Reader:
+    """Reads the child's frames until end of stream; keeps them, or the first protocol error.
 
-    def __init__(self, fd: int):
-        super().__init__(daemon=True)
-        self.fd, self.frames, self.error, self.total = fd, [], "", 0
+    One thread reads the pipe, so the child never waits on the parent; another decodes each frame and
+    calls `on_event(frame)`; when that returns True, `stop()` is called (the parent kills the child: it
+    has seen enough). `join()` waits for both.
+    """
 
-    def run(self) -> None:
+    def __init__(self, fd: int, on_event: Callable[[dict], bool] | None, stop: Callable[[], None]):
+        self.fd, self.frames, self.error, self.stopped = fd, [], "", False
+        self.on_event, self.stop = on_event, stop
+        self.raw: queue.Queue[bytes | None] = queue.Queue()
+        self.threads = [threading.Thread(target=self._read, daemon=True),
+                        threading.Thread(target=self._handle, daemon=True)]
+
+    def start(self) -> None:
+        for t in self.threads:
+            t.start()
+
+    def join(self, timeout: float) -> None:
+        for t in self.threads:
+            t.join(timeout)
+
+    def _read(self) -> None:
+        total = 0
         try:
             while True:
-                frame = read_frame(self.fd)
-                if frame is None:
+                header = read_exact(self.fd, _HEADER.size)
+                if header is None:
                     break
-                self.frames.append(frame)
-        except Exception as e:  # a forged or torn frame: stop trusting the channel, keep draining it
-            self.error = f"malformed result frame ({type(e).__name__}: {str(e)[:200]})"
+                (size,) = _HEADER.unpack(header)
+                total += size
+                if size > MAX_FRAME_BYTES or total > MAX_TOTAL_BYTES:
+                    raise ValueError(f"frame of {size} bytes ({total} in all) is over the limit")
+                data = read_exact(self.fd, size)
+                if data is None:
+                    break
+                self.raw.put(data)
+        except Exception as e:  # a forged or oversized frame: stop trusting the channel, keep draining it
+            self.error = self.error or f"malformed result frame ({type(e).__name__}: {str(e)[:200]})"
             while os.read(self.fd, 1 << 20):
                 pass
         finally:
+            self.raw.put(None)
             os.close(self.fd)
+
+    def _handle(self) -> None:
+        while (data := self.raw.get()) is not None:
+            if self.error:
+                continue
+            try:
+                frame = decode(data)
+            except Exception as e:  # not a weights-only dict: a forged frame
+                self.error = f"malformed result frame ({type(e).__name__}: {str(e)[:200]})"
+                continue
+            self.frames.append(frame)
+            if not self.stopped and self.on_event is not None:
+                self._notify(frame)
+
+    def _notify(self, frame: dict) -> None:
+        try:
+            stop = self.on_event(frame)
+        except Exception as e:  # a bug on the parent's side: stop the child rather than judge on
+            self.error = f"the parent failed to handle a frame ({type(e).__name__}: {e})"
+            stop = True
+        if stop:
+            self.stopped = True
+            self.stop()
 
 
 # ----------------------------------------------------------------------------------------------- parent
@@ -163,9 +213,16 @@ def child_env(workdir: Path, gpu: bool, env_extra: dict[str, str] | None = None)
     return env
 
 
-def run_isolated(module: str, payload: dict, *, timeout_s: float, memory_mb: int, workdir: str | Path,
-                 env_extra: dict[str, str] | None = None, gpu: bool = False, file_mb: int = 64) -> SandboxResult:
-    """Run `python -m module` isolated, hand it `payload`, and collect what it sends back."""
+def run_isolated(module: str, payload: dict | Callable[[], dict], *, timeout_s: float, memory_mb: int, workdir: str | Path,
+                 env_extra: dict[str, str] | None = None, gpu: bool = False, file_mb: int = 64,
+                 on_event: Callable[[dict], bool] | None = None) -> SandboxResult:
+    """Run `python -m module` isolated, hand it `payload`, and collect what it sends back.
+
+    `payload` may also be a function returning it: it is then called after the child has started, so
+    that the child's imports overlap the making of its payload.
+
+    `on_event(frame)`, if given, sees each frame as it arrives (from a reader thread); returning True kills
+    the child at once (e.g. the judge saw a failing case and needs nothing more)."""
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     os.chmod(workdir, 0o700)
@@ -186,27 +243,32 @@ def run_isolated(module: str, payload: dict, *, timeout_s: float, memory_mb: int
         finally:
             os.close(in_r)
             os.close(out_w)
-        writer = threading.Thread(target=_send_and_close, args=(in_w, {"sandbox": settings, "payload": payload}),
-                                  daemon=True)
-        reader = _Reader(out_r)
+        failure: list[BaseException] = []
+        writer = threading.Thread(target=_send_and_close, args=(in_w, settings, payload, failure), daemon=True)
+        reader = _Reader(out_r, on_event, lambda: _kill_group(proc.pid))
         writer.start()
         reader.start()
         timed_out = _wait(proc, timeout_s)
         _kill_everything(proc.pid, uid)
         proc.wait()
-        reader.join(timeout=30)
+        reader.join(timeout=60)
         writer.join(timeout=5)
         stderr_tail = _tail(stderr_file)
+    if failure:  # making the payload failed: a bug on the parent's side, not the child's
+        raise failure[0]
     return _result(proc.returncode, timed_out, reader, stderr_tail, time.monotonic() - started,
                    {"uid": uid, "timeout_s": timeout_s, "process_group": "own session; killed as a whole",
                     "environment": "allow-listed: " + ", ".join(sorted(child_env(workdir, gpu, env_extra)))})
 
 
-def _send_and_close(fd: int, obj: dict) -> None:
+def _send_and_close(fd: int, settings: dict, payload, failure: list) -> None:
     try:
-        write_all(fd, encode(obj))
+        payload = payload() if callable(payload) else payload
+        write_all(fd, encode({"sandbox": settings, "payload": payload}))
     except BrokenPipeError:  # the child died before reading its payload; its exit status says why
         pass
+    except BaseException as e:  # noqa: BLE001 - re-raised by run_isolated in the calling thread
+        failure.append(e)
     finally:
         os.close(fd)
 
@@ -243,13 +305,17 @@ def _processes() -> list[tuple[int, int]]:
     return found
 
 
-def _kill_everything(pgid: int, uid: int | None) -> None:
-    """SIGKILL the child's process group, then anything left running under its private uid (a grandchild
-    that called setsid escapes the group but not the uid)."""
+def _kill_group(pgid: int) -> None:
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _kill_everything(pgid: int, uid: int | None) -> None:
+    """SIGKILL the child's process group, then anything left running under its private uid (a grandchild
+    that called setsid escapes the group but not the uid)."""
+    _kill_group(pgid)
     if uid is None:
         return
     for _ in range(5):
@@ -288,7 +354,7 @@ def _result(returncode: int, timed_out: bool, reader: _Reader, stderr_tail: str,
     ok = returncode == 0 and result is not None and not timed_out and not reader.error
     return SandboxResult(ok=ok, returncode=returncode, signal=sig, timed_out=timed_out, result=result,
                          stderr_tail=stderr_tail, isolation={**runner, **isolation}, duration_s=duration_s,
-                         events=events, error=error, channel_error=reader.error)
+                         events=events, stopped=reader.stopped, error=error, channel_error=reader.error)
 
 
 # ----------------------------------------------------------------------------------------------- child

@@ -84,6 +84,7 @@ class Verdict:
     stderr_tail: str = ""  # the candidate process's stderr, trimmed (compile errors, tracebacks)
     duration_s: float = 0.0
     environment: dict[str, Any] = dataclasses.field(default_factory=dict)
+    notes: list[str] = dataclasses.field(default_factory=list)  # what the report must say (rows cut, ...)
 
     @property
     def passed(self) -> bool:

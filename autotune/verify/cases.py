@@ -1,0 +1,164 @@
+"""The case plan: which shapes, dtypes, input kinds and seeds a candidate is checked on, and their data.
+
+Shapes come from the profile (with their call counts) or the target's defaults, plus the target's edge
+shapes (one row, widths that are not powers of two, widths above 4096, many rows). Every shape is run
+in every dtype with realistic inputs; each shape also gets a repeat on the same inputs (bitwise
+agreement: races show here) and a refill of the same buffers with new values (caching by pointer shows
+here), rotating over the dtypes. Large-magnitude inputs run in the half dtypes (fp32 accumulation is what
+they test), NaN/Inf inputs and further seeds in every dtype.
+
+Cost on CPU: the Triton interpreter runs one program instance after another in Python, about 0.8 ms
+each for a 4096-wide row (measured: [64, 4096] 54 ms, [1024, 64] 0.76 s), so rows are capped at
+`verify.max_interpreter_rows` for the realistic cases and at `verify.max_interpreter_rows_extra` for the
+extra kinds and seeds; the report lists every shape that was cut. On a GPU nothing is cut.
+
+All inputs, references and the fp64 golden are made here, in the judging process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+import torch
+
+from autotune.targets.base import Shape, Target, dtype_name, parse_dtype
+
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    index: int
+    shape: Shape  # as run (rows cut on CPU)
+    dtype: torch.dtype
+    kind: str  # normal | large | special
+    seed: int
+    source: str  # profile | default | edge
+    requested_shape: Shape  # before the cut
+    calls: int = 0
+    repeat: bool = False  # call twice on the same inputs: outputs must agree bitwise
+    refill: bool = False  # refill the same buffers with new values and call again
+
+    @property
+    def label(self) -> str:
+        cut = f" (cut from {list(self.requested_shape)})" if self.shape != self.requested_shape else ""
+        return f"{list(self.shape)}{cut} {dtype_name(self.dtype)} {self.kind} seed {self.seed}"
+
+
+@dataclasses.dataclass
+class CaseData:
+    """The case's inputs and the judge's own answers for them (never sent to the candidate's process)."""
+
+    args: tuple
+    reference: tuple[torch.Tensor, ...]
+    golden: tuple[torch.Tensor, ...]  # the reference on fp64 inputs, in fp64
+    refill_args: tuple | None = None
+    refill_reference: tuple[torch.Tensor, ...] | None = None
+    refill_golden: tuple[torch.Tensor, ...] | None = None
+
+
+def cut_rows(shape: Shape, max_rows: int | None, max_elements: int | None = None) -> Shape:
+    """Shrink leading dims, outermost first, until their product is at most max_rows and the whole
+    shape holds at most max_elements (never below one row)."""
+    if max_rows is None:
+        return tuple(shape)
+    if max_elements is not None:
+        max_rows = max(1, min(max_rows, max_elements // max(1, shape[-1])))
+    dims = list(shape)
+    for i in range(len(dims) - 1):
+        rest = 1
+        for d in dims[i + 1:-1]:
+            rest *= d
+        if rest * dims[i] > max_rows:
+            dims[i] = max(1, max_rows // rest)
+    return tuple(dims)
+
+
+def primary_shapes(target: Target, shapes) -> list[tuple[Shape, str, int, torch.dtype | None]]:
+    """(shape, source, calls, profile dtype) for the profile's shapes (or the defaults), then the edges."""
+    found = []
+    if shapes:
+        for shape, dtype, calls in shapes:
+            found.append((tuple(int(d) for d in shape), "profile", int(calls), parse_dtype(str(dtype))))
+    else:
+        found += [(tuple(s), "default", 0, None) for s in target.default_shapes]
+    found += [(tuple(s), "edge", 0, None) for s in target.edge_shapes]
+    return found
+
+
+def plan(target: Target, shapes, cfg_verify, on_gpu: bool) -> list[Case]:
+    """Every case to run, cheapest shapes first (a candidate that crashes, crashes early)."""
+    dtypes = [parse_dtype(str(d)) for d in cfg_verify.dtypes]
+    elements = int(cfg_verify.max_interpreter_elements)
+    main = (None, None) if on_gpu else (int(cfg_verify.max_interpreter_rows), elements)
+    extra = (None, None) if on_gpu else (int(cfg_verify.max_interpreter_rows_extra), elements // 4)
+    specs, seen = [], set()
+    for n, (requested, source, calls, profile_dtype) in enumerate(primary_shapes(target, shapes)):
+        for d, dtype in enumerate(t for t in dict.fromkeys([profile_dtype, *dtypes]) if t is not None):
+            checks = on_gpu or d == n % len(dtypes)
+            specs.append((requested, cut_rows(requested, *main), dtype, "normal", 0, source, calls, checks))
+            if dtype in HALF_DTYPES:
+                specs.append((requested, cut_rows(requested, *extra), dtype, "large", 0, source, calls, False))
+            specs.append((requested, cut_rows(requested, *extra), dtype, "special", 0, source, calls, False))
+            for seed in range(1, int(cfg_verify.seeds)):
+                specs.append((requested, cut_rows(requested, *extra), dtype, "normal", seed, source, calls, False))
+    cases = []
+    for requested, shape, dtype, kind, seed, source, calls, checks in sorted(specs, key=lambda s: _numel(s[1])):
+        key = (shape, dtype, kind, seed)
+        if key in seen:
+            continue
+        seen.add(key)
+        cases.append(Case(index=len(cases), shape=shape, dtype=dtype, kind=kind, seed=seed, source=source,
+                          requested_shape=requested, calls=calls, repeat=checks, refill=checks))
+    return cases
+
+
+def _numel(shape: Shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _generator(target: Target, shape: Shape, dtype: torch.dtype, kind: str, seed: int) -> torch.Generator:
+    """A generator seeded from the case itself: the same case always gets the same inputs."""
+    text = f"{target.name}|{list(shape)}|{dtype_name(dtype)}|{kind}|{seed}".encode()
+    return torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(text).digest()[:8], "little"))
+
+
+def as_tuple(out) -> tuple[torch.Tensor, ...]:
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+def answers(target: Target, args: tuple) -> tuple[tuple, tuple]:
+    """(reference outputs, fp64 golden outputs) for these inputs."""
+    reference = as_tuple(target.reference(*args))
+    wide = tuple(a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
+    golden = as_tuple(target.reference(*wide))
+    return reference, golden
+
+
+def make_data(target: Target, case: Case) -> CaseData:
+    args = tuple(target.make_inputs(case.shape, case.dtype, _generator(target, case.shape, case.dtype, case.kind,
+                                                                       case.seed), case.kind))
+    reference, golden = answers(target, args)
+    data = CaseData(args=args, reference=reference, golden=golden)
+    if case.refill:
+        gen = _generator(target, case.shape, case.dtype, "refill", case.seed)
+        data.refill_args = tuple(target.make_inputs(case.shape, case.dtype, gen, "normal"))
+        data.refill_reference, data.refill_golden = answers(target, data.refill_args)
+    return data
+
+
+def cut_note(target: Target, shapes, cfg_verify, on_gpu: bool) -> str:
+    """One line naming the shapes that were cut for the interpreter, or ''."""
+    if on_gpu:
+        return ""
+    limits = (int(cfg_verify.max_interpreter_rows), int(cfg_verify.max_interpreter_elements))
+    cut = [(s, cut_rows(s, *limits)) for s, *_ in primary_shapes(target, shapes)]
+    cut = list(dict.fromkeys((a, b) for a, b in cut if a != b))
+    if not cut:
+        return ""
+    return (f"shapes cut for the CPU interpreter (at most {limits[0]} rows, {limits[1]} elements; extra cases "
+            f"{int(cfg_verify.max_interpreter_rows_extra)} rows): " + ", ".join(f"{list(a)} -> {list(b)}" for a, b in cut))

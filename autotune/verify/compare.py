@@ -1,0 +1,220 @@
+"""Judging one case: the candidate's outputs (received from its process) against the judge's own answers.
+
+The gate, per output (reliability.md §3.5):
+1. structure: a plain tensor of exactly the reference's shape and dtype (no broadcasting, no casting);
+2. NaN and Inf: NaN exactly where the reference has NaN, +-Inf exactly where it has +-Inf (so a NaN is
+   neither invented nor swallowed, and an fp16/bf16 accumulator that overflows on inputs in the
+   hundreds shows as Inf where the reference is finite);
+3. values: torch.testing.assert_close's rule |actual - expected| <= atol + rtol * |expected| at the
+   target's tolerance for the dtype, computed in fp64;
+4. if 3 fails, the fp64-golden fallback of torch._dynamo.utils.same: the case still passes when the
+   candidate is no less accurate than the reference itself, both measured against the reference run
+   in fp64: RMSE <= k * the reference's RMSE + atol / 10 and max error <= k * the reference's max
+   error + atol, k = 2 for fp32 and 3 for fp16/bf16 (dynamo's multipliers; max error is added because
+   RMSE can hide a few badly wrong elements). A kernel that does fp32 math in fp16 fails it by orders
+   of magnitude; one that only sums in another order passes.
+Then the case: outputs do not alias inputs, inputs are bitwise unchanged, a second call on the same
+inputs agrees bitwise (else: non-deterministic, reported), the same buffers refilled with new values give
+the new answer, and a later call does not overwrite an earlier call's output.
+
+A case is evidence only when its reference output is not degenerate (constant, all zero) and the null
+candidates (all zeros, a copy of the input) fail it; a case that is not evidence can still fail.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from autotune.targets.base import Target, Tolerance, dtype_name
+from autotune.verify.cases import Case, CaseData
+from autotune.verify.verdict import CaseResult
+
+GOLDEN_MULTIPLIER = {torch.float32: 2.0, torch.float16: 3.0, torch.bfloat16: 3.0, torch.float64: 2.0}
+_BITS = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}
+
+
+@dataclasses.dataclass
+class Check:
+    passed: bool
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    note: str = ""
+
+
+def same_bits(a, b) -> bool:
+    """Bitwise equality (NaN payloads included) of two tensors of one shape and dtype."""
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return False
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    bits = _BITS.get(a.element_size())
+    a, b = a.contiguous(), b.contiguous()
+    if bits is None or a.dtype == torch.bool:
+        return torch.equal(a, b)
+    return torch.equal(a.view(bits), b.view(bits))
+
+
+def _count(mask: torch.Tensor) -> int:
+    return int(mask.sum())
+
+
+def compare(out, ref: torch.Tensor, golden: torch.Tensor, tol: Tolerance) -> Check:
+    """Steps 1-4 of the gate for one output."""
+    if type(out) is not torch.Tensor:
+        return Check(False, note=f"returned {type(out).__name__} instead of a tensor")
+    if out.shape != ref.shape:
+        return Check(False, note=f"output shape {list(out.shape)} where the reference has {list(ref.shape)}")
+    if out.dtype != ref.dtype:
+        return Check(False, note=f"output dtype {dtype_name(out.dtype)} where the reference has "
+                                 f"{dtype_name(ref.dtype)}")
+    o, r = out.double(), ref.double()
+    special = _special_values(o, r)
+    if special:
+        return Check(False, note=special)
+    finite = torch.isfinite(r)
+    if not finite.any():
+        return Check(True, 0.0, 0.0)
+    diff, mag = (o - r).abs()[finite], r.abs()[finite]
+    max_abs = float(diff.max())
+    nonzero = mag > 0
+    max_rel = float((diff[nonzero] / mag[nonzero]).max()) if nonzero.any() else 0.0
+    bad = diff > tol.atol + tol.rtol * mag
+    if not bad.any():
+        return Check(True, max_abs, max_rel)
+    golden_ok, golden_note = _golden_fallback(o, r, golden.double(), finite, tol, ref.dtype)
+    if golden_ok:
+        return Check(True, max_abs, max_rel, note=golden_note)
+    i = int(bad.nonzero()[0])
+    first = f"e.g. {float(o[finite][i]):.6g} where the reference has {float(r[finite][i]):.6g}"
+    return Check(False, max_abs, max_rel,
+                 note=f"{_count(bad)} of {diff.numel()} values differ beyond rtol {tol.rtol:g} atol {tol.atol:g} "
+                      f"({first}; {golden_note})")
+
+
+def _special_values(o: torch.Tensor, r: torch.Tensor) -> str:
+    """'' when NaN and Inf sit exactly where the reference has them, else what is wrong."""
+    o_nan, r_nan = torch.isnan(o), torch.isnan(r)
+    if (o_nan & ~r_nan).any():
+        return f"NaN at {_count(o_nan & ~r_nan)} positions where the reference is not NaN"
+    if (r_nan & ~o_nan).any():
+        return f"{_count(r_nan & ~o_nan)} values where the reference is NaN are not NaN (NaN swallowed)"
+    o_inf, r_inf = torch.isinf(o), torch.isinf(r)
+    if (o_inf & ~r_inf).any():
+        return f"overflow: +-Inf at {_count(o_inf & ~r_inf)} positions where the reference is finite"
+    if (r_inf & (o != r)).any():
+        return f"{_count(r_inf & (o != r))} values where the reference is +-Inf differ from it"
+    return ""
+
+
+def _golden_fallback(o, r, g, finite, tol: Tolerance, dtype: torch.dtype) -> tuple[bool, str]:
+    mask = finite & torch.isfinite(g)
+    if not mask.any():
+        return False, "no finite fp64 golden to fall back on"
+    k = GOLDEN_MULTIPLIER.get(dtype, 2.0)
+    cand_err, ref_err = (o - g)[mask], (r - g)[mask]
+    cand_rmse, ref_rmse = float(cand_err.pow(2).mean().sqrt()), float(ref_err.pow(2).mean().sqrt())
+    cand_max, ref_max = float(cand_err.abs().max()), float(ref_err.abs().max())
+    ok = cand_rmse <= k * ref_rmse + tol.atol / 10 and cand_max <= k * ref_max + tol.atol
+    verdict = "passed" if ok else "failed"
+    return ok, (f"fp64-golden fallback {verdict}: rmse {cand_rmse:.3g} vs the reference's {ref_rmse:.3g}, "
+                f"max error {cand_max:.3g} vs {ref_max:.3g}, allowed {k:g}x")
+
+
+def compare_all(outs, refs, goldens, tol: Tolerance) -> Check:
+    """Every output of a call; the first failing one decides, the largest errors are reported."""
+    if outs is None:
+        return Check(False, note="returned nothing")
+    if len(outs) != len(refs):
+        return Check(False, note=f"returned {len(outs)} outputs where the reference returns {len(refs)}")
+    checks = [compare(o, r, g, tol) for o, r, g in zip(outs, refs, goldens)]
+    worst_abs = max((c.max_abs_err for c in checks if c.max_abs_err is not None), default=None)
+    worst_rel = max((c.max_rel_err for c in checks if c.max_rel_err is not None), default=None)
+    for j, c in enumerate(checks):
+        if not c.passed:
+            where = f"output {j}: " if len(checks) > 1 else ""
+            return Check(False, worst_abs, worst_rel, note=where + c.note)
+    notes = "; ".join(c.note for c in checks if c.note)
+    return Check(True, worst_abs, worst_rel, note=notes)
+
+
+def degenerate(refs: tuple[torch.Tensor, ...]) -> bool:
+    """Every output constant or all zero over its finite values (or none finite)."""
+    for r in refs:
+        finite = r[torch.isfinite(r)]
+        if finite.numel() > 1 and float(finite.max()) != float(finite.min()):
+            return False
+    return True
+
+
+def null_outputs(args: tuple, refs: tuple[torch.Tensor, ...]) -> dict[str, tuple]:
+    """What a candidate that does no work would return: zeros, or (part of) its first input."""
+    nulls = {"zeros": tuple(torch.zeros_like(r) for r in refs)}
+    x = args[0]
+    if isinstance(x, torch.Tensor):
+        copies = []
+        for r in refs:
+            if x.shape[:-1] == r.shape[:-1] and x.shape[-1] >= r.shape[-1]:
+                copies.append(x[..., :r.shape[-1]].to(r.dtype).clone())
+        if len(copies) == len(refs):
+            nulls["input copy"] = tuple(copies)
+    return nulls
+
+
+def evidence(data: CaseData, tol: Tolerance) -> tuple[bool, str]:
+    if degenerate(data.reference):
+        return False, "not evidence: the reference output is constant (or nowhere finite)"
+    for name, outs in null_outputs(data.args, data.reference).items():
+        if compare_all(outs, data.reference, data.golden, tol).passed:
+            return False, f"not evidence: a null candidate ({name}) passes it"
+    return True, ""
+
+
+def judge_case(target: Target, case: Case, data: CaseData, frame: dict, tol: Tolerance) -> tuple[CaseResult, bool]:
+    """(the case's result, whether the candidate was non-deterministic on it)."""
+    counted, why_not = evidence(data, tol)
+    result = CaseResult(shape=list(case.shape), dtype=dtype_name(case.dtype), kind=case.kind, seed=case.seed,
+                        passed=False, rtol=tol.rtol, atol=tol.atol, evidence=counted, source=case.source)
+    first = compare_all(frame.get("outputs"), data.reference, data.golden, tol)
+    result.max_abs_err, result.max_rel_err = first.max_abs_err, first.max_rel_err
+    failure = None if first.passed else first.note
+    failure = failure or _structure_failure(target, data, frame)
+    nondeterministic = False
+    if failure is None and case.repeat:
+        again = frame.get("repeat_outputs")
+        nondeterministic = not all(same_bits(a, b) for a, b in zip(again or (), frame["outputs"]))
+        second = compare_all(again, data.reference, data.golden, tol)
+        failure = None if second.passed else f"a second call on the same inputs: {second.note}"
+    if failure is None and case.refill:
+        failure = _refill_failure(data, frame, tol)
+    result.passed = failure is None
+    notes = [failure] if failure else [first.note, "non-deterministic: two calls on the same inputs differ bitwise"
+                                       if nondeterministic else "", why_not]
+    result.note = "; ".join(n for n in notes if n)
+    return result, nondeterministic
+
+
+def _structure_failure(target: Target, data: CaseData, frame: dict) -> str | None:
+    names = target.arg_names
+    for j, i in frame.get("aliased", []):
+        return f"output {j} shares memory with input `{names[i]}` (outputs must be fresh tensors)"
+    after = frame.get("inputs_after") or []
+    for i, arg in enumerate(data.args):
+        if isinstance(arg, torch.Tensor) and not (i < len(after) and same_bits(arg, after[i])):
+            return f"modified its input `{names[i]}` (inputs must be left bitwise unchanged)"
+    if frame.get("clobbered"):
+        return "a later call overwrote the output of an earlier one (an output buffer reused across calls)"
+    return None
+
+
+def _refill_failure(data: CaseData, frame: dict, tol: Tolerance) -> str | None:
+    outs = frame.get("refill_outputs")
+    check = compare_all(outs, data.refill_reference, data.refill_golden, tol)
+    if check.passed:
+        return None
+    stale = outs is not None and all(same_bits(a, b) for a, b in zip(outs, frame["outputs"]))
+    if stale:
+        return ("after its input buffers were refilled with new values it returned the previous answer "
+                "(results cached by pointer or object?)")
+    return f"after its input buffers were refilled with new values: {check.note}"

@@ -1,0 +1,192 @@
+"""The candidate's process: imports one candidate file and runs it on the cases the judge sends.
+
+Started by the judge through `sandbox.run_isolated("autotune.verify.worker", payload, ...)`, never
+imported by it. Everything here is trusted until the candidate is imported; after that, everything this
+process sends is treated as untrusted evidence and re-checked by the judge, which alone holds the
+references (this module imports no target and no reference).
+
+Before the candidate is imported:
+- fresh allocations read as NaN (`use_deterministic_algorithms` + `fill_uninitialized_memory`), so an
+  output the kernel never wrote (too few programs, skipped rows) cannot pass as a stale right answer;
+- Triton launches are counted (JITFunction.run on a GPU, InterpretedFunction.run under the interpreter);
+- a TorchDispatchMode records every aten op the candidate's Python runs during a call (kernel launches
+  included, so that math hidden in a grid function is seen too).
+
+Per case it sends `case_start` first (so a crash can be placed), then `case_result` with the outputs of
+the first call, of a repeat on the same inputs and of a call after the same buffers were refilled with new
+values, the inputs as left after the calls, aliasing, launches and the aten ops seen.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import importlib.util
+import sys
+from pathlib import Path
+
+import torch
+import torch._dynamo  # noqa: F401 - a TorchDispatchMode imports it on first use (0.9 s); here it overlaps the judge's set-up
+import triton  # noqa: F401 - imported before the candidate so that its launchers can be wrapped
+from torch.utils._python_dispatch import TorchDispatchMode
+from triton.runtime import interpreter as triton_interpreter
+from triton.runtime import jit as triton_jit
+
+from autotune.verify.sandbox import child_main, trim_traceback
+
+MODULE_NAME = "candidate"
+_launches = [0]
+
+
+def _counting(run):
+    @functools.wraps(run)
+    def run_counted(self, *args, grid, warmup, **kwargs):
+        if not warmup:
+            _launches[0] += 1
+        return run(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    return run_counted
+
+
+triton_jit.JITFunction.run = _counting(triton_jit.JITFunction.run)
+triton_interpreter.InterpretedFunction.run = _counting(triton_interpreter.InterpretedFunction.run)
+
+
+class _AtenOps(TorchDispatchMode):
+    """Counts the aten ops run under it; dtype conversions are named as such."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen: collections.Counter[str] = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        self.seen[_label(func, args, kwargs)] += 1
+        return func(*args, **kwargs)
+
+
+def _label(func, args, kwargs) -> str:
+    name = str(func.overloadpacket)
+    if name == "aten._to_copy" and "dtype" in kwargs and kwargs["dtype"] != args[0].dtype:
+        return f"{name} (dtype conversion)"
+    if name == "aten.copy_" and len(args) > 1 and isinstance(args[1], torch.Tensor) and args[0].dtype != args[1].dtype:
+        return f"{name} (dtype conversion)"
+    return name
+
+
+def load(source: str, entry: str, workdir: Path):
+    """Write the candidate into the private directory and import it; its entry function."""
+    path = workdir / f"{MODULE_NAME}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[MODULE_NAME] = module
+    spec.loader.exec_module(module)
+    fn = getattr(module, entry, None)
+    if not callable(fn):
+        raise NameError(f"the candidate defines no function `{entry}`")
+    return fn
+
+
+def _call(fn, args: list) -> tuple[list, int, collections.Counter]:
+    _launches[0] = 0
+    with _AtenOps() as ops:
+        out = fn(*args)
+    return (list(out) if isinstance(out, (tuple, list)) else [out]), _launches[0], ops.seen
+
+
+def _snapshot(outs: list) -> tuple[list, list[str]]:
+    """Host copies of plain-tensor outputs (None for anything else) and every output's type name."""
+    copies = [o.detach().to("cpu").clone() if type(o) is torch.Tensor else None for o in outs]
+    return copies, [type(o).__name__ for o in outs]
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    s = t.untyped_storage()
+    return s.data_ptr(), s.data_ptr() + s.nbytes()
+
+
+def _aliased(outs: list, args: list) -> list[tuple[int, int]]:
+    """(output j, argument i) pairs whose storages overlap."""
+    found = []
+    for j, o in enumerate(outs):
+        for i, a in enumerate(args):
+            if type(o) is torch.Tensor and isinstance(a, torch.Tensor):
+                (o0, o1), (a0, a1) = _span(o), _span(a)
+                if o0 < a1 and a0 < o1 and o1 > o0 and a1 > a0:
+                    found.append((j, i))
+    return found
+
+
+def _bits_equal(o, copy: torch.Tensor) -> bool:
+    """The live output still holds, bit for bit, what was copied right after its call."""
+    if type(o) is not torch.Tensor:
+        return False
+    a = o.detach().to("cpu")
+    if a.shape != copy.shape or a.dtype != copy.dtype:
+        return False
+    return torch.equal(a.reshape(-1).view(torch.uint8), copy.reshape(-1).view(torch.uint8))
+
+
+def run_case(fn, case: dict, device: str) -> dict:
+    args = [a.to(device) if isinstance(a, torch.Tensor) else a for a in case["args"]]
+    outs, launches, ops = _call(fn, args)
+    first, types = _snapshot(outs)
+    frame = {"index": case["index"], "outputs": first, "output_types": types, "launches": [launches],
+             "torch_ops": dict(ops), "aliased": _aliased(outs, args)}
+    if case["repeat"]:
+        again, n, more = _call(fn, args)
+        frame["repeat_outputs"] = _snapshot(again)[0]
+        frame["launches"].append(n)
+        ops.update(more)
+    frame["inputs_after"] = [a.detach().to("cpu").clone() if isinstance(a, torch.Tensor) else None for a in args]
+    if case.get("refill_args") is not None:
+        for a, new in zip(args, case["refill_args"]):
+            if isinstance(a, torch.Tensor):
+                a.copy_(new.to(device))
+        refilled, n, more = _call(fn, args)
+        frame["refill_outputs"] = _snapshot(refilled)[0]
+        frame["launches"].append(n)
+        ops.update(more)
+    frame["clobbered"] = not all(c is None or _bits_equal(o, c) for o, c in zip(outs, first))
+    frame["torch_ops"] = dict(ops)
+    return frame
+
+
+def _is_compile_error(e: BaseException) -> bool:
+    """Triton's CompilationError anywhere in the chain: the kernel did not compile (GPU)."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if type(e).__name__ == "CompilationError":
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def work(payload: dict, send) -> dict:
+    # The public torch.use_deterministic_algorithms also imports torch._inductor to set its flag: 1.7 s of
+    # start-up (measured) for a compiler a candidate may not use; the eager flag is this one.
+    torch._C._set_deterministic_algorithms(True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    workdir = Path.cwd()
+    candidate_file = str(workdir / f"{MODULE_NAME}.py")
+    try:
+        fn = load(payload["source"], payload["entry"], workdir)
+    except BaseException as e:  # noqa: BLE001 - whatever the import raises is the candidate's compile error
+        send("compile_error", error=trim_traceback(e, keep_files=(candidate_file,)))
+        return {"cases_run": 0}
+    for n, case in enumerate(payload["cases"]):
+        send("case_start", index=case["index"])
+        try:
+            frame = run_case(fn, case, payload["device"])
+        except BaseException as e:  # noqa: BLE001 - a failing call is the candidate's runtime error
+            send("case_error", index=case["index"], compile=_is_compile_error(e),
+                 error=trim_traceback(e, keep_files=(candidate_file,)))
+            return {"cases_run": n}
+        send("case_result", **frame)
+    return {"cases_run": len(payload["cases"])}
+
+
+if __name__ == "__main__":
+    child_main(work)

@@ -1,0 +1,7 @@
+"""Bug: does not parse."""
+
+import triton
+
+
+def rms_norm(x, weight, eps)
+    return x
