@@ -276,11 +276,15 @@ class ReplayClient:
             raise EndOfRecording(f"{slot.target} candidate {slot.index} turn {slot.turn}")
         if rec is None:
             raise UserError(f"{self.source} has no recorded answer for {slot.target} candidate {slot.index} turn "
-                            f"{slot.turn} ({_nearest(self.source, messages, slot)}; replay needs the same code, "
-                            f"config and checker verdicts as the recorded run)")
+                            f"{slot.turn} ({_nearest(self.source, messages, slot)}; replay needs the recorded run's "
+                            f"profile, prompts, config and checker verdicts)")
         ex = dataclasses.replace(exchange_from_record(rec, "replay"), latency_s=0.0)
         self.own.record(slot, messages, dict(rec.get("params") or {}), ex)
         return ex
+
+
+_WHY_DIFFERENT = {0: "the system prompt (another version of prompts/)",
+                  1: "the task (another profile, so pass the recorded run's trace=..., or other targets or candidates)"}
 
 
 def _nearest(path: Path, messages: list[dict[str, str]], slot: Slot) -> str:
@@ -290,7 +294,7 @@ def _nearest(path: Path, messages: list[dict[str, str]], slot: Slot) -> str:
             recorded = rec.get("messages") or []
             for i, (a, b) in enumerate(zip(recorded, messages)):
                 if a != b:
-                    return f"the recorded request differs at message {i + 1} ({b.get('role')})"
+                    return f"the recorded request differs at message {i + 1}, {_WHY_DIFFERENT.get(i, 'the feedback')}"
             return f"the recorded request has {len(recorded)} messages, this one {len(messages)}"
     return "the recording has no request for this slot"
 
