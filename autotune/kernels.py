@@ -160,7 +160,8 @@ def load(kernel: MergedKernel) -> Callable:
     _check_interpretable(module, kernel.source_path)
     entry = getattr(module, kernel.target, None)
     if not callable(entry):
-        raise UserError(f"{kernel.source_path} defines no function {kernel.target}() (the entry point every kernel needs)")
+        raise UserError(f"{kernel.source_path} defines no function {kernel.target}() "
+                        f"(the entry point every kernel needs)")
     return entry
 
 

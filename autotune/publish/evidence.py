@@ -33,9 +33,11 @@ _FOLDED = re.compile(r"<details><summary>(Every shape[^<]*|Kernel source)</summa
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, autoescape=False)
-    env.filters.update(us=_us, num=_num, err=_err, pct=_pct, pct100=lambda x: "—" if x is None else f"{x:.0f}%",
-                       times=lambda x: "—" if x is None else f"{x:.2f}×", usd=lambda x: "cost unknown" if x is None else f"${x:.4f}",
-                       shape=lambda s: "×".join(str(d) for d in s), cell=_cell)
+    env.filters.update(us=_us, num=_num, err=_err, pct=_pct, cell=_cell,
+                       pct100=lambda x: "—" if x is None else f"{x:.0f}%",
+                       times=lambda x: "—" if x is None else f"{x:.2f}×",
+                       usd=lambda x: "cost unknown" if x is None else f"${x:.4f}",
+                       shape=lambda s: "×".join(str(d) for d in s))
     return env
 
 
@@ -73,6 +75,12 @@ def amdahl_gain(share: float, speedup: float) -> float:
     return 1 - ((1 - share) + share / speedup)
 
 
+def _worst(errors) -> float | None:
+    """The largest error, ignoring unknown ones (None, NaN); None when there is none."""
+    known = [e for e in errors if e is not None and not math.isnan(e)]
+    return max(known) if known else None
+
+
 def case_rows(verdict: Verdict) -> list[dict[str, Any]]:
     """One row per shape x dtype x kind, over its seeds: worst errors, tolerance, cases passed."""
     groups: dict[tuple, list] = collections.OrderedDict()
@@ -80,11 +88,10 @@ def case_rows(verdict: Verdict) -> list[dict[str, Any]]:
         groups.setdefault((tuple(c.shape), c.dtype, c.kind), []).append(c)
     rows = []
     for (shape, dtype, kind), cases in groups.items():
-        abs_errs = [c.max_abs_err for c in cases if c.max_abs_err is not None]
-        rel_errs = [c.max_rel_err for c in cases if c.max_rel_err is not None]
         notes = sorted({c.note for c in cases if c.note})
         rows.append({"shape": shape, "dtype": dtype, "kind": kind, "source": cases[0].source,
-                     "max_abs_err": max(abs_errs) if abs_errs else None, "max_rel_err": max(rel_errs) if rel_errs else None,
+                     "max_abs_err": _worst(c.max_abs_err for c in cases),
+                     "max_rel_err": _worst(c.max_rel_err for c in cases),
                      "rtol": cases[0].rtol, "atol": cases[0].atol, "seeds": len(cases),
                      "passed": sum(c.passed for c in cases), "note": "; ".join(notes)})
     return rows
@@ -137,7 +144,8 @@ def _latency_rows(model_check: dict[str, Any] | None) -> list[dict[str, Any]]:
     rows = []
     for name in before:
         b, a = before.get(name), after.get(name)
-        change = f"{100 * (a - b) / b:+.1f}%" if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else "—"
+        numbers = isinstance(a, (int, float)) and isinstance(b, (int, float)) and b
+        change = f"{100 * (a - b) / b:+.1f}%" if numbers else "—"
         rows.append({"name": name, "before": b, "after": a, "change": change})
     return rows
 

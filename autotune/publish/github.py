@@ -53,7 +53,8 @@ class GitHub:
             raise UserError(self._explain(e.code, e.read())) from None
         except (urllib.error.URLError, TimeoutError, OSError) as e:
             reason = getattr(e, "reason", e)
-            raise UserError(f"cannot reach the GitHub API at {url}: {reason} (check publish.api_url and the network)") from None
+            raise UserError(f"cannot reach the GitHub API at {url}: {reason} "
+                            f"(check publish.api_url and the network)") from None
 
     def _explain(self, code: int, raw: bytes) -> str:
         try:
@@ -67,7 +68,8 @@ class GitHub:
         if code in (401, 403):
             return f"GitHub token refused ({code} {full}) for {repo} (check the token and that it may write pull requests)"
         if code == 404:
-            return f"GitHub found no repository {repo} at {self.base} (404; check publish.owner, publish.name and the token's access)"
+            return (f"GitHub found no repository {repo} at {self.base} "
+                    f"(404; check publish.owner, publish.name and the token's access)")
         if code == 422:
             return f"GitHub rejected the pull request for {repo} (422): {full}"
         return f"GitHub answered {code} for {repo}: {full} (try again later)"
@@ -126,7 +128,8 @@ def _remote_sha(repo: git.Repo, remote: git.Remote, branch: str) -> str | None:
     try:
         out = repo.git.ls_remote(remote.name, f"refs/heads/{branch}")
     except git.GitCommandError as e:
-        raise UserError(f"cannot read remote '{remote.name}': {gitops.error_line(e)} (check its URL and your git credentials)") from None
+        raise UserError(f"cannot read remote '{remote.name}': {gitops.error_line(e)} "
+                        f"(check its URL and your git credentials)") from None
     return out.split()[0] if out.strip() else None
 
 

@@ -29,7 +29,8 @@ def open_repo(path: str | os.PathLike) -> Repo:
     try:
         repo = Repo(where, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        raise UserError(f"publish.repo {where} is not a git repository (run `git init` there, or set publish.repo=PATH)") from None
+        raise UserError(f"publish.repo {where} is not a git repository "
+                        f"(run `git init` there, or set publish.repo=PATH)") from None
     if repo.bare:
         raise UserError(f"publish.repo {where} is a bare repository (point publish.repo at a checkout)")
     if not repo.head.is_valid():
@@ -132,4 +133,5 @@ def error_line(e: git.GitCommandError) -> str:
     """The line of git's stderr that says what went wrong (GitPython wraps it in "stderr: '...'")."""
     text = str(e.stderr or e).strip().removeprefix("stderr:").strip().strip("'")
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return next((ln for ln in lines if ln.startswith(("error", "fatal")) or "rejected" in ln), lines[0] if lines else str(e))
+    telling = (ln for ln in lines if ln.startswith(("error", "fatal")) or "rejected" in ln)
+    return next(telling, lines[0] if lines else str(e))

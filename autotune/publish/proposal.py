@@ -37,7 +37,8 @@ def _check(request: ProposalRequest) -> None:
     if not request.source.strip():
         raise UserError(f"the {request.target} candidate source is empty (nothing to publish)")
     if request.verdict.target != request.target:
-        raise UserError(f"the verdict is for '{request.verdict.target}', not '{request.target}' (pass the matching verdict)")
+        raise UserError(f"the verdict is for '{request.verdict.target}', not '{request.target}' "
+                        f"(pass the matching verdict)")
     if not request.verdict.passed:
         raise UserError(f"refusing to publish a {request.target} kernel judged '{request.verdict.status.value}': "
                         f"only accepted or unmeasured kernels are proposed ({request.verdict.reason})")
