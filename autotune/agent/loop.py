@@ -72,15 +72,26 @@ def search_target(target: Target, hotspot: dict | None, cfg: DictConfig, run_dir
     settings = dataclasses.replace(settings, turns=turns)
     state = _Search(target, hotspot, cfg, run_dir, ledger, client, settings, n,
                     verify_fn or default_verify(cfg, hotspot), list(rejections), incumbent)
+    _run_all(state, n, settings.workers)
+    return state.finish()
+
+
+def _run_all(state: "_Search", n: int, workers: int) -> None:
+    """The conversations on a thread pool; the first error (or Ctrl-C) stops the others at their next turn."""
     errors = []
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(min(settings.workers, n), 1)) as pool:
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(min(workers, n), 1))
+    try:
         for future in concurrent.futures.as_completed([pool.submit(_converse, state, i) for i in range(n)]):
             if future.exception() is not None:
-                state.halt("error: " + str(future.exception()))
+                state.halt(f"error: {future.exception()}")
                 errors.append(future.exception())
+    except BaseException:
+        state.halt("interrupted")
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     if errors:
         raise errors[0]  # a dead endpoint, say: everything judged so far is in the ledger already
-    return state.finish()
 
 
 def default_verify(cfg: DictConfig, hotspot: dict | None) -> VerifyFn:
