@@ -47,7 +47,8 @@ class Price:
     @classmethod
     def from_cfg(cls, price: Mapping[str, Any] | None) -> "Price":
         price = price or {}
-        return cls(*(float(price.get(k) or 0.0) for k in ("input_per_mtok", "cached_input_per_mtok", "output_per_mtok")))
+        keys = ("input_per_mtok", "cached_input_per_mtok", "output_per_mtok")
+        return cls(*(float(price.get(k) or 0.0) for k in keys))
 
     def cost_usd(self, usage: Usage) -> float:
         uncached = max(usage.prompt_tokens - usage.cached_tokens, 0)

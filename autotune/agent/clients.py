@@ -217,11 +217,13 @@ class OpenAIClient:
         if code in (401, 403):
             return f"{said} (put the API key in the environment variable {self.key_env}, named by agent.api_key_env)"
         if code == 404:
-            return f"{said} (agent.base_url must be the API root, usually ending in /v1, and agent.model a model it serves)"
+            return (f"{said} (agent.base_url must be the API root, usually ending in /v1, "
+                    f"and agent.model a model it serves)")
         if code == 429:
             wait = e.response.headers.get("retry-after")
             asked = f"; it asked to wait {wait} s" if wait else ""
-            return f"{said} after {self.max_retries} retries{asked} (wait and resume the run, or raise agent.max_retries)"
+            return (f"{said} after {self.max_retries} retries{asked} "
+                    f"(wait and resume the run, or raise agent.max_retries)")
         if code >= 500:
             return f"{said} after {self.max_retries} retries (check the server's log, then resume the run)"
         return f"{said} (check agent.model, agent.max_tokens and agent.temperature for this server)"

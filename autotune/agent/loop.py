@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import functools
 import hashlib
 import os
 import threading
@@ -95,17 +96,19 @@ def _run_all(state: "_Search", n: int, workers: int) -> None:
 
 
 def default_verify(cfg: DictConfig, hotspot: dict | None) -> VerifyFn:
-    """The real checker on the hot spot's shapes (its defaults when there is no profile)."""
+    """The real checker on the hot spot's shapes (verify.shapes decides when there is no hot spot)."""
     shapes = [(tuple(s["shape"]), s["dtype"], int(s.get("calls") or 0)) for s in (hotspot or {}).get("shapes") or []]
 
-    environment = []  # collected on first use, once per search: it runs git and asks torch
+    @functools.cache
+    def environment():  # once per search, not per file: it runs git and asks torch
+        from autotune.env import collect
+
+        return collect(dict(cfg.get("labels") or {}))
 
     def verify_fn(target: Target, path: Path) -> Verdict:
-        from autotune.env import collect
         from autotune.verify import verify
 
-        environment[:] = environment or [collect(dict(cfg.get("labels") or {}))]
-        return verify(target, path, cfg, shapes=shapes or None, environment=environment[0])
+        return verify(target, path, cfg, shapes=shapes or None, environment=environment())
 
     return verify_fn
 
@@ -208,8 +211,10 @@ class _Search:
             sha = hashlib.sha256(extraction.code.encode()).hexdigest()
         prior = self.prior.get((slot.index, slot.turn))
         resumed = prior is not None and prior.get("sha256", "") == sha
-        if path is not None:
-            verdict = Verdict.from_dict(prior["verdict"]) if resumed and prior.get("verdict") else self.verify_fn(self.target, path)
+        if path is not None and resumed and prior.get("verdict"):
+            verdict = Verdict.from_dict(prior["verdict"])  # judged before the interruption
+        elif path is not None:
+            verdict = self.verify_fn(self.target, path)
         record = CandidateRecord(
             id=f"{slot.target}-c{slot.index}-t{slot.turn}", target=slot.target, agent=self.client.name,
             model=ex.model, index=slot.index, turn=slot.turn, path=path, sha256=sha,

@@ -174,7 +174,8 @@ def trim_stderr(text: str, lines: int = STDERR_LINES) -> str:
     for line in (text or "").strip("\n").splitlines():
         frame = _FRAME.match(line)
         if frame:
-            skipping = "site-packages" in frame.group(1) or "/autotune/" in frame.group(1) or frame.group(1).startswith("<")
+            where = frame.group(1)
+            skipping = "site-packages" in where or "/autotune/" in where or where.startswith("<")
             if skipping and (not kept or kept[-1] != "  ..."):
                 kept.append("  ...")
             if skipping:

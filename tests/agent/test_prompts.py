@@ -85,7 +85,8 @@ def test_each_turn_only_appends_so_the_prefix_is_byte_identical():
     convo = prompts.Conversation("S", "T")
     before = [dict(m) for m in convo.messages]
     convo.add_turn("reply 1", "feedback 1")
-    assert convo.messages[:2] == before and [m["role"] for m in convo.messages] == ["system", "user", "assistant", "user"]
+    assert convo.messages[:2] == before
+    assert [m["role"] for m in convo.messages] == ["system", "user", "assistant", "user"]
 
 
 def test_prompts_dir_holds_the_templates():
