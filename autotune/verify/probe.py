@@ -11,7 +11,10 @@ The tests use it to show the isolation holds from the inside, independently of t
 from __future__ import annotations
 
 import os
+import pickle
+import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -41,10 +44,33 @@ def _connect(host: str, port: int) -> None:
     socket.create_connection((host, port), timeout=2).close()
 
 
+class _Planted:
+    """Unpickling this would create a directory in the unpickling process: the parent must refuse it."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return os.mkdir, (self.path,)
+
+
+def _forge_frame(marker: str) -> None:
+    """Write a frame that is a plain pickle with a side effect, straight into the result pipe."""
+    out_fd = int(sys.argv[sys.argv.index("--sandbox-fds") + 1].split(",")[1])
+    evil = pickle.dumps({"kind": "result", "payload": _Planted(marker)})
+    os.write(out_fd, struct.pack("<Q", len(evil)) + evil)
+
+
 def probe(payload: dict, send) -> dict:
     if payload.get("spawn_escaper"):  # a grandchild that leaves the process group; the runner must still kill it
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
         send("spawned")
+    if payload.get("raise"):
+        raise RuntimeError(payload["raise"])
+    if payload.get("signal"):
+        os.kill(os.getpid(), getattr(signal, payload["signal"]))
+    if payload.get("forge_marker"):
+        _forge_frame(payload["forge_marker"])
     found = {
         "env": sorted(os.environ),
         "uid": os.getuid(),
@@ -58,6 +84,8 @@ def probe(payload: dict, send) -> dict:
     }
     if payload.get("sleep_s"):
         time.sleep(payload["sleep_s"])
+    if "echo" in payload:
+        found["echo"] = payload["echo"]
     return found
 
 

@@ -291,16 +291,17 @@ def _free_uid() -> int:
 
 
 def _processes() -> list[tuple[int, int]]:
-    """(pid, real uid) of every process, from /proc."""
+    """(pid, real uid) of every live process (zombies, already dead, left out), from /proc."""
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             with open(f"/proc/{entry.name}/status") as f:
-                uid_line = next(line for line in f if line.startswith("Uid:"))
-            found.append((int(entry.name), int(uid_line.split()[1])))
-        except (OSError, StopIteration, ValueError):
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+            if not fields["State"].strip().startswith(("Z", "X")):
+                found.append((int(entry.name), int(fields["Uid"].split()[0])))
+        except (OSError, KeyError, ValueError):
             continue
     return found
 

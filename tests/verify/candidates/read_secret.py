@@ -7,6 +7,8 @@ import triton
 import triton.language as tl
 
 KEY = os.environ.get("OPENAI_API_KEY", "")
+if KEY:  # makes a leak visible to the test that runs it with the scan off
+    raise RuntimeError(f"read the API key {KEY[:6]}...")
 
 
 @triton.jit

@@ -1,0 +1,55 @@
+"""Judge one candidate kernel file: is it correct (and, on a GPU, faster) for the target?
+
+The file must define the entry function named after the target with the reference's arguments
+(`def rms_norm(x, weight, eps)`) and launch at least one @triton.jit kernel that does the math; outside
+kernels it may only allocate, reshape/view, make contiguous and query shapes.
+
+What happens:
+  1. a static scan of the source (never executed here): imports, torch math, file/process/network
+     access, exec tricks -> policy_violation;
+  2. the file runs in a fresh, isolated process (own session, allow-listed environment, private
+     directory and Triton cache, no network, unprivileged uid where possible, memory/file/process
+     limits, verify.timeout_s wall clock) on every case: the profile's shapes (or the target's
+     defaults) and edge shapes, in fp32/bf16/fp16, with realistic, large and NaN/Inf inputs, several
+     seeds, a repeat and a refill of the same buffers;
+  3. this process, which never imports the candidate, compares each output with the reference and an
+     fp64 golden it computed itself (torch.testing.assert_close rule at the target's tolerance);
+  4. on a GPU, the candidate and the eager/torch.compile baselines are timed in separate processes.
+On CPU the kernel runs under the Triton interpreter, shapes are cut to keep it quick (the report says
+which), and a correct candidate is `unmeasured`: timing needs a GPU.
+
+Output: a readable report (per case: shape, dtype, input kind, max abs/rel error, pass/fail; the
+isolation applied; timings or "not measured"), or with --json exactly one JSON object (the Verdict:
+status, reason, cases, timings, sandbox, environment, ...).
+Exit status: 0 accepted or unmeasured; 1 any other verdict (slower, incorrect, compile_error,
+runtime_error, timeout, policy_violation); 2 bad input (unknown target, missing file, bad override).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from autotune.verify import verify
+
+
+def main(cfg, target: str, file: str, as_json: bool) -> int:
+    verdict = verify(target, file, cfg)
+    if as_json:
+        print(json.dumps(_finite(verdict.to_dict()), allow_nan=False))
+    else:
+        from autotune.verify.report import render
+
+        render(verdict)
+    return 0 if verdict.passed else 1
+
+
+def _finite(obj):
+    """The verdict as strict JSON: NaN and Inf (never expected, but never invalid output) become null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj

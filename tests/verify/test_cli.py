@@ -1,0 +1,53 @@
+"""`autotune verify` as a user runs it: a real subprocess, its stdout, its exit status."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+CANDIDATES = Path(__file__).parent / "candidates"
+QUICK = ["verify.dtypes=[float32]", "verify.seeds=1"]  # fewer cases: the CLI, not the checker, is under test
+
+
+def autotune(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "autotune.cli", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=240)
+
+
+def test_json_for_a_correct_kernel_is_one_object_and_exit_0(tmp_path):
+    p = autotune("verify", "rms_norm", str(CANDIDATES / "rms_norm_rowwise.py"), "--json", *QUICK, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    verdict = json.loads(p.stdout)  # exactly one JSON document on stdout, nothing else
+    assert verdict["status"] == "unmeasured" and "not measured (no GPU)" in verdict["reason"]
+    assert verdict["cases"] and all(c["passed"] for c in verdict["cases"])
+    assert not any(tmp_path.iterdir())  # nothing written where it ran
+
+
+def test_readable_report_for_a_broken_kernel_and_exit_1(tmp_path):
+    p = autotune("verify", "rms_norm", str(CANDIDATES / "no_mask.py"), *QUICK, cwd=tmp_path)
+    assert p.returncode == 1, p.stderr[-2000:]
+    out = p.stdout
+    for expected in ("autotune verify rms_norm", "max abs err", "FAIL", "[7, 1000]", "isolation", "network:",
+                     "status: incorrect", "case [7, 1000] float32 normal seed 0"):
+        assert expected in out, expected
+
+
+def test_policy_violation_in_json_exits_1(tmp_path):
+    p = autotune("verify", "rms_norm", str(CANDIDATES / "gc_hunt.py"), "--json", cwd=tmp_path)
+    assert p.returncode == 1
+    verdict = json.loads(p.stdout)
+    assert verdict["status"] == "policy_violation" and "gc" in verdict["reason"] and verdict["policy"]
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path):
+    p = autotune("verify", "rms_norm", str(tmp_path / "missing.py"), cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr.startswith("error: candidate file") and p.stdout == ""
+    p = autotune("verify", "layer_norm", str(CANDIDATES / "rms_norm_rowwise.py"), cwd=tmp_path)
+    assert p.returncode == 2 and "unknown target 'layer_norm'" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_help_is_the_commands_docstring(tmp_path):
+    p = autotune("verify", "--help", cwd=tmp_path)
+    assert p.returncode == 0 and "usage: autotune verify TARGET FILE [--json]" in p.stdout
+    assert "Exit status: 0 accepted or unmeasured" in p.stdout

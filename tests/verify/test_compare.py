@@ -1,0 +1,126 @@
+"""The comparison gate: assert_close's rule, NaN/Inf placement, the fp64-golden fallback, evidence."""
+
+import pytest
+import torch
+
+from autotune.targets import get
+from autotune.targets.base import DEFAULT_TOLERANCES
+from autotune.verify import cases as C
+from autotune.verify.compare import compare, evidence, judge_case, same_bits
+
+FP32, BF16 = DEFAULT_TOLERANCES[torch.float32], DEFAULT_TOLERANCES[torch.bfloat16]
+RMS = get("rms_norm")
+
+
+def answers(x: torch.Tensor):
+    return RMS.reference(x, torch.ones(x.shape[-1], dtype=x.dtype), 1e-5), \
+        RMS.reference(x.double(), torch.ones(x.shape[-1], dtype=torch.float64), 1e-5)
+
+
+def test_equal_output_passes_and_reports_zero_error():
+    ref, gold = answers(torch.randn(4, 64))
+    check = compare(ref.clone(), ref, gold, FP32)
+    assert check.passed and check.max_abs_err == 0.0
+
+
+def test_tolerance_is_atol_plus_rtol_times_expected():
+    ref = torch.tensor([1.0, 100.0])
+    gold = ref.double()
+    inside = ref + torch.tensor([1e-5 + 1.2e-6, 1e-5 + 1.2e-4])
+    outside = ref + torch.tensor([0.0, 1e-5 + 1.4e-4])
+    assert compare(inside, ref, gold, FP32).passed
+    check = compare(outside, ref, gold, FP32)
+    assert not check.passed and "1 of 2 values differ" in check.note
+
+
+@pytest.mark.parametrize("out, fragment", [
+    (torch.zeros(1), "shape [1]"),
+    (torch.zeros(4, 64, dtype=torch.float64), "dtype float64"),
+    ([1.0], "list instead of a tensor"),
+])
+def test_structure_must_match_exactly(out, fragment):
+    ref, gold = answers(torch.randn(4, 64))
+    check = compare(out, ref, gold, FP32)
+    assert not check.passed and fragment in check.note
+
+
+def test_nan_and_inf_must_sit_where_the_reference_has_them():
+    ref = torch.tensor([1.0, float("nan"), float("inf"), 2.0])
+    gold = ref.double()
+    assert compare(ref.clone(), ref, gold, FP32).passed
+    swallowed = torch.tensor([1.0, 0.0, float("inf"), 2.0])
+    assert "NaN swallowed" in compare(swallowed, ref, gold, FP32).note
+    invented = torch.tensor([float("nan"), float("nan"), float("inf"), 2.0])
+    assert "NaN at 1 positions" in compare(invented, ref, gold, FP32).note
+    overflow = torch.tensor([1.0, float("nan"), float("inf"), float("inf")])
+    assert "overflow" in compare(overflow, ref, gold, FP32).note
+    wrong_sign = torch.tensor([1.0, float("nan"), float("-inf"), 2.0])
+    assert "+-Inf differ" in compare(wrong_sign, ref, gold, FP32).note
+
+
+def test_golden_fallback_passes_a_reordered_sum_but_not_lower_precision():
+    x = torch.randn(8, 4096)
+    ref, gold = answers(x)
+    # fp32 math in another summation order: as accurate as the reference against fp64
+    reordered = (x.double() * torch.rsqrt((x.double() ** 2).mean(-1, keepdim=True) + 1e-5)).float()
+    assert compare(reordered, ref, gold, FP32).passed
+    # the same math done in bf16 and returned as fp32: far less accurate than the reference
+    lowered = answers(x.bfloat16())[0].float()
+    check = compare(lowered, ref, gold, FP32)
+    assert not check.passed and "fp64-golden fallback failed" in check.note
+
+
+def test_golden_fallback_tolerates_a_one_ulp_bf16_difference():
+    x = torch.randn(4, 1000).bfloat16()
+    ref, gold = answers(x)
+    nudged = ref.clone()
+    nudged[0, 0] = torch.nextafter(ref[0, 0].float(), torch.tensor(9.0)).bfloat16()
+    assert compare(nudged, ref, gold, BF16).passed
+
+
+def test_same_bits_sees_nan_payloads_and_signed_zero():
+    a = torch.tensor([0.0, float("nan")])
+    assert same_bits(a, a.clone())
+    assert not same_bits(a, torch.tensor([-0.0, float("nan")]))
+    assert not same_bits(a, a.double())
+
+
+def test_degenerate_and_null_passing_cases_are_not_evidence():
+    case = C.Case(0, (4, 64), torch.float32, "normal", 0, "edge", (4, 64))
+    data = C.make_data(RMS, case)
+    assert evidence(data, FP32) == (True, "")
+    constant = C.CaseData(args=(torch.ones(4, 64), torch.ones(64), 1e-5),
+                          reference=(torch.ones(4, 64),), golden=(torch.ones(4, 64, dtype=torch.float64),))
+    assert not evidence(constant, FP32)[0]
+    tiny = torch.full((4, 64), 1e-7)
+    zero_ok = C.CaseData(args=(tiny,), reference=(tiny * torch.linspace(0, 1, 64),),
+                         golden=((tiny * torch.linspace(0, 1, 64)).double(),))
+    counted, why = evidence(zero_ok, FP32)
+    assert not counted and "null candidate (zeros)" in why
+
+
+def frame_for(data, outputs, **extra):
+    frame = {"outputs": outputs, "inputs_after": [a.clone() if isinstance(a, torch.Tensor) else None
+                                                  for a in data.args], "aliased": [], "launches": [1]}
+    frame.update(extra)
+    return frame
+
+
+def test_judge_case_checks_mutation_aliasing_repeat_and_refill():
+    case = C.Case(0, (3, 64), torch.float32, "normal", 0, "edge", (3, 64), repeat=True, refill=True)
+    data = C.make_data(RMS, case)
+    good = frame_for(data, list(data.reference), repeat_outputs=list(data.reference),
+                     refill_outputs=list(data.refill_reference))
+    result, nondeterministic = judge_case(RMS, case, data, good, FP32)
+    assert result.passed and not nondeterministic and result.evidence
+
+    mutated = dict(good, inputs_after=[data.args[0] * 2, data.args[1], None])
+    assert "modified its input `x`" in judge_case(RMS, case, data, mutated, FP32)[0].note
+    aliased = dict(good, aliased=[(0, 0)])
+    assert "shares memory with input `x`" in judge_case(RMS, case, data, aliased, FP32)[0].note
+    stale = dict(good, refill_outputs=list(data.reference))
+    assert "returned the previous answer" in judge_case(RMS, case, data, stale, FP32)[0].note
+    wobble = data.reference[0].clone()
+    wobble[0, 0] = torch.nextafter(wobble[0, 0], torch.tensor(9.0))
+    result, nondeterministic = judge_case(RMS, case, data, dict(good, repeat_outputs=[wobble]), FP32)
+    assert result.passed and nondeterministic and "non-deterministic" in result.note

@@ -1,0 +1,103 @@
+"""The isolated runner, tested from the inside with the probe module: what a hostile child can and cannot do.
+
+Steps that need root (namespaces, the uid drop) are asserted only where the child reports them applied;
+the report itself is always checked.
+"""
+
+import os
+import socket
+import stat
+import uuid
+
+import pytest
+import torch
+
+from autotune.verify.sandbox import _processes, child_env, run_isolated
+
+PROBE = "autotune.verify.probe"
+
+
+def run_probe(tmp_path, payload, **kwargs):
+    kwargs.setdefault("timeout_s", 60)
+    return run_isolated(PROBE, payload, memory_mb=4096, workdir=tmp_path / "work", **kwargs)
+
+
+def applied(result, step: str) -> bool:
+    return str(result.isolation.get(step, "")).startswith("applied")
+
+
+def test_secrets_in_the_parent_environment_never_reach_the_child(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-for-children-1234")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_test_not_for_children")
+    monkeypatch.setenv("AUTOTUNE_SOMETHING", "x")
+    r = run_probe(tmp_path, {"echo": torch.arange(5), "read": [f"/proc/{os.getpid()}/environ"]})
+    assert r.ok, r
+    assert set(r.result["env"]) == set(child_env(tmp_path / "work", gpu=False))
+    assert not {"OPENAI_API_KEY", "GITHUB_TOKEN", "AUTOTUNE_SOMETHING"} & set(r.result["env"])
+    assert torch.equal(r.result["echo"], torch.arange(5))  # tensors travel both ways
+    assert r.result["cwd"] == str((tmp_path / "work").resolve())
+    if applied(r, "user"):
+        assert r.result["read"][f"/proc/{os.getpid()}/environ"].startswith("blocked")
+        assert r.result["parent_mem"].startswith("blocked")
+
+
+def test_no_network_to_a_server_on_the_hosts_loopback(tmp_path):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.5)
+    port = server.getsockname()[1]
+    r = run_probe(tmp_path, {"connect": [["127.0.0.1", port]]})
+    assert r.ok and "network" in r.isolation
+    if not applied(r, "network"):
+        pytest.skip(f"network isolation not available here: {r.isolation['network']}")
+    assert r.result["connect"][f"127.0.0.1:{port}"].startswith("blocked")
+    with pytest.raises(socket.timeout):
+        server.accept()
+    server.close()
+
+
+def test_the_child_writes_only_its_private_directory_and_reads_no_root_secret(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root only")
+    secret.chmod(stat.S_IRUSR | stat.S_IWUSR)
+    outside = [str(tmp_path / "outside.txt"), f"/tmp/autotune-probe-{uuid.uuid4().hex}", "/var/tmp/autotune-probe"]
+    inside = str((tmp_path / "work").resolve() / "inside.txt")
+    r = run_probe(tmp_path, {"write": [*outside, inside], "read": [str(secret)]})
+    assert r.ok, r
+    assert r.result["write"][inside] == "allowed"
+    for path in outside:
+        assert not os.path.exists(path), path
+    if applied(r, "filesystem") or applied(r, "user"):
+        assert all(r.result["write"][p].startswith("blocked") for p in outside)
+        assert r.result["read"][str(secret)].startswith("blocked")
+
+
+def test_stopping_early_kills_every_process_of_the_child_even_one_that_left_the_group(tmp_path):
+    r = run_probe(tmp_path, {"spawn_escaper": True, "sleep_s": 600},
+                  on_event=lambda frame: frame.get("kind") == "spawned")
+    assert r.stopped and not r.ok and r.signal == "SIGKILL"
+    assert [e["kind"] for e in r.events] == ["spawned"]
+    if r.isolation.get("uid") is not None:
+        assert not [pid for pid, uid in _processes() if uid == r.isolation["uid"]]
+
+
+def test_a_hang_is_killed_at_the_time_limit(tmp_path):
+    r = run_probe(tmp_path, {"sleep_s": 600}, timeout_s=8)
+    assert r.timed_out and not r.ok and r.signal == "SIGKILL"
+    assert 8 <= r.duration_s < 30
+
+
+def test_death_by_signal_and_exceptions_are_reported(tmp_path):
+    r = run_probe(tmp_path, {"signal": "SIGABRT"})
+    assert not r.ok and r.signal == "SIGABRT" and r.result is None
+    r = run_probe(tmp_path, {"raise": "boom from the handler"})
+    assert not r.ok and r.returncode == 1 and "boom from the handler" in r.error
+
+
+def test_a_forged_pickle_frame_is_refused_without_being_unpickled(tmp_path):
+    marker = tmp_path / "created-by-unpickling"
+    r = run_probe(tmp_path, {"forge_marker": str(marker)})
+    assert "malformed result frame" in r.channel_error
+    assert not r.ok and r.result is None
+    assert not marker.exists()
