@@ -23,8 +23,7 @@ from autotune.verify.verdict import Status, Verdict
 
 PROMPTS_DIR = Path(__file__).resolve().parents[2] / "prompts"
 EXAMPLE = PROMPTS_DIR / "examples" / "rms_norm.py"
-# HBM3 of an H100 SXM (NVIDIA datasheet): the floor assumed when no GPU is present to look up.
-ASSUMED_BANDWIDTH = (3350.0, "assumed: an H100 SXM's 3.35 TB/s, since no GPU was seen here")
+ASSUMED_GPU = "H100 SXM"  # whose bandwidth the floors assume when there is no GPU to look up
 STDERR_LINES = 30  # the end of a traceback that the model sees; more is noise at ~10 tokens a line
 
 _env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(PROMPTS_DIR)), undefined=jinja2.StrictUndefined,
@@ -62,26 +61,26 @@ class Conversation:
 
 def roofline(cfg) -> Roofline:
     """The bandwidth behind the prompt's time floors: configured, else the GPU's, else an assumption said so."""
+    from autotune.verify.timing import PEAK_BANDWIDTH_GBPS, peak_bandwidth_gbps  # the checker's table
+
     given = OmegaConf.select(cfg, "verify.peak_bandwidth_gbps", default=None)
     if given:
         return Roofline(float(given), "set by verify.peak_bandwidth_gbps")
-    found = _gpu_bandwidth()
-    return Roofline(*found) if found else Roofline(*ASSUMED_BANDWIDTH)
+    gpu = _gpu_name(str(OmegaConf.select(cfg, "device", default="auto")))
+    found = peak_bandwidth_gbps(gpu, None) if gpu else None
+    if found:
+        return Roofline(found, f"the {gpu}'s peak memory bandwidth")
+    assumed = float(PEAK_BANDWIDTH_GBPS[ASSUMED_GPU])
+    why = f"{gpu} is not in the checker's table" if gpu else "no GPU was seen here"
+    return Roofline(assumed, f"assumed: an {ASSUMED_GPU}'s, since {why}")
 
 
-def _gpu_bandwidth() -> tuple[float, str] | None:
-    """(GB/s, source) for the GPU torch sees, from the checker's table; None without a GPU."""
+def _gpu_name(device: str) -> str | None:
     import torch
 
-    if not torch.cuda.is_available():
+    if device == "cpu" or not torch.cuda.is_available():
         return None
-    try:
-        from autotune.verify import roofline as checker_roofline
-    except ImportError:
-        return None
-    name = torch.cuda.get_device_name(0)
-    gbps = checker_roofline.peak_bandwidth_gbps(name)
-    return (float(gbps), f"the {name}'s peak memory bandwidth") if gbps else None
+    return torch.cuda.get_device_name(0)
 
 
 def render(template: str, **slots: Any) -> str:

@@ -4,6 +4,7 @@ from pathlib import Path
 
 from autotune import targets
 from autotune.agent import prompts
+from autotune.config import compose
 from autotune.verify.verdict import CaseResult, ShapeTiming, Status, Verdict
 
 HOTSPOT = {"target": "rms_norm", "share": 0.083, "calls": 1234, "total_us": 4567.0, "projected_gain": 0.04,
@@ -40,8 +41,11 @@ def test_task_message_has_reference_shapes_roofline_and_rejections():
 
 def test_task_message_without_profile_uses_default_shapes_and_states_assumption():
     target = targets.get("silu_and_mul")
-    text = prompts.task_message(target, None, prompts.Roofline(*prompts.ASSUMED_BANDWIDTH), index=0, candidates=1)
-    assert "No profile was taken" in text and "| 64x28672 | float16 | - | - |" in text and "assumed" in text
+    text = prompts.task_message(target, None, prompts.roofline(compose(["device=cpu"])), index=0, candidates=1)
+    assert "No profile was taken" in text and "| 64x28672 | float16 | - | - |" in text
+    assert "3,350 GB/s" in text and "assumed: an H100 SXM's, since no GPU was seen here" in text
+    given = prompts.roofline(compose(["verify.peak_bandwidth_gbps=1000"]))
+    assert given == prompts.Roofline(1000.0, "set by verify.peak_bandwidth_gbps")
 
 
 def test_feedback_shows_the_failing_case_and_a_trimmed_traceback_without_paths():
