@@ -121,7 +121,7 @@ def _numel(shape: Shape) -> int:
     return n
 
 
-def _generator(target: Target, shape: Shape, dtype: torch.dtype, kind: str, seed: int) -> torch.Generator:
+def generator(target: Target, shape: Shape, dtype: torch.dtype, kind: str, seed: int) -> torch.Generator:
     """A generator seeded from the case itself: the same case always gets the same inputs."""
     text = f"{target.name}|{list(shape)}|{dtype_name(dtype)}|{kind}|{seed}".encode()
     return torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(text).digest()[:8], "little"))
@@ -140,12 +140,12 @@ def answers(target: Target, args: tuple) -> tuple[tuple, tuple]:
 
 
 def make_data(target: Target, case: Case) -> CaseData:
-    args = tuple(target.make_inputs(case.shape, case.dtype, _generator(target, case.shape, case.dtype, case.kind,
+    args = tuple(target.make_inputs(case.shape, case.dtype, generator(target, case.shape, case.dtype, case.kind,
                                                                        case.seed), case.kind))
     reference, golden = answers(target, args)
     data = CaseData(args=args, reference=reference, golden=golden)
     if case.refill:
-        gen = _generator(target, case.shape, case.dtype, "refill", case.seed)
+        gen = generator(target, case.shape, case.dtype, "refill", case.seed)
         data.refill_args = tuple(target.make_inputs(case.shape, case.dtype, gen, "normal"))
         data.refill_reference, data.refill_golden = answers(target, data.refill_args)
     return data

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from autotune.errors import UserError
 from autotune.targets.base import Target
 from autotune.verify import cases as case_plan
 from autotune.verify import policy
@@ -40,6 +41,7 @@ class _Session:
         self.case_error: dict | None = None
         self.runtime_policy: list[str] = []
         self.protocol = ""
+        self.setup_error = ""  # the worker could not set up (no GPU inside the sandbox): not the candidate's fault
         self.nondeterministic = False
 
     def on_event(self, frame: dict) -> bool:
@@ -53,6 +55,9 @@ class _Session:
             return True
         elif kind == "case_error":
             self.case_error = frame
+            return True
+        elif kind == "setup_error":
+            self.setup_error = str(frame.get("error", ""))
             return True
         return False
 
@@ -169,6 +174,8 @@ def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, de
     with _one_thread():
         session = _Session(target, plan, [])
         run = _run_worker(target, source, plan, cfg_verify, device, session)
+    if session.setup_error:
+        raise UserError(f"the isolated worker could not start its work: {session.setup_error}")
     status, reason = session.conclude(run, float(cfg_verify.timeout_s))
     verdict.cases = [session.results[i] for i in sorted(session.results)]
     verdict.nondeterministic = session.nondeterministic
@@ -178,10 +185,14 @@ def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, de
     verdict.notes = [n for n in (case_plan.cut_note(target, shapes, cfg_verify, on_gpu),
                                  "non-deterministic: two calls on the same inputs differed bitwise"
                                  if session.nondeterministic else "") if n]
+    if bool(cfg_verify.nsight):
+        verdict.notes.append("verify.nsight: Nsight Compute metrics of candidates are not collected yet (the "
+                             "candidate runs unprivileged and ncu needs counter access); `autotune profile` has them "
+                             "for the references")
     if status is Status.UNMEASURED and on_gpu:
         from autotune.verify.timing import measure
 
-        return _finish(verdict, *measure(target, source, plan, shapes, cfg_verify, verdict), started)
+        return _finish(verdict, *measure(target, source, shapes, cfg_verify, verdict), started)
     if status is Status.UNMEASURED:
         reason += "; timing: not measured (no GPU)"
     return _finish(verdict, status, reason, started)

@@ -171,6 +171,10 @@ def work(payload: dict, send) -> dict:
     torch.utils.deterministic.fill_uninitialized_memory = True
     workdir = Path.cwd()
     candidate_file = str(workdir / f"{MODULE_NAME}.py")
+    if payload["device"] == "cuda" and not torch.cuda.is_available():
+        send("setup_error", error="no GPU is visible inside the isolated process (check /dev/nvidia* permissions "
+                                  "for an unprivileged uid, or run with device=cpu)")
+        return {"cases_run": 0}
     try:
         fn = load(payload["source"], payload["entry"], workdir)
     except BaseException as e:  # noqa: BLE001 - whatever the import raises is the candidate's compile error
