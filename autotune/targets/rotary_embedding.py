@@ -3,6 +3,10 @@
 x: [tokens, heads, head_dim]; cos, sin: [tokens, head_dim // 2] in fp32, already gathered at each
 token's position. With x1, x2 the two halves of the last dim: out = [x1*cos - x2*sin, x2*cos + x1*sin],
 fp32 math, output in x's dtype.
+
+Tolerances: torch.testing's per-dtype defaults (base.DEFAULT_TOLERANCES), no override: correct Triton
+kernels pass them in fp32, bf16 and fp16 on every case (tests/verify/test_correct.py), and the
+checker's fp64-golden fallback accepts results that round differently but are no less accurate.
 """
 
 import torch

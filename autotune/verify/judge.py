@@ -85,7 +85,7 @@ class _Session:
         return bool(self.runtime_policy) or not result.passed
 
     def running_label(self) -> str:
-        if self.running is None:
+        if self.running is None or not 0 <= self.running < len(self.cases):
             return "while importing the candidate"
         return f"while running case {self.cases[self.running].label}"
 
@@ -177,18 +177,7 @@ def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, de
     if session.setup_error:
         raise UserError(f"the isolated worker could not start its work: {session.setup_error}")
     status, reason = session.conclude(run, float(cfg_verify.timeout_s))
-    verdict.cases = [session.results[i] for i in sorted(session.results)]
-    verdict.nondeterministic = session.nondeterministic
-    verdict.sandbox = run.isolation
-    verdict.stderr_tail = (session.compile_error or str((session.case_error or {}).get("error", ""))
-                           or run.stderr_tail)[-3000:]
-    verdict.notes = [n for n in (case_plan.cut_note(target, shapes, cfg_verify, on_gpu),
-                                 "non-deterministic: two calls on the same inputs differed bitwise"
-                                 if session.nondeterministic else "") if n]
-    if bool(cfg_verify.nsight):
-        verdict.notes.append("verify.nsight: Nsight Compute metrics of candidates are not collected yet (the "
-                             "candidate runs unprivileged and ncu needs counter access); `autotune profile` has them "
-                             "for the references")
+    _record(verdict, session, run, case_plan.cut_note(target, shapes, cfg_verify, on_gpu), bool(cfg_verify.nsight))
     if status is Status.UNMEASURED and on_gpu:
         from autotune.verify.timing import measure
 
@@ -196,6 +185,21 @@ def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, de
     if status is Status.UNMEASURED:
         reason += "; timing: not measured (no GPU)"
     return _finish(verdict, status, reason, started)
+
+
+def _record(verdict: Verdict, session: _Session, run: SandboxResult, cut_note: str, nsight: bool) -> None:
+    """The evidence of the isolated run, into the verdict."""
+    verdict.cases = [session.results[i] for i in sorted(session.results)]
+    verdict.nondeterministic = session.nondeterministic
+    verdict.sandbox = run.isolation
+    verdict.stderr_tail = (session.compile_error or str((session.case_error or {}).get("error", ""))
+                           or run.stderr_tail)[-3000:]
+    verdict.notes = [n for n in (cut_note, "non-deterministic: two calls on the same inputs differed bitwise"
+                                 if session.nondeterministic else "") if n]
+    if nsight:
+        verdict.notes.append("verify.nsight: Nsight Compute metrics of candidates are not collected yet (the "
+                             "candidate runs unprivileged and ncu needs counter access); `autotune profile` has them "
+                             "for the references")
 
 
 def _run_worker(target, source, plan, cfg_verify, device, session: _Session) -> SandboxResult:

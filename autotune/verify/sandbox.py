@@ -16,21 +16,20 @@ How it is kept apart (see confine.py for what the child applies to itself):
   directory, one thread, TRITON_INTERPRET=1 on CPU, CUDA_VISIBLE_DEVICES on GPU; nothing else of the
   parent's environment (API keys, tokens) reaches it;
 - payload in and results out through two pipes the parent created and passes by number, as
-  length-prefixed `torch.save` frames that the parent reads with `torch.load(weights_only=True)`: tensors
-  travel both ways, and no arbitrary object is ever unpickled. stdout is discarded, never read as a
-  result; stderr goes to a parent-owned unlinked file of which only the tail is kept;
-- progress frames (`send("case", index=3)`) let the parent say where a child that died was.
+  length-prefixed `torch.save` frames that the parent reads with `torch.load(weights_only=True)`
+  (channel.py): tensors travel both ways, and no arbitrary object is ever unpickled. stdout is
+  discarded, never read as a result; stderr goes to a parent-owned unlinked file of which only the tail
+  is kept;
+- progress frames (`send("case_start", index=3)`) let the parent say where a child that died was, and
+  `on_event` lets it judge frames as they arrive and stop the child early.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import io
 import os
-import queue
 import secrets
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -40,10 +39,9 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-MAX_FRAME_BYTES = 1 << 30  # one frame: the largest case (1024 x 28672 fp32 ~ 117 MB) fits with room
-MAX_TOTAL_BYTES = 4 << 30  # everything a child may send; beyond this the parent stops keeping frames
+from autotune.verify.channel import Reader, encode, read_frame, write_all
+
 STDERR_TAIL_BYTES = 4000
-_HEADER = struct.Struct("<Q")
 
 
 @dataclasses.dataclass
@@ -63,126 +61,6 @@ class SandboxResult:
 
     def last_event(self, kind: str) -> dict | None:
         return next((e for e in reversed(self.events) if e.get("kind") == kind), None)
-
-
-# ----------------------------------------------------------------------------------------------- frames
-
-def encode(obj: dict) -> bytes:
-    import torch
-
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return _HEADER.pack(buf.tell()) + buf.getvalue()
-
-
-def decode(data: bytes) -> dict:
-    import torch
-
-    obj = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
-    if not isinstance(obj, dict):
-        raise ValueError(f"a frame must hold a dict, not {type(obj).__name__}")
-    return obj
-
-
-def write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def read_exact(fd: int, n: int) -> bytes | None:
-    """n bytes, or None at end of stream (a partial frame at the end is dropped)."""
-    parts, got = [], 0
-    while got < n:
-        chunk = os.read(fd, min(n - got, 1 << 20))
-        if not chunk:
-            return None
-        parts.append(chunk)
-        got += len(chunk)
-    return b"".join(parts)
-
-
-def read_frame(fd: int, limit: int = MAX_FRAME_BYTES) -> dict | None:
-    header = read_exact(fd, _HEADER.size)
-    if header is None:
-        return None
-    (size,) = _HEADER.unpack(header)
-    if size > limit:
-        raise ValueError(f"frame of {size} bytes is over the {limit}-byte limit")
-    data = read_exact(fd, size)
-    if data is None:
-        return None
-    return decode(data)
-
-
-class _Reader:
-    """Reads the child's frames until end of stream; keeps them, or the first protocol error.
-
-    One thread reads the pipe, so the child never waits on the parent; another decodes each frame and
-    calls `on_event(frame)`; when that returns True, `stop()` is called (the parent kills the child: it
-    has seen enough). `join()` waits for both.
-    """
-
-    def __init__(self, fd: int, on_event: Callable[[dict], bool] | None, stop: Callable[[], None]):
-        self.fd, self.frames, self.error, self.stopped = fd, [], "", False
-        self.on_event, self.stop = on_event, stop
-        self.raw: queue.Queue[bytes | None] = queue.Queue()
-        self.threads = [threading.Thread(target=self._read, daemon=True),
-                        threading.Thread(target=self._handle, daemon=True)]
-
-    def start(self) -> None:
-        for t in self.threads:
-            t.start()
-
-    def join(self, timeout: float) -> None:
-        for t in self.threads:
-            t.join(timeout)
-
-    def _read(self) -> None:
-        total = 0
-        try:
-            while True:
-                header = read_exact(self.fd, _HEADER.size)
-                if header is None:
-                    break
-                (size,) = _HEADER.unpack(header)
-                total += size
-                if size > MAX_FRAME_BYTES or total > MAX_TOTAL_BYTES:
-                    raise ValueError(f"frame of {size} bytes ({total} in all) is over the limit")
-                data = read_exact(self.fd, size)
-                if data is None:
-                    break
-                self.raw.put(data)
-        except Exception as e:  # a forged or oversized frame: stop trusting the channel, keep draining it
-            self.error = self.error or f"malformed result frame ({type(e).__name__}: {str(e)[:200]})"
-            while os.read(self.fd, 1 << 20):
-                pass
-        finally:
-            self.raw.put(None)
-            os.close(self.fd)
-
-    def _handle(self) -> None:
-        while (data := self.raw.get()) is not None:
-            if self.error:
-                continue
-            try:
-                frame = decode(data)
-            except Exception as e:  # not a weights-only dict: a forged frame
-                self.error = f"malformed result frame ({type(e).__name__}: {str(e)[:200]})"
-                continue
-            self.frames.append(frame)
-            if not self.stopped and self.on_event is not None:
-                self._notify(frame)
-
-    def _notify(self, frame: dict) -> None:
-        try:
-            stop = self.on_event(frame)
-        except Exception as e:  # a bug on the parent's side: stop the child rather than judge on
-            self.error = f"the parent failed to handle a frame ({type(e).__name__}: {e})"
-            stop = True
-        if stop:
-            self.stopped = True
-            self.stop()
 
 
 # ----------------------------------------------------------------------------------------------- parent
@@ -213,8 +91,8 @@ def child_env(workdir: Path, gpu: bool, env_extra: dict[str, str] | None = None)
     return env
 
 
-def run_isolated(module: str, payload: dict | Callable[[], dict], *, timeout_s: float, memory_mb: int, workdir: str | Path,
-                 env_extra: dict[str, str] | None = None, gpu: bool = False, file_mb: int = 64,
+def run_isolated(module: str, payload: dict | Callable[[], dict], *, timeout_s: float, memory_mb: int,
+                 workdir: str | Path, env_extra: dict[str, str] | None = None, gpu: bool = False, file_mb: int = 64,
                  on_event: Callable[[dict], bool] | None = None) -> SandboxResult:
     """Run `python -m module` isolated, hand it `payload`, and collect what it sends back.
 
@@ -245,7 +123,7 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, timeout_s: 
             os.close(out_w)
         failure: list[BaseException] = []
         writer = threading.Thread(target=_send_and_close, args=(in_w, settings, payload, failure), daemon=True)
-        reader = _Reader(out_r, on_event, lambda: _kill_group(proc.pid))
+        reader = Reader(out_r, on_event, lambda: _kill_group(proc.pid))
         writer.start()
         reader.start()
         timed_out = _wait(proc, timeout_s)
@@ -338,7 +216,7 @@ def _tail(f) -> str:
     return f.read().decode("utf-8", "replace")
 
 
-def _result(returncode: int, timed_out: bool, reader: _Reader, stderr_tail: str, duration_s: float,
+def _result(returncode: int, timed_out: bool, reader: Reader, stderr_tail: str, duration_s: float,
             runner: dict) -> SandboxResult:
     isolation, result, error, events = {}, None, "", []
     for frame in reader.frames:

@@ -26,7 +26,8 @@ import sys
 from pathlib import Path
 
 import torch
-import torch._dynamo  # noqa: F401 - a TorchDispatchMode imports it on first use (0.9 s); here it overlaps the judge's set-up
+# A TorchDispatchMode imports torch._dynamo on first use (0.9 s); imported here, it overlaps the judge's set-up.
+import torch._dynamo  # noqa: F401
 import triton  # noqa: F401 - imported before the candidate so that its launchers can be wrapped
 from torch.utils._python_dispatch import TorchDispatchMode
 from triton.runtime import interpreter as triton_interpreter

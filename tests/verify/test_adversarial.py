@@ -5,6 +5,7 @@ start-up (~3-5 s on 2 cores). The second half runs some of them with the static 
 the deeper defence (the sandbox, the parent-side comparison, the run-time op record) holds on its own.
 """
 
+import os
 from pathlib import Path
 
 import pytest
@@ -65,8 +66,10 @@ def test_a_write_outside_the_private_directory_is_stopped_twice(tmp_path):
     source = (CANDIDATES / "write_outside.py").read_text().replace("/nonexistent/autotune-test-marker", str(marker))
     v = verify("rms_norm", source, CFG)
     assert v.status is Status.POLICY_VIOLATION and "`open`" in v.reason
+    if os.geteuid() != 0:
+        pytest.skip("without root the sandbox has no private file system to show")
     deep = judge(get("rms_norm"), source, "write_outside.py", CFG, scan=False)
-    assert deep.status is Status.COMPILE_ERROR, deep.reason
+    assert deep.status is Status.COMPILE_ERROR, deep.reason  # the open() fails inside the sandbox
     assert not marker.exists()
 
 
