@@ -98,9 +98,10 @@ class _Session:
         if failed is not None:
             return Status.INCORRECT, f"case {_label(failed)}: {failed.note}"
         if self.case_error is not None:
-            error = str(self.case_error.get("error", ""))
-            status = Status.COMPILE_ERROR if self.case_error.get("compile") else Status.RUNTIME_ERROR
-            return status, f"raised {self.running_label()[6:]}: {one_line(error)}"
+            error = one_line(str(self.case_error.get("error", "")))
+            if self.case_error.get("compile"):
+                return Status.COMPILE_ERROR, f"the kernel does not compile ({self.running_label()[6:]}): {error}"
+            return Status.RUNTIME_ERROR, f"raised {self.running_label()[6:]}: {error}"
         if run.timed_out:
             return Status.TIMEOUT, f"no answer within {timeout_s:g} s (killed {self.running_label()})"
         if self.protocol or run.channel_error:

@@ -154,13 +154,21 @@ def run_case(fn, case: dict, device: str) -> dict:
     return frame
 
 
+# What the Triton compiler would reject on a GPU shows up under the interpreter as an InterpreterError
+# caused by one of these (measured: a typo `tl.lod` -> AttributeError, an undefined name -> NameError).
+_REJECTED_BY_A_COMPILER = ("NameError", "AttributeError", "TypeError", "SyntaxError", "UnboundLocalError",
+                           "ImportError", "NotImplementedError", "CompilationError")
+
+
 def _is_compile_error(e: BaseException) -> bool:
-    """Triton's CompilationError anywhere in the chain: the kernel did not compile (GPU)."""
-    seen = set()
+    """The kernel did not compile: Triton's CompilationError (GPU), or the interpreter's equivalent (CPU)."""
+    seen, interpreted = set(), False
     while e is not None and id(e) not in seen:
         seen.add(id(e))
-        if type(e).__name__ == "CompilationError":
+        name = type(e).__name__
+        if name == "CompilationError" or (interpreted and name in _REJECTED_BY_A_COMPILER):
             return True
+        interpreted = interpreted or name == "InterpreterError"
         e = e.__cause__ or e.__context__
     return False
 

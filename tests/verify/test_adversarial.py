@@ -37,6 +37,7 @@ CASES = [
     ("read_secret.py", Status.POLICY_VIOLATION, "imports `os`"),
     ("no_launch.py", Status.POLICY_VIOLATION, "no Triton kernel ran"),
     ("import_error.py", Status.COMPILE_ERROR, "NameError: name 'DEFAULT_BLOCK_SIZE' is not defined (candidate line 7)"),
+    ("kernel_typo.py", Status.COMPILE_ERROR, "has no attribute 'lod'"),
 ]
 
 
