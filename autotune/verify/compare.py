@@ -179,6 +179,9 @@ def judge_case(target: Target, case: Case, data: CaseData, frame: dict, tol: Tol
     first = compare_all(frame.get("outputs"), data.reference, data.golden, tol)
     result.max_abs_err, result.max_rel_err = first.max_abs_err, first.max_rel_err
     failure = None if first.passed else first.note
+    odd = next((t for t in frame.get("output_types") or [] if t != "Tensor"), None)
+    if odd is not None:  # the worker sends only plain tensors; say what the candidate really returned
+        failure = f"returned a {odd}, not a plain torch.Tensor (subclasses and other objects are not accepted)"
     failure = failure or _structure_failure(target, data, frame)
     nondeterministic = False
     if failure is None and case.repeat:

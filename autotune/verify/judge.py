@@ -85,9 +85,10 @@ class _Session:
         return bool(self.runtime_policy) or not result.passed
 
     def running_label(self) -> str:
+        """What the worker was doing when it last said: 'importing the candidate' or 'running case ...'."""
         if self.running is None or not 0 <= self.running < len(self.cases):
-            return "while importing the candidate"
-        return f"while running case {self.cases[self.running].label}"
+            return "importing the candidate"
+        return f"running case {self.cases[self.running].label}"
 
     def conclude(self, run: SandboxResult, timeout_s: float) -> tuple[Status, str]:
         failed = next((r for _, r in sorted(self.results.items()) if not r.passed), None)
@@ -100,14 +101,14 @@ class _Session:
         if self.case_error is not None:
             error = one_line(str(self.case_error.get("error", "")))
             if self.case_error.get("compile"):
-                return Status.COMPILE_ERROR, f"the kernel does not compile ({self.running_label()[6:]}): {error}"
-            return Status.RUNTIME_ERROR, f"raised {self.running_label()[6:]}: {error}"
+                return Status.COMPILE_ERROR, f"the kernel does not compile ({self.running_label()}): {error}"
+            return Status.RUNTIME_ERROR, f"raised while {self.running_label()}: {error}"
         if run.timed_out:
-            return Status.TIMEOUT, f"no answer within {timeout_s:g} s (killed {self.running_label()})"
+            return Status.TIMEOUT, f"no answer within {timeout_s:g} s (killed while {self.running_label()})"
         if self.protocol or run.channel_error:
-            return Status.RUNTIME_ERROR, f"{self.protocol or run.channel_error} ({self.running_label()})"
+            return Status.RUNTIME_ERROR, f"{self.protocol or run.channel_error} (while {self.running_label()})"
         if run.signal:
-            return Status.RUNTIME_ERROR, f"the candidate's process died with {run.signal} {self.running_label()}"
+            return Status.RUNTIME_ERROR, f"the candidate's process died with {run.signal} while {self.running_label()}"
         if len(self.results) < len(self.cases) or not run.ok:
             return Status.RUNTIME_ERROR, (f"the candidate's process exited with status {run.returncode} after "
                                           f"{len(self.results)} of {len(self.cases)} cases")

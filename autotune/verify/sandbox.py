@@ -129,7 +129,7 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, timeout_s: 
         timed_out = _wait(proc, timeout_s)
         _kill_everything(proc.pid, uid)
         proc.wait()
-        reader.join(timeout=60)
+        reader.join(timeout=600)  # the pipe is closed by now; this waits for the frames still being judged
         writer.join(timeout=5)
         stderr_tail = _tail(stderr_file)
     if failure:  # making the payload failed: a bug on the parent's side, not the child's

@@ -124,3 +124,11 @@ def test_judge_case_checks_mutation_aliasing_repeat_and_refill():
     wobble[0, 0] = torch.nextafter(wobble[0, 0], torch.tensor(9.0))
     result, nondeterministic = judge_case(RMS, case, data, dict(good, repeat_outputs=[wobble]), FP32)
     assert result.passed and nondeterministic and "non-deterministic" in result.note
+
+
+def test_a_tensor_subclass_or_other_object_is_named_in_the_failure():
+    case = C.Case(0, (3, 64), torch.float32, "normal", 0, "edge", (3, 64))
+    data = C.make_data(RMS, case)
+    frame = frame_for(data, [None], output_types=["LazyTensor"])
+    result, _ = judge_case(RMS, case, data, frame, FP32)
+    assert not result.passed and "returned a LazyTensor, not a plain torch.Tensor" in result.note
