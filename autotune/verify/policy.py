@@ -15,6 +15,7 @@ the worker records during each call (`runtime_violations`).
 from __future__ import annotations
 
 import ast
+import threading
 
 from autotune.targets.base import Target
 
@@ -61,9 +62,15 @@ def runtime_violations(ops: dict[str, int]) -> list[str]:
     return sorted(f"{name} x{count}" for name, count in ops.items() if name not in RUNTIME_ALLOWED_OPS)
 
 
+# CPython 3.11's parser is not safe to run from two threads at once (seen here on 3.11.7, with the agent
+# judging candidates in parallel threads: "SystemError: AST constructor recursion depth mismatch").
+_PARSE_LOCK = threading.Lock()
+
+
 def parse(source: str, filename: str = "<candidate>") -> ast.Module:
     """The candidate's syntax tree; SyntaxError propagates (it is a compile error, not a policy one)."""
-    return ast.parse(source, filename=filename)
+    with _PARSE_LOCK:
+        return ast.parse(source, filename=filename)
 
 
 def scan(tree: ast.Module, target: Target) -> list[str]:
