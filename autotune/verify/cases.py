@@ -45,6 +45,10 @@ class Case:
     refill: bool = False  # refill the same buffers with new values and call again
 
     @property
+    def shape_numel(self) -> int:
+        return _numel(self.shape)
+
+    @property
     def label(self) -> str:
         cut = f" (cut from {list(self.requested_shape)})" if self.shape != self.requested_shape else ""
         return f"{list(self.shape)}{cut} {dtype_name(self.dtype)} {self.kind} seed {self.seed}"

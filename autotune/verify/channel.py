@@ -80,8 +80,10 @@ class Reader:
     has seen enough). `join()` waits for both.
     """
 
-    def __init__(self, fd: int, on_event: Callable[[dict], bool] | None, stop: Callable[[], None]):
+    def __init__(self, fd: int, on_event: Callable[[dict], bool] | None, stop: Callable[[], None],
+                 max_frame_bytes: int = MAX_FRAME_BYTES):
         self.fd, self.frames, self.error, self.stopped = fd, [], "", False
+        self.max_frame_bytes = max_frame_bytes
         self.on_event, self.stop = on_event, stop
         self.raw: queue.Queue[bytes | None] = queue.Queue()
         self.threads = [threading.Thread(target=self._read, daemon=True),
@@ -104,7 +106,7 @@ class Reader:
                     break
                 (size,) = _HEADER.unpack(header)
                 total += size
-                if size > MAX_FRAME_BYTES or total > MAX_TOTAL_BYTES:
+                if size > self.max_frame_bytes or total > MAX_TOTAL_BYTES:
                     raise ValueError(f"frame of {size} bytes ({total} in all) is over the limit")
                 data = read_exact(self.fd, size)
                 if data is None:

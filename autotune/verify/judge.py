@@ -215,7 +215,16 @@ def _run_worker(target, source, plan, cfg_verify, device, session: _Session) -> 
     with tempfile.TemporaryDirectory(prefix="autotune-verify-", ignore_cleanup_errors=True) as tmp:
         return run_isolated("autotune.verify.worker", payload, timeout_s=float(cfg_verify.timeout_s),
                             memory_mb=int(cfg_verify.memory_mb), workdir=Path(tmp) / "work",
-                            gpu=device == "cuda", file_mb=int(cfg_verify.max_file_mb), on_event=session.on_event)
+                            gpu=device == "cuda", file_mb=int(cfg_verify.max_file_mb), on_event=session.on_event,
+                            max_frame_bytes=_largest_frame(target, plan))
+
+
+def _largest_frame(target: Target, plan) -> int:
+    """A bound on an honest case_result frame: its inputs and three calls' outputs (outputs are no larger than
+    the inputs for every target), twice over, plus room for the framing."""
+    largest = max(c.shape_numel * torch.empty((), dtype=c.dtype).element_size() for c in plan)
+    arity = len(target.arg_names)
+    return 2 * (arity + 3 * 2) * largest + (1 << 20)
 
 
 @contextlib.contextmanager

@@ -39,7 +39,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from autotune.verify.channel import Reader, encode, read_frame, write_all
+from autotune.verify.channel import MAX_FRAME_BYTES, Reader, encode, read_frame, write_all
 
 STDERR_TAIL_BYTES = 4000
 
@@ -93,14 +93,16 @@ def child_env(workdir: Path, gpu: bool, env_extra: dict[str, str] | None = None)
 
 def run_isolated(module: str, payload: dict | Callable[[], dict], *, timeout_s: float, memory_mb: int,
                  workdir: str | Path, env_extra: dict[str, str] | None = None, gpu: bool = False, file_mb: int = 64,
-                 on_event: Callable[[dict], bool] | None = None) -> SandboxResult:
+                 on_event: Callable[[dict], bool] | None = None, max_frame_bytes: int = MAX_FRAME_BYTES
+                 ) -> SandboxResult:
     """Run `python -m module` isolated, hand it `payload`, and collect what it sends back.
 
     `payload` may also be a function returning it: it is then called after the child has started, so
     that the child's imports overlap the making of its payload.
 
     `on_event(frame)`, if given, sees each frame as it arrives (from a reader thread); returning True kills
-    the child at once (e.g. the judge saw a failing case and needs nothing more)."""
+    the child at once (e.g. the judge saw a failing case and needs nothing more). A frame larger than
+    `max_frame_bytes` is a protocol error: a hostile child cannot make the parent hold more than that."""
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     os.chmod(workdir, 0o700)
@@ -123,7 +125,7 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, timeout_s: 
             os.close(out_w)
         failure: list[BaseException] = []
         writer = threading.Thread(target=_send_and_close, args=(in_w, settings, payload, failure), daemon=True)
-        reader = Reader(out_r, on_event, lambda: _kill_group(proc.pid))
+        reader = Reader(out_r, on_event, lambda: _kill_group(proc.pid), max_frame_bytes)
         writer.start()
         reader.start()
         timed_out = _wait(proc, timeout_s)
