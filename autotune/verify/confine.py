@@ -34,6 +34,7 @@ MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 16384, 1 << 18
 OPEN_TREE_CLONE, AT_RECURSIVE, AT_FDCWD, MOVE_MOUNT_F_EMPTY_PATH = 1, 0x8000, -100, 4
 SYS_OPEN_TREE, SYS_MOVE_MOUNT = 428, 429  # the same numbers on x86_64 and aarch64 (asm-generic)
 PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 4, 38
+MNT_DETACH = 2
 
 # Covered with an empty read-only tmpfs: places any user can write, and places secrets live.
 COVERED = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/root", "/home")
@@ -51,13 +52,12 @@ def confine(workdir: str, *, uid: int | None, memory_mb: int, file_mb: int, gpu:
     root = os.geteuid() == 0
     report["network"] = _isolate_network() if root else "not applied: not root (the network is reachable)"
     report["filesystem"] = _private_filesystem(workdir) if root else "not applied: not root"
-    fs_ok = report["filesystem"].startswith("applied")
     if not root:
         report["user"] = f"not applied: already unprivileged (uid {os.getuid()})"
     elif uid is None:
         report["user"] = "not applied: no uid given"
-    elif not fs_ok and not _readable_by_others(_python_paths()):
-        report["user"] = "not applied: the Python installation is not readable by another uid without a mount namespace"
+    elif not _readable_by_others(_python_paths()):  # e.g. Python under /root with no mount namespace
+        report["user"] = "not applied: the Python installation would not be readable by another uid"
     else:
         report["user"] = _drop_privileges(workdir, uid)
     report["no_new_privs"] = _prctl(PR_SET_NO_NEW_PRIVS, 1, "set")
@@ -106,20 +106,34 @@ def _private_filesystem(workdir: str) -> str:
     keep = [p for p in [workdir, *_python_paths()] if any(_under(p, c) for c in covers)]
     keep = [p for p in keep if not any(q != p and _under(p, q) for q in keep)]  # outermost only
     trees = {}
-    for p in keep:
+    for p in keep:  # detached copies of what must stay visible, taken before anything is covered
         fd = _libc.syscall(SYS_OPEN_TREE, AT_FDCWD, p.encode(), OPEN_TREE_CLONE | AT_RECURSIVE)
         if fd < 0:
             return f"not applied: open_tree({p}) failed ({_errno_text()}); needs Linux >= 5.2"
         trees[p] = fd
+    covered = []
     for c in covers:
-        if _libc.mount(b"tmpfs", c.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=16m,mode=755") != 0:
-            return f"not applied: mounting a tmpfs over {c} failed ({_errno_text()})"
+        problem = _cover(c, {p: fd for p, fd in trees.items() if _under(p, c)})
+        if problem:
+            done = f"; {', '.join(covered)} covered" if covered else ""
+            return f"partly applied: own mount namespace{done}; {problem}"
+        covered.append(c)
+    return f"applied: own mount namespace; {', '.join(covered)} covered read-only, the private directory kept"
+
+
+def _cover(directory: str, trees: dict[str, int]) -> str:
+    """Mount an empty read-only tmpfs over `directory` and move the kept trees back in; '' when done. If a
+    tree cannot be put back, the cover is taken off again, so nothing needed stays hidden."""
+    if _libc.mount(b"tmpfs", directory.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=16m,mode=755") != 0:
+        return f"mounting a tmpfs over {directory} failed ({_errno_text()})"
     for p, fd in trees.items():
         os.makedirs(p, exist_ok=True)
         if _libc.syscall(SYS_MOVE_MOUNT, fd, b"", AT_FDCWD, p.encode(), MOVE_MOUNT_F_EMPTY_PATH) != 0:
-            return f"not applied: re-exposing {p} failed ({_errno_text()})"
+            error = _errno_text()
+            _libc.umount2(directory.encode(), MNT_DETACH)
+            return f"re-exposing {p} failed ({error}); {directory} left as it was"
         os.close(fd)
-    return f"applied: own mount namespace; {', '.join(covers)} covered read-only, the private directory kept"
+    return ""
 
 
 def _under(path: str, top: str) -> bool:
@@ -128,11 +142,10 @@ def _under(path: str, top: str) -> bool:
 
 def _readable_by_others(paths: list[str]) -> bool:
     """Every ancestor of every path is world-searchable (o+x)."""
-    for p in paths:
-        for a in [Path(p), *Path(p).parents]:
-            if not os.stat(a).st_mode & 0o001:
-                return False
-    return True
+    try:
+        return all(os.stat(a).st_mode & 0o001 for p in paths for a in [Path(p), *Path(p).parents])
+    except OSError:
+        return False
 
 
 def _drop_privileges(workdir: str, uid: int) -> str:
