@@ -7,6 +7,24 @@
 `autotune verify --help` (autotune/verify/command.py) explains the command; judge.py the order of the
 checks; sandbox.py the isolated runner (`run_isolated`) that other stages reuse. Importing this package
 imports nothing heavy: the candidate's worker process imports parts of it and must not pull in the judge.
+
+What the checker guarantees (each point has a test in tests/verify/):
+- the verdict is decided by a process that never imports the candidate; references, the fp64 golden
+  and every comparison live there; results come back as weights-only tensor frames, never stdout;
+- a candidate passes only if every case passes: torch.testing.assert_close's rule at the target's
+  per-dtype tolerance (or no less accurate than the reference against fp64), NaN/Inf exactly where the
+  reference has them, exact shape and dtype, no aliasing, inputs unchanged, a repeat that agrees and a
+  refill that gives the new answer, on the profile's (or default) and edge shapes in fp32/bf16/fp16,
+  with realistic, large and NaN/Inf inputs; degenerate cases do not count as evidence;
+- its math runs in Triton: a static scan of the source, a launch count and a record of the aten ops
+  its Python runs at call time; no file, process, network, FFI or exec tricks in the source;
+- the candidate runs in a fresh process: own session (killed whole, and by its private uid), scrubbed
+  environment, private directory and caches, time/memory/file/process limits, and where root: no
+  network, /tmp, /var/tmp, /dev/shm, /root and /home covered, an unprivileged uid, not dumpable.
+What it does not: no seccomp filter (a candidate may still read world-readable files such as the
+installed packages); without root the namespaces and the uid drop are skipped (the verdict says so);
+on CPU shapes are cut for the interpreter and nothing is timed; the GPU timing path has not yet run on
+a GPU in this project's tests.
 """
 
 from __future__ import annotations

@@ -114,7 +114,7 @@ def _aliased(outs: list, args: list) -> list[tuple[int, int]]:
         for i, a in enumerate(args):
             if type(o) is torch.Tensor and isinstance(a, torch.Tensor):
                 (o0, o1), (a0, a1) = _span(o), _span(a)
-                if o0 < a1 and a0 < o1 and o1 > o0 and a1 > a0:
+                if o0 < a1 and a0 < o1 and o1 > o0 and a1 > a0:  # both non-empty and overlapping
                     found.append((j, i))
     return found
 
@@ -134,7 +134,7 @@ def run_case(fn, case: dict, device: str) -> dict:
     outs, launches, ops = _call(fn, args)
     first, types = _snapshot(outs)
     frame = {"index": case["index"], "outputs": first, "output_types": types, "launches": [launches],
-             "torch_ops": dict(ops), "aliased": _aliased(outs, args)}
+             "aliased": _aliased(outs, args)}
     if case["repeat"]:
         again, n, more = _call(fn, args)
         frame["repeat_outputs"] = _snapshot(again)[0]
