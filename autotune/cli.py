@@ -10,6 +10,7 @@ import argparse
 import importlib
 import sys
 import textwrap
+from pathlib import Path
 
 from autotune.errors import UserError
 
@@ -98,7 +99,10 @@ def _hydra_run(args: list[str], overrides: list[str], rest: list[str]) -> int:
 
     sweeping = "-m" in rest or "--multirun" in rest
     if not sweeping and not any(a.startswith("--") for a in rest):
-        compose(overrides)  # a one-line error for a bad override before Hydra starts
+        cfg = compose(overrides)  # a one-line error for a bad override before Hydra starts
+        if cfg.resume and not (Path(cfg.resume) / "config.yaml").is_file():
+            raise UserError(f"resume={cfg.resume} is not an autotune run directory (it has no config.yaml); "
+                            "pass the folder `autotune run` printed at its start")
     status = {"code": 0}
 
     @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")

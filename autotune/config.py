@@ -15,6 +15,10 @@ from autotune.errors import UserError
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
+# `${first:a,b}`: a unless it is null or empty, else b (e.g. the run dir: the resumed one, else a new one).
+if not OmegaConf.has_resolver("first"):
+    OmegaConf.register_new_resolver("first", lambda a, b: b if a in (None, "") else a)
+
 
 def conf_dir() -> Path:
     if not (CONF_DIR / "config.yaml").is_file():

@@ -1,0 +1,143 @@
+"""The model-level check: the whole served model with a candidate plugged in, before anything is proposed.
+
+An op-level pass is necessary, not sufficient: a kernel that is within tolerance per call can still shift
+what the model generates. So the candidate (still untrusted: nobody has reviewed it) runs inside the
+sandbox, plugged into its target's dispatch point of the configured model, on a fixed set of seeded prompts;
+this process computes the same generation with the reference ops and compares: the greedy tokens must be
+identical and the logits within the tolerance below. On a GPU the child also serves the workload twice,
+reference first then candidate, and returns both latency reports (TTFT, time per output token).
+
+    check = check_model(cfg, "rms_norm", source, workdir=run_dir / "model_check" / "rms_norm")
+    check.passed, check.reason, check.to_dict()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+# Logit tolerance per model dtype: |candidate - reference| <= atol + rtol * max|reference| over all logits.
+# fp32, measured on the tiny model (4 prompts x 8 greedy tokens, max|logit| 4.6): a correct Triton RMSNorm
+# (the search baseline's) moved the logits by 1.9e-6; an RMSNorm doing its math in fp16 moved them by 1.8e-3,
+# a bf16 SiLU-and-mul by 1.2e-2 -- with the same greedy tokens in all three cases, which is why tokens alone
+# are not enough. The bound 1e-4 + 1e-4 * 4.6 = 5.6e-4 passes the first and fails the others. bf16 and fp16
+# carry about 3 and 4 significant digits: the bound is two roundings' worth of the largest logit.
+LOGIT_TOLERANCE = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (1.6e-2, 1e-2), torch.float16: (2e-3, 1e-3)}
+
+
+@dataclasses.dataclass
+class ModelCheck:
+    passed: bool
+    reason: str
+    prompts: int
+    new_tokens: int
+    tokens_identical: bool
+    max_logit_diff: float | None
+    logit_tolerance: float | None
+    latency: dict | None = None  # GPU only: {"before": figures, "after": figures}, see latency_figures
+    duration_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def check_model(cfg: DictConfig, target: str, source: str, *, workdir: Path) -> ModelCheck:
+    from autotune.env import resolve_device
+    from autotune.serve import build_model, check_prompts, greedy_generate
+    from autotune.verify.sandbox import run_isolated
+
+    device = resolve_device(cfg.device)
+    model = build_model(cfg.model, device)
+    prompts = check_prompts(model.config.vocab_size, int(cfg.run.check_prompts), 16, int(cfg.seed))
+    new_tokens = int(cfg.run.check_new_tokens)
+    ref_tokens, ref_logits = greedy_generate(model, prompts, new_tokens)
+    del model
+    payload = {"target": target, "source": source, "prompts": prompts, "new_tokens": new_tokens, "device": device,
+               "cfg": OmegaConf.to_container(cfg, resolve=True)}
+    result = run_isolated("autotune.model_check", payload, timeout_s=float(cfg.verify.timeout_s) * 2,
+                          memory_mb=int(cfg.verify.memory_mb) * 2, workdir=workdir, gpu=device == "cuda")
+    if not result.ok:
+        why = result.error or (f"killed by {result.signal}" if result.signal else "") or \
+            ("timed out" if result.timed_out else f"exit status {result.returncode}")
+        return ModelCheck(False, f"the model did not run with the candidate: {why.strip().splitlines()[-1]}",
+                          len(prompts), new_tokens, False, None, None, duration_s=result.duration_s)
+    return compare(ref_tokens, ref_logits, result.result, len(prompts), new_tokens, result.duration_s)
+
+
+def compare(ref_tokens, ref_logits, got: dict, prompts: int, new_tokens: int, duration_s: float) -> ModelCheck:
+    tokens, logits = got["tokens"], got["logits"]
+    rtol, atol = LOGIT_TOLERANCE[_dtype(got["model_dtype"])]
+    same = tokens.shape == ref_tokens.shape and torch.equal(tokens, ref_tokens)
+    diff = (logits.float() - ref_logits.float()).abs().max().item() if logits.shape == ref_logits.shape else None
+    bound = atol + rtol * ref_logits.float().abs().max().item()
+    if not same:
+        first = _first_difference(tokens, ref_tokens)
+        reason = f"greedy tokens differ from the reference ({first})"
+    elif diff is None or diff != diff or diff > bound:
+        reason = f"logits differ by {diff:.3g}, above the tolerance {bound:.3g}" if diff is not None \
+            else "logits have the wrong shape"
+    else:
+        reason = f"same greedy tokens on {prompts} prompts x {new_tokens} tokens; max logit difference {diff:.3g}"
+    passed = reason.startswith("same")
+    return ModelCheck(passed, reason, prompts, new_tokens, same, diff, bound, got.get("latency"), duration_s)
+
+
+def _dtype(name: str) -> torch.dtype:
+    return getattr(torch, name)
+
+
+def _first_difference(tokens, ref_tokens) -> str:
+    if tokens.shape != ref_tokens.shape:
+        return f"shape {list(tokens.shape)} vs {list(ref_tokens.shape)}"
+    prompt, pos = (tokens != ref_tokens).nonzero()[0].tolist()
+    return f"prompt {prompt}, new token {pos}: {tokens[prompt, pos].item()} vs {ref_tokens[prompt, pos].item()}"
+
+
+def latency_figures(report) -> dict[str, float | None]:
+    """The serving figures a reviewer compares before/after: TTFT and time per output token, p50 and p95."""
+    return {"ttft_p50_ms": report.ttft_ms.p50, "ttft_p95_ms": report.ttft_ms.p95,
+            "tpot_p50_ms": report.tpot_ms.p50, "tpot_p95_ms": report.tpot_ms.p95,
+            "output_tokens_per_s": report.output_tokens_per_s}
+
+
+# ---------------------------------------------------------------------------------------- the child side
+
+def _load_candidate(target: str, source: str):
+    path = Path("candidate_model_check.py").resolve()
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("candidate_model_check", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return getattr(module, target)
+
+
+def _child(payload: dict, send) -> dict:
+    from autotune.serve import build_model, dispatch, greedy_generate, make_requests, serve
+
+    cfg = OmegaConf.create(payload["cfg"])
+    fn = _load_candidate(payload["target"], payload["source"])
+    model = build_model(cfg.model, payload["device"])
+    out: dict[str, Any] = {"model_dtype": str(cfg.model.dtype)}
+    if payload["device"] == "cuda":  # latency before and after, in one process, reference first
+        requests = make_requests(cfg.workload, model.config.vocab_size, model.config.max_seq_len)
+        before = latency_figures(serve(cfg, model=model, requests=requests))
+        with dispatch.using({payload["target"]: fn}):
+            after = latency_figures(serve(cfg, model=model, requests=requests))
+        out["latency"] = {"before": before, "after": after}
+    with dispatch.using({payload["target"]: fn}):
+        tokens, logits = greedy_generate(model, payload["prompts"], payload["new_tokens"])
+    out.update(tokens=tokens.cpu(), logits=logits.float().cpu())
+    return out
+
+
+if __name__ == "__main__":
+    from autotune.verify.sandbox import child_main
+
+    child_main(_child)

@@ -1,0 +1,210 @@
+"""The whole loop, from a served model to proposals a reviewer can judge in a few minutes.
+
+`autotune run` does, in order, recording everything in its run directory (printed at the start):
+  1. profile: serve the configured model and workload under torch.profiler (or read `trace=PATH`);
+  2. choose targets: `targets=[...]`, or every target above `run.min_share` of serving time;
+  3. per target, the agent (`agent=search|openai|replay`) writes candidates and the checker judges
+     each one in an isolated process; every LLM call, candidate and verdict goes to the ledger;
+  4. the best passing candidate runs inside the whole model (sandboxed): same greedy tokens as the
+     reference on fixed prompts, logits within tolerance (and latency before/after on a GPU);
+  5. publish: a branch `autotune/<op>-<id>` with the kernel, a regression test and the evidence, as a
+     local proposal (`publish=local`, then `autotune review`) or a GitHub pull request (`publish=github`).
+
+The run directory holds config.yaml (resolved), env.json, ledger.jsonl (one JSON record per event; read
+it with `autotune.ledger.frame`), transcript.jsonl (every LLM exchange), candidates/<op>/, profile/ and
+summary.json. Overnight runs die: `autotune run resume=<run dir>` continues one with its saved
+configuration, repeating no finished candidate and no LLM call. `autotune run -m key=a,b` sweeps
+(Hydra multirun; any Hydra launcher via hydra/launcher=...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import secrets
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from rich.console import Console
+
+from autotune import env, targets
+from autotune.errors import UserError
+from autotune.ledger import Ledger
+
+console = Console(highlight=False)
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What became of one target in this run."""
+
+    target: str
+    status: str  # proposed | no_passing_candidate | failed_model_check | skipped
+    detail: str
+    best: str | None = None  # the best candidate's id
+    verdict: str | None = None
+    proposal: str | None = None  # the proposal id
+    pr_url: str | None = None
+
+
+def main(cfg: DictConfig) -> int:
+    from hydra.core.hydra_config import HydraConfig
+
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    cfg = start(cfg, run_dir)
+    ledger = Ledger(run_dir / "ledger.jsonl")
+    hotspots = profile_stage(cfg, run_dir, ledger)
+    outcomes = [work_on(name, hotspot_of(hotspots, name), hotspots, cfg, run_dir, ledger)
+                for name in choose_targets(cfg, hotspots)]
+    summary = write_summary(cfg, run_dir, ledger, outcomes)
+    print_summary(summary, run_dir)
+    return 0
+
+
+def start(cfg: DictConfig, run_dir: Path) -> DictConfig:
+    """A new run: save the resolved config and environment. A resumed one: load the config it started with."""
+    saved = run_dir / "config.yaml"
+    if cfg.resume:
+        if not saved.is_file():
+            raise UserError(f"resume={cfg.resume}: no config.yaml there, so it is not an autotune run directory")
+        cfg = OmegaConf.load(saved)
+        cfg.resume = str(run_dir)
+        console.print(f"[bold]resuming[/] {run_dir}")
+        return cfg
+    preflight(cfg)
+    cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    cfg.run_id = f"{run_dir.name}-{secrets.token_hex(3)}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, saved)
+    (run_dir / "env.json").write_text(json.dumps(env.collect(cfg.labels).to_dict(), indent=2))
+    console.print(f"[bold]run[/] {run_dir}")
+    return cfg
+
+
+def preflight(cfg: DictConfig) -> None:
+    """Input errors a run would otherwise meet minutes in: unknown targets, a missing trace."""
+    for name in cfg.targets:
+        targets.get(str(name))
+    if cfg.trace and not Path(cfg.trace).is_file():
+        raise UserError(f"trace file {cfg.trace} not found (give the path of a torch-profiler trace, .json or .json.gz)")
+
+
+def profile_stage(cfg: DictConfig, run_dir: Path, ledger: Ledger) -> dict:
+    """The hot spots of this run: a profile taken now (or read from `trace`), or the one a resumed run took."""
+    from autotune.profile import latest_hotspots, profile_serving, profile_trace
+
+    out_dir = run_dir / "profile"
+    hotspots = latest_hotspots(out_dir)
+    if hotspots is not None:
+        return hotspots
+    pcfg = cfg.copy()
+    pcfg.profile.out_dir = str(out_dir)
+    result = profile_trace(pcfg, cfg.trace) if cfg.trace else profile_serving(pcfg)
+    ledger.append("profile", run_dir=str(result.run_dir.relative_to(run_dir)), serve=result.serve_report,
+                  hotspots=[{k: h[k] for k in ("target", "share", "calls", "projected_gain")}
+                            for h in result.hotspots["hotspots"]])
+    return result.hotspots
+
+
+def hotspot_of(hotspots: dict, name: str) -> dict | None:
+    found = next((h for h in hotspots["hotspots"] if h["target"] == name), None)
+    return {**found, "serving_time_us": hotspots.get("serving_time_us"), "run": hotspots.get("run"),
+            "assumed_speedup": hotspots.get("assumed_speedup")} if found else None
+
+
+def choose_targets(cfg: DictConfig, hotspots: dict) -> list[str]:
+    """`targets=[...]` as given (checked), else the profiled targets above `run.min_share`, hottest first."""
+    if cfg.targets:
+        return [str(t) for t in cfg.targets]
+    names = [h["target"] for h in hotspots["hotspots"]
+             if h["target"] in targets.NAMES and h["share"] >= float(cfg.run.min_share)]
+    if not names:
+        console.print(f"no target takes {cfg.run.min_share:.0%} of serving time or more: nothing to do "
+                      "(lower run.min_share, or name targets=[...])")
+    return names
+
+
+def work_on(name: str, hotspot: dict | None, hotspots: dict, cfg: DictConfig, run_dir: Path,
+            ledger: Ledger) -> Outcome:
+    """Agent and checker, then the model-level check, then publish: one target, start to end."""
+    from autotune.agent import search_target
+    from autotune.publish import rejection_reasons
+
+    done = [r for r in ledger.read("outcome") if r["target"] == name]
+    if done:  # a resumed run: this target was finished before the interruption
+        return Outcome(**{k: v for k, v in done[-1].items() if k in Outcome.__dataclass_fields__})
+    console.rule(f"[bold]{name}[/]")
+    search = search_target(targets.get(name), hotspot, cfg, run_dir, ledger,
+                           rejections=rejection_reasons(cfg, name))
+    best = search.best
+    if best is None or not best.passed:
+        outcome = Outcome(name, "no_passing_candidate", search.stopped, best and best.id, best and best.status)
+    else:
+        outcome = check_and_publish(name, best, hotspot, cfg, run_dir, ledger)
+    ledger.append("outcome", **dataclasses.asdict(outcome))
+    return outcome
+
+
+def check_and_publish(name: str, best, hotspot: dict | None, cfg: DictConfig, run_dir: Path,
+                      ledger: Ledger) -> Outcome:
+    from autotune.model_check import check_model
+    from autotune.publish import ProposalRequest, publish
+
+    source = Path(best.path).read_text()
+    console.print(f"best: {best.id} ({best.status}); checking it inside the whole model ...")
+    check = check_model(cfg, name, source, workdir=run_dir / "model_check" / best.id)
+    ledger.append("model_check", target=name, candidate=best.id, **check.to_dict())
+    if not check.passed:
+        return Outcome(name, "failed_model_check", check.reason, best.id, best.status)
+    environment = json.loads((run_dir / "env.json").read_text())
+    request = ProposalRequest(
+        target=name, source=source, verdict=best.verdict, hotspot=hotspot, model_check=check.to_dict(),
+        candidate={k: getattr(best, k) for k in ("id", "agent", "model", "turn", "prompt_tokens", "cached_tokens",
+                                                 "completion_tokens", "cost_usd")},
+        environment=environment, run_dir=str(run_dir), run_id=str(cfg.run_id))
+    proposal = publish(request, cfg)
+    ledger.append("proposal", candidate=best.id, **dataclasses.asdict(proposal))
+    return Outcome(name, "proposed", check.reason, best.id, best.status, proposal.id, proposal.pr_url)
+
+
+def write_summary(cfg: DictConfig, run_dir: Path, ledger: Ledger, outcomes: list[Outcome]) -> dict[str, Any]:
+    from autotune.agent import summarize
+
+    summary = {"run_id": cfg.run_id, "run_dir": str(run_dir), "agent": cfg.agent.name,
+               "model": cfg.model.name, "device": env.resolve_device(cfg.device),
+               "outcomes": [dataclasses.asdict(o) for o in outcomes], "accounting": summarize(ledger.read())}
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    return summary
+
+
+def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
+    console.rule(f"[bold]run {summary['run_id']}[/]")
+    for o in summary["outcomes"]:
+        head = f"proposed {o['pr_url'] or o['proposal']}" if o["proposal"] else o["status"].replace("_", " ")
+        console.print(f"[bold]{o['target']}[/]: {head}")
+        best = f"best {o['best']} ({o['verdict']}); " if o["best"] else ""
+        console.print(f"  {best}{o['detail']}")
+    console.print(accounting_line(summary["agent"], summary["accounting"]))
+    console.print(f"files: {run_dir}")
+    proposals = [o["proposal"] for o in summary["outcomes"] if o["proposal"]]
+    if proposals:
+        console.print("review what was proposed:\n  autotune review list")
+        for p in proposals:
+            console.print(f"  autotune review show {p}\n  autotune review approve {p}   "
+                          f"(or: autotune review reject {p} --reason TEXT)")
+
+
+def accounting_line(agent: str, acc: dict[str, Any]) -> str:
+    """What the agent spent, and per kernel: the figures that say whether the loop pays."""
+    kernels = acc.get("kernels_accepted") or acc.get("kernels_passing") or 0
+    basis = acc.get("per_kernel_basis") or "kernel"
+    line = f"agent {agent}: {acc.get('requests', 0)} LLM requests, {acc.get('tokens', 0):,} tokens"
+    if acc.get("cache_hit_rate") is not None:
+        line += f" ({acc['cache_hit_rate']:.0%} of prompt tokens cached)"
+    line += f", ${acc.get('dollars', 0):.4f}; {kernels} {basis} kernel(s)"
+    if kernels and acc.get("tokens"):
+        line += f", {acc.get('tokens_per_kernel', 0):,.0f} tokens and ${acc.get('dollars_per_kernel', 0):.4f} each"
+    if acc.get("failed_token_share") is not None:
+        line += f"; {acc['failed_token_share']:.0%} of tokens went to candidates that failed"
+    return line
