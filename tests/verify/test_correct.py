@@ -12,6 +12,7 @@ CANDIDATES = Path(__file__).parent / "candidates"
 CORRECT = [
     ("rms_norm", "rms_norm_rowwise.py"),  # one row per program
     ("rms_norm", "rms_norm_chunked.py"),  # loops over wide rows in blocks of 1024
+    ("rms_norm", "rms_norm_autotuned.py"),  # @triton.autotune: on CPU the configs take turns
     ("silu_and_mul", "silu_and_mul.py"),
     ("fused_add_rms_norm", "fused_add_rms_norm.py"),  # two outputs, each compared
     ("rotary_embedding", "rotary_embedding.py"),
