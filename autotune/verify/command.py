@@ -1,4 +1,4 @@
-"""Judge one candidate kernel file: is it correct (and, on a GPU, faster) for the target?
+"""Is the file correct for the target, and on a GPU faster than the eager and torch.compile baselines?
 
 The file must define the entry function named after the target with the reference's arguments
 (`def rms_norm(x, weight, eps)`) and launch at least one @triton.jit kernel that does the math; outside
