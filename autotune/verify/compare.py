@@ -13,7 +13,8 @@ The gate, per output (reliability.md §3.5):
    error + atol, k = 2 for fp32 and 3 for fp16/bf16 (dynamo's multipliers; max error is added because
    RMSE can hide a few badly wrong elements). A kernel that does fp32 math in fp16 fails it by orders
    of magnitude; one that only sums in another order passes.
-Then the case: outputs do not alias inputs, inputs are bitwise unchanged, a second call on the same
+Then the case: outputs do not alias inputs, inputs are bitwise unchanged and so are the NaN guard bands
+around them (no out-of-bounds store), a second call on the same
 inputs agrees bitwise (else: non-deterministic, reported), the same buffers refilled with new values give
 the new answer, and a later call does not overwrite an earlier call's output.
 
@@ -206,6 +207,8 @@ def _structure_failure(target: Target, data: CaseData, frame: dict) -> str | Non
     for i, arg in enumerate(data.args):
         if isinstance(arg, torch.Tensor) and not (i < len(after) and same_bits(arg, after[i])):
             return f"modified its input `{names[i]}` (inputs must be left bitwise unchanged)"
+    for i in frame.get("guards_broken") or []:
+        return f"wrote outside its input `{names[i]}` (an out-of-bounds store: the guard band around it changed)"
     if frame.get("clobbered"):
         return "a later call overwrote the output of an earlier one (an output buffer reused across calls)"
     return None

@@ -128,7 +128,7 @@ class _Session:
 
 
 def _well_formed(frame: dict) -> bool:
-    lists = ("outputs", "repeat_outputs", "refill_outputs", "inputs_after", "aliased", "launches")
+    lists = ("outputs", "repeat_outputs", "refill_outputs", "inputs_after", "aliased", "launches", "guards_broken")
     if not isinstance(frame.get("index"), int) or not isinstance(frame.get("torch_ops"), dict):
         return False
     if not all(frame.get(k) is None or isinstance(frame.get(k), list) for k in lists):

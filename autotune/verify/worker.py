@@ -12,6 +12,9 @@ Before the candidate is imported:
 - a TorchDispatchMode records every aten op the candidate's Python runs during a call (kernel launches
   included, so that math hidden in a grid function is seen too).
 
+Each floating input sits in the middle of a NaN-filled guard band: reading past an input's end reads NaN
+(it shows in the output), writing there breaks the guard (reported).
+
 Per case it sends `case_start` first (so a crash can be placed), then `case_result` with the outputs of
 the first call, of a repeat on the same inputs and of a call after the same buffers were refilled with new
 values, the inputs as left after the calls, aliasing, launches and the aten ops seen.
@@ -145,8 +148,26 @@ def _bits_equal(o, copy: torch.Tensor) -> bool:
     return torch.equal(a.reshape(-1).view(torch.uint8), copy.reshape(-1).view(torch.uint8))
 
 
+def _guarded(t: torch.Tensor, device: str) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(t copied into the middle of a larger NaN-filled buffer, the buffer, the guard length). A kernel
+    that reads past the end (or before the start) of its input reads NaN, which shows in its output,
+    instead of whatever the allocator left there; one that writes there changes the guard."""
+    guard = max(4096, t.shape[-1] if t.dim() else 1)
+    buffer = torch.full((t.numel() + 2 * guard,), float("nan"), dtype=t.dtype, device=device)
+    inner = buffer[guard:guard + t.numel()].view(t.shape)
+    inner.copy_(t)
+    return inner, buffer, guard
+
+
+def _guards_intact(buffer: torch.Tensor, guard: int) -> bool:
+    return bool(torch.isnan(buffer[:guard]).all() and torch.isnan(buffer[-guard:]).all())
+
+
 def run_case(fn, case: dict, device: str) -> dict:
-    args = [a.to(device) if isinstance(a, torch.Tensor) else a for a in case["args"]]
+    guarded = [_guarded(a, device) if isinstance(a, torch.Tensor) and a.is_floating_point() else None
+               for a in case["args"]]
+    args = [g[0] if g else (a.to(device) if isinstance(a, torch.Tensor) else a)
+            for a, g in zip(case["args"], guarded)]
     outs, launches, ops = _call(fn, args)
     first, types = _snapshot(outs)
     frame = {"index": case["index"], "outputs": first, "output_types": types, "launches": [launches],
@@ -166,6 +187,7 @@ def run_case(fn, case: dict, device: str) -> dict:
         frame["launches"].append(n)
         ops.update(more)
     frame["clobbered"] = not all(c is None or _bits_equal(o, c) for o, c in zip(outs, first))
+    frame["guards_broken"] = [i for i, g in enumerate(guarded) if g and not _guards_intact(g[1], g[2])]
     frame["torch_ops"] = dict(ops)
     return frame
 

@@ -39,6 +39,7 @@ CASES = [
     ("import_error.py", Status.COMPILE_ERROR, "NameError: name 'DEFAULT_BLOCK_SIZE' is not defined (candidate line 7)"),
     ("kernel_typo.py", Status.COMPILE_ERROR, "has no attribute 'lod'"),
     ("autotuned_bad_config.py", Status.INCORRECT, "NaN at 64 positions"),  # the second config is wrong
+    ("oob_store.py", Status.INCORRECT, "wrote outside its input `x`"),
 ]
 
 
