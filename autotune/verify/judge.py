@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -227,16 +228,27 @@ def _largest_frame(target: Target, plan) -> int:
     return 2 * (arity + 3 * 2) * largest + (1 << 20)
 
 
+_threads_lock = threading.Lock()
+_threads_users = [0, 0]  # [judges inside _one_thread, torch's thread count before the first of them]
+
+
 @contextlib.contextmanager
 def _one_thread():
     """torch on one thread while judging: the comparisons are small, and with two threads on a busy 2-core
-    machine each op waits on the other thread (measured: isnan().any() on 1M fp64, 49 ms vs 3.5 ms)."""
-    saved = torch.get_num_threads()
-    torch.set_num_threads(1)
+    machine each op waits on the other thread (measured: isnan().any() on 1M fp64, 49 ms vs 3.5 ms).
+    Counted, so that judges running in parallel threads restore the setting once, when the last leaves."""
+    with _threads_lock:
+        if _threads_users[0] == 0:
+            _threads_users[1] = torch.get_num_threads()
+            torch.set_num_threads(1)
+        _threads_users[0] += 1
     try:
         yield
     finally:
-        torch.set_num_threads(saved)
+        with _threads_lock:
+            _threads_users[0] -= 1
+            if _threads_users[0] == 0:
+                torch.set_num_threads(_threads_users[1])
 
 
 def _finish(verdict: Verdict, status: Status, reason: str, started: float) -> Verdict:

@@ -103,42 +103,60 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, timeout_s: 
     `on_event(frame)`, if given, sees each frame as it arrives (from a reader thread); returning True kills
     the child at once (e.g. the judge saw a failing case and needs nothing more). A frame larger than
     `max_frame_bytes` is a protocol error: a hostile child cannot make the parent hold more than that."""
+    workdir = _private_dir(workdir)
+    uid = _free_uid() if os.geteuid() == 0 else None
+    settings = {"workdir": str(workdir), "uid": uid, "memory_mb": int(memory_mb), "file_mb": int(file_mb),
+                "gpu": bool(gpu)}
+    env = child_env(workdir, gpu, env_extra)
+    started = time.monotonic()
+    failure: list[BaseException] = []
+    try:
+        with tempfile.TemporaryFile() as stderr_file:
+            proc, in_w, out_r = _spawn(module, workdir, env, stderr_file)
+            writer = threading.Thread(target=_send_and_close, args=(in_w, settings, payload, failure), daemon=True)
+            reader = Reader(out_r, on_event, lambda: _kill_group(proc.pid), max_frame_bytes)
+            writer.start()
+            reader.start()
+            timed_out = _wait(proc, timeout_s)
+            _kill_everything(proc.pid, uid)
+            proc.wait()
+            reader.join(timeout=600)  # the pipe is closed by now; this waits for the frames still being judged
+            writer.join(timeout=5)
+            stderr_tail = _tail(stderr_file)
+    finally:
+        _release_uid(uid)
+    if failure:  # making the payload failed: a bug on the parent's side, not the child's
+        raise failure[0]
+    return _result(proc.returncode, timed_out, reader, stderr_tail, time.monotonic() - started,
+                   {"uid": uid, "timeout_s": timeout_s, "process_group": "own session; killed as a whole",
+                    "environment": "allow-listed: " + ", ".join(sorted(env))})
+
+
+def _private_dir(workdir: str | Path) -> Path:
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     os.chmod(workdir, 0o700)
     for sub in ("home", "tmp", "triton-cache", "inductor-cache"):
         (workdir / sub).mkdir(exist_ok=True)
-    uid = _free_uid() if os.geteuid() == 0 else None
-    settings = {"workdir": str(workdir), "uid": uid, "memory_mb": int(memory_mb), "file_mb": int(file_mb),
-                "gpu": bool(gpu)}
-    started = time.monotonic()
+    return workdir
+
+
+def _spawn(module: str, workdir: Path, env: dict, stderr_file) -> tuple[subprocess.Popen, int, int]:
+    """(the child, the write end of its payload pipe, the read end of its result pipe)."""
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
-    with tempfile.TemporaryFile() as stderr_file:
-        try:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-B", "-m", module, "--sandbox-fds", f"{in_r},{out_w}"],
-                cwd=workdir, env=child_env(workdir, gpu, env_extra), stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=stderr_file, pass_fds=(in_r, out_w), start_new_session=True)
-        finally:
-            os.close(in_r)
-            os.close(out_w)
-        failure: list[BaseException] = []
-        writer = threading.Thread(target=_send_and_close, args=(in_w, settings, payload, failure), daemon=True)
-        reader = Reader(out_r, on_event, lambda: _kill_group(proc.pid), max_frame_bytes)
-        writer.start()
-        reader.start()
-        timed_out = _wait(proc, timeout_s)
-        _kill_everything(proc.pid, uid)
-        proc.wait()
-        reader.join(timeout=600)  # the pipe is closed by now; this waits for the frames still being judged
-        writer.join(timeout=5)
-        stderr_tail = _tail(stderr_file)
-    if failure:  # making the payload failed: a bug on the parent's side, not the child's
-        raise failure[0]
-    return _result(proc.returncode, timed_out, reader, stderr_tail, time.monotonic() - started,
-                   {"uid": uid, "timeout_s": timeout_s, "process_group": "own session; killed as a whole",
-                    "environment": "allow-listed: " + ", ".join(sorted(child_env(workdir, gpu, env_extra)))})
+    try:
+        proc = subprocess.Popen([sys.executable, "-I", "-B", "-m", module, "--sandbox-fds", f"{in_r},{out_w}"],
+                                cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=stderr_file, pass_fds=(in_r, out_w), start_new_session=True)
+    except BaseException:
+        os.close(in_w)
+        os.close(out_r)
+        raise
+    finally:
+        os.close(in_r)
+        os.close(out_w)
+    return proc, in_w, out_r
 
 
 def _send_and_close(fd: int, settings: dict, payload, failure: list) -> None:
@@ -161,13 +179,25 @@ def _wait(proc: subprocess.Popen, timeout_s: float) -> bool:
         return True
 
 
+_uids_lock = threading.Lock()
+_uids_taken: set[int] = set()  # by children of this process that are still running
+
+
 def _free_uid() -> int:
-    """A uid no process uses: each child gets its own, so its processes can be found and killed by uid."""
+    """A uid no process uses: each child gets its own, so its processes can be found and killed by uid.
+    Taken until `_release_uid`, so that parallel runs in one process never share one."""
     used = {uid for _, uid in _processes()}
-    while True:
-        uid = 200_000 + secrets.randbelow(100_000)
-        if uid not in used:
-            return uid
+    with _uids_lock:
+        while True:
+            uid = 200_000 + secrets.randbelow(100_000)
+            if uid not in used and uid not in _uids_taken:
+                _uids_taken.add(uid)
+                return uid
+
+
+def _release_uid(uid: int | None) -> None:
+    with _uids_lock:
+        _uids_taken.discard(uid)
 
 
 def _processes() -> list[tuple[int, int]]:
