@@ -83,11 +83,41 @@ def cut_rows(shape: Shape, max_rows: int | None, max_elements: int | None = None
     return tuple(dims)
 
 
-def primary_shapes(target: Target, shapes) -> list[tuple[Shape, str, int, torch.dtype | None]]:
-    """(shape, source, calls, profile dtype) for the profile's shapes (or the defaults), then the edges."""
+def select_profile_shapes(shapes, limit: int) -> list:
+    """At most `limit` of the profile's (shape, dtype, calls): the smallest and the largest, then the most
+    called. A served model's profile holds a shape per batch size and prefill length (16 for rms_norm in the
+    default tiny run), which checks the same code paths again and again at a cost per shape."""
+    shapes = list(shapes)
+    if limit <= 0 or len(shapes) <= limit:
+        return shapes
+    by_size = sorted(shapes, key=lambda s: _numel(tuple(s[0])))
+    chosen = [by_size[0], by_size[-1]]
+    for s in sorted(shapes, key=lambda s: -int(s[2])):
+        if len(chosen) >= limit:
+            break
+        if s not in chosen:
+            chosen.append(s)
+    return [s for s in shapes if s in chosen]
+
+
+def selection_note(shapes, limit: int) -> str:
+    """One line saying which profile shapes were checked, when not all of them were."""
+    shapes = list(shapes or [])
+    chosen = select_profile_shapes(shapes, limit)
+    if len(chosen) == len(shapes):
+        return ""
+    total = sum(int(s[2]) for s in shapes) or 1
+    covered = sum(int(s[2]) for s in chosen) / total
+    return (f"profile shapes: {len(chosen)} of {len(shapes)} checked (the smallest, the largest and the most "
+            f"called; {covered:.0%} of the profiled calls; verify.max_profile_shapes={limit})")
+
+
+def primary_shapes(target: Target, shapes, limit: int = 0) -> list[tuple[Shape, str, int, torch.dtype | None]]:
+    """(shape, source, calls, profile dtype) for the profile's shapes (at most `limit`, 0 = all) or the
+    defaults, then the edges."""
     found = []
     if shapes:
-        for shape, dtype, calls in shapes:
+        for shape, dtype, calls in select_profile_shapes(shapes, limit):
             try:
                 found.append((tuple(int(d) for d in shape), "profile", int(calls), parse_dtype(str(dtype))))
             except ValueError:
@@ -106,7 +136,8 @@ def plan(target: Target, shapes, cfg_verify, on_gpu: bool) -> list[Case]:
     main = (None, None) if on_gpu else (int(cfg_verify.max_interpreter_rows), elements)
     extra = (None, None) if on_gpu else (int(cfg_verify.max_interpreter_rows_extra), elements // 4)
     specs, seen = [], set()
-    for n, (requested, source, calls, profile_dtype) in enumerate(primary_shapes(target, shapes)):
+    limit = int(cfg_verify.get("max_profile_shapes") or 0)
+    for n, (requested, source, calls, profile_dtype) in enumerate(primary_shapes(target, shapes, limit)):
         for d, dtype in enumerate(t for t in dict.fromkeys([profile_dtype, *dtypes]) if t is not None):
             checks = on_gpu or d == n % len(dtypes)
             specs.append((requested, cut_rows(requested, *main), dtype, "normal", 0, source, calls, checks))
@@ -164,14 +195,14 @@ def make_data(target: Target, case: Case) -> CaseData:
 
 
 def cut_note(target: Target, shapes, cfg_verify, on_gpu: bool) -> str:
-    """One line naming the shapes that were cut for the interpreter, or ''."""
-    if on_gpu:
-        return ""
+    """What was left out of the plan: profile shapes not checked, shapes cut for the interpreter; or ''."""
+    limit = int(cfg_verify.get("max_profile_shapes") or 0)
+    notes = [selection_note(shapes, limit)]
     limits = (int(cfg_verify.max_interpreter_rows), int(cfg_verify.max_interpreter_elements))
-    cut = [(s, cut_rows(s, *limits)) for s, *_ in primary_shapes(target, shapes)]
+    cut = [(s, cut_rows(s, *limits)) for s, *_ in primary_shapes(target, shapes, limit)]
     cut = list(dict.fromkeys((a, b) for a, b in cut if a != b))
-    if not cut:
-        return ""
-    pairs = ", ".join(f"{list(a)} -> {list(b)}" for a, b in cut)
-    return (f"shapes cut for the CPU interpreter (at most {limits[0]} rows, {limits[1]} elements; extra cases "
-            f"{int(cfg_verify.max_interpreter_rows_extra)} rows): {pairs}")
+    if cut and not on_gpu:
+        pairs = ", ".join(f"{list(a)} -> {list(b)}" for a, b in cut)
+        notes.append(f"shapes cut for the CPU interpreter (at most {limits[0]} rows, {limits[1]} elements; extra "
+                     f"cases {int(cfg_verify.max_interpreter_rows_extra)} rows): {pairs}")
+    return "; ".join(n for n in notes if n)
