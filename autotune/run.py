@@ -189,10 +189,9 @@ def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
     console.print(f"files: {run_dir}")
     proposals = [o["proposal"] for o in summary["outcomes"] if o["proposal"]]
     if proposals:
-        console.print("review what was proposed:\n  autotune review list")
-        for p in proposals:
-            console.print(f"  autotune review show {p}\n  autotune review approve {p}   "
-                          f"(or: autotune review reject {p} --reason TEXT)")
+        console.print(f"review what was proposed ({', '.join(proposals)}):\n  autotune review list\n"
+                      f"  autotune review show {proposals[0]}\n  autotune review approve {proposals[0]}\n"
+                      f"  autotune review reject {proposals[0]} --reason TEXT")
 
 
 def accounting_line(agent: str, acc: dict[str, Any]) -> str:
