@@ -83,7 +83,8 @@ def compare(ref_tokens, ref_logits, got: dict, prompts: int, new_tokens: int, du
         reason = f"logits differ by {diff:.3g}, above the tolerance {bound:.3g}" if diff is not None \
             else "logits have the wrong shape"
     else:
-        reason = f"same greedy tokens on {prompts} prompts x {new_tokens} tokens; max logit difference {diff:.3g}"
+        reason = (f"same greedy tokens on {prompts} prompt{'s' * (prompts != 1)} x {new_tokens} tokens; "
+                  f"max logit difference {diff:.3g}")
     passed = reason.startswith("same")
     return ModelCheck(passed, reason, prompts, new_tokens, same, diff, bound, got.get("latency"), duration_s)
 

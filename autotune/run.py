@@ -20,6 +20,7 @@ configuration, repeating no finished candidate and no LLM call. `autotune run -m
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import secrets
 from pathlib import Path
@@ -74,7 +75,7 @@ def start(cfg: DictConfig, run_dir: Path) -> DictConfig:
         return cfg
     preflight(cfg)
     cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
-    cfg.run_id = f"{run_dir.name}-{secrets.token_hex(3)}"
+    cfg.run_id = f"{dt.datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
     run_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, saved)
     (run_dir / "env.json").write_text(json.dumps(env.collect(cfg.labels).to_dict(), indent=2))
