@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from autotune.errors import UserError
+
 # Logit tolerance per model dtype: |candidate - reference| <= atol + rtol * max|reference| over all logits.
 # fp32, measured on the tiny model (4 prompts x 8 greedy tokens, max|logit| 4.6): a correct Triton RMSNorm
 # (the search baseline's) moved the logits by 1.9e-6; an RMSNorm doing its math in fp16 moved them by 1.8e-3,
@@ -47,11 +49,29 @@ class ModelCheck:
         return dataclasses.asdict(self)
 
 
+def unreadable_checkpoint(cfg: DictConfig) -> str | None:
+    """Why the sandboxed model check could not read model.checkpoint, or None. As root the sandbox runs the
+    model as an unprivileged user, so the checkpoint's files must be readable by others."""
+    import os
+
+    if not cfg.model.get("checkpoint") or os.geteuid() != 0:
+        return None
+    root = Path(str(cfg.model.checkpoint))
+    closed = [p for p in [root, *root.rglob("*")] if p.exists() and not os.stat(p).st_mode & 0o004]
+    if not closed:
+        return None
+    return (f"model.checkpoint: {closed[0]} is not readable by other users, and the model-level check runs "
+            f"the candidate's model as an unprivileged user (chmod -R o+rX {root})")
+
+
 def check_model(cfg: DictConfig, target: str, source: str, *, workdir: Path) -> ModelCheck:
     from autotune.env import resolve_device
     from autotune.serve import build_model, check_prompts, greedy_generate
     from autotune.verify.sandbox import run_isolated
 
+    problem = unreadable_checkpoint(cfg)
+    if problem:
+        raise UserError(problem)
     device = resolve_device(cfg.device)
     model = build_model(cfg.model, device)
     prompts = check_prompts(model.config.vocab_size, int(cfg.run.check_prompts), 16, int(cfg.seed))
@@ -60,8 +80,10 @@ def check_model(cfg: DictConfig, target: str, source: str, *, workdir: Path) -> 
     del model
     payload = {"target": target, "source": source, "prompts": prompts, "new_tokens": new_tokens, "device": device,
                "cfg": OmegaConf.to_container(cfg, resolve=True)}
+    checkpoint = (str(cfg.model.checkpoint),) if cfg.model.get("checkpoint") else ()
     result = run_isolated("autotune.model_check", payload, timeout_s=float(cfg.verify.timeout_s) * 2,
-                          memory_mb=int(cfg.verify.memory_mb) * 2, workdir=workdir, gpu=device == "cuda")
+                          memory_mb=int(cfg.verify.memory_mb) * 2, workdir=workdir, gpu=device == "cuda",
+                          readable=checkpoint)
     if not result.ok:
         why = result.error or (f"killed by {result.signal}" if result.signal else "") or \
             ("timed out" if result.timed_out else f"exit status {result.returncode}")

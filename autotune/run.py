@@ -84,11 +84,17 @@ def start(cfg: DictConfig, run_dir: Path) -> DictConfig:
 
 
 def preflight(cfg: DictConfig) -> None:
-    """Input errors a run would otherwise meet minutes in: unknown targets, a missing trace."""
+    """Input errors a run would otherwise meet minutes in: unknown targets, a missing trace, a checkpoint
+    the sandboxed model check cannot read."""
     for name in cfg.targets:
         targets.get(str(name))
     if cfg.trace and not Path(cfg.trace).is_file():
         raise UserError(f"trace file {cfg.trace} not found (give the path of a torch-profiler trace, .json or .json.gz)")
+    from autotune.model_check import unreadable_checkpoint
+
+    problem = unreadable_checkpoint(cfg)
+    if problem:
+        raise UserError(problem)
 
 
 def profile_stage(cfg: DictConfig, run_dir: Path, ledger: Ledger) -> dict:

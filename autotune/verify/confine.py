@@ -46,12 +46,14 @@ def _errno_text() -> str:
     return os.strerror(ctypes.get_errno())
 
 
-def confine(workdir: str, *, uid: int | None, memory_mb: int, file_mb: int, gpu: bool, nproc: int = 256) -> dict:
-    """Apply every step that is possible; return {step: "applied ..." | "not applied: why"}."""
+def confine(workdir: str, *, uid: int | None, memory_mb: int, file_mb: int, gpu: bool, nproc: int = 256,
+            readable=()) -> dict:
+    """Apply every step that is possible; return {step: "applied ..." | "not applied: why"}. `readable`:
+    further paths to keep visible under the covered directories (a model checkpoint, say)."""
     report = {"rlimits": _limit_resources(memory_mb, file_mb, gpu, nproc)}
     root = os.geteuid() == 0
     report["network"] = _isolate_network() if root else "not applied: not root (the network is reachable)"
-    report["filesystem"] = _private_filesystem(workdir) if root else "not applied: not root"
+    report["filesystem"] = _private_filesystem(workdir, list(readable)) if root else "not applied: not root"
     if not root:
         report["user"] = f"not applied: already unprivileged (uid {os.getuid()})"
     elif uid is None:
@@ -97,13 +99,14 @@ def _python_paths() -> list[str]:
     return sorted(p for p in paths if os.path.isdir(p))
 
 
-def _private_filesystem(workdir: str) -> str:
+def _private_filesystem(workdir: str, readable: list[str]) -> str:
     if _libc.unshare(CLONE_NEWNS) != 0:
         return f"not applied: unshare(CLONE_NEWNS) failed ({_errno_text()})"
     if _libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
         return f"not applied: making mounts private failed ({_errno_text()})"
     covers = [c for c in COVERED if os.path.isdir(c) and not os.path.islink(c)]
-    keep = [p for p in [workdir, *_python_paths()] if any(_under(p, c) for c in covers)]
+    keep = [p for p in [workdir, *_python_paths(), *readable]
+            if os.path.exists(p) and any(_under(p, c) for c in covers)]
     keep = [p for p in keep if not any(q != p and _under(p, q) for q in keep)]  # outermost only
     trees = {}
     for p in keep:  # detached copies of what must stay visible, taken before anything is covered

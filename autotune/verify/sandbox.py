@@ -93,8 +93,8 @@ def child_env(workdir: Path, gpu: bool, env_extra: dict[str, str] | None = None)
 
 def run_isolated(module: str, payload: dict | Callable[[], dict], *, timeout_s: float, memory_mb: int,
                  workdir: str | Path, env_extra: dict[str, str] | None = None, gpu: bool = False, file_mb: int = 64,
-                 on_event: Callable[[dict], bool] | None = None, max_frame_bytes: int = MAX_FRAME_BYTES
-                 ) -> SandboxResult:
+                 on_event: Callable[[dict], bool] | None = None, max_frame_bytes: int = MAX_FRAME_BYTES,
+                 readable: tuple[str, ...] = ()) -> SandboxResult:
     """Run `python -m module` isolated, hand it `payload`, and collect what it sends back.
 
     `payload` may also be a function returning it: it is then called after the child has started, so
@@ -102,11 +102,13 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, timeout_s: 
 
     `on_event(frame)`, if given, sees each frame as it arrives (from a reader thread); returning True kills
     the child at once (e.g. the judge saw a failing case and needs nothing more). A frame larger than
-    `max_frame_bytes` is a protocol error: a hostile child cannot make the parent hold more than that."""
+    `max_frame_bytes` is a protocol error: a hostile child cannot make the parent hold more than that.
+    `readable`: paths the child must still read where the filesystem is covered (a model checkpoint under
+    /root or /home, say); they are re-exposed as they are, like the Python installation."""
     workdir = _private_dir(workdir)
     uid = _free_uid() if os.geteuid() == 0 else None
     settings = {"workdir": str(workdir), "uid": uid, "memory_mb": int(memory_mb), "file_mb": int(file_mb),
-                "gpu": bool(gpu)}
+                "gpu": bool(gpu), "readable": [str(Path(p).resolve()) for p in readable]}
     env = child_env(workdir, gpu, env_extra)
     started = time.monotonic()
     failure: list[BaseException] = []
@@ -283,7 +285,7 @@ def child_main(handler: Callable[[dict, Callable[..., None]], dict]) -> None:
         write_all(out_fd, encode({"kind": kind, **fields}))
 
     report = confine(settings["workdir"], uid=settings["uid"], memory_mb=settings["memory_mb"],
-                     file_mb=settings["file_mb"], gpu=settings["gpu"])
+                     file_mb=settings["file_mb"], gpu=settings["gpu"], readable=settings.get("readable", ()))
     os.chdir(settings["workdir"])
     send("isolation", report=report)
     try:

@@ -1,0 +1,64 @@
+"""The model-level check: a candidate inside the whole model, sandboxed, against the reference model."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from autotune.agent import search
+from autotune.config import compose
+from autotune.errors import UserError
+from autotune.model_check import check_model, compare
+
+FAST = ["run.check_prompts=2", "run.check_new_tokens=4"]
+
+
+def test_a_correct_kernel_passes_inside_a_model_loaded_from_a_checkpoint(tmp_path):
+    from autotune.serve import build_model
+    from autotune.serve.checkpoint import save_checkpoint
+
+    ckpt = tmp_path / "ckpt"  # under /tmp, which the sandbox covers: it must re-expose the checkpoint
+    save_checkpoint(build_model(compose([]).model, "cpu"), ckpt)
+    cfg = compose([f"model.checkpoint={ckpt}", *FAST])
+    if os.geteuid() == 0:  # the sandboxed model runs as another user: closed files are refused up front
+        (ckpt / "model.safetensors").chmod(0o600)
+        with pytest.raises(UserError, match="not readable by other users"):
+            check_model(cfg, "silu_and_mul", "", workdir=tmp_path / "work")
+        for f in ckpt.iterdir():
+            f.chmod(0o644)
+    (_, source), = search.candidates("silu_and_mul", 1)
+    check = check_model(cfg, "silu_and_mul", source, workdir=tmp_path / "work")
+    assert check.passed, check.reason
+    assert check.tokens_identical and 0 <= check.max_logit_diff <= check.logit_tolerance
+
+
+def test_a_kernel_that_raises_inside_the_model_fails_with_the_reason(tmp_path):
+    source = "import triton\n\ndef rms_norm(x, weight, eps):\n    raise ValueError('no kernel here')\n"
+    check = check_model(compose(FAST), "rms_norm", source, workdir=tmp_path / "work")
+    assert not check.passed and "no kernel here" in check.reason
+
+
+def _reference(n=2, new=3, vocab=5):
+    tokens = torch.arange(n * new).reshape(n, new) % vocab
+    logits = torch.linspace(-4, 4, n * new * vocab).reshape(n, new, vocab)
+    return tokens, logits
+
+
+def test_different_tokens_fail_and_name_the_first_difference():
+    tokens, logits = _reference()
+    got = tokens.clone()
+    got[1, 2] += 1
+    check = compare(tokens, logits, {"tokens": got, "logits": logits, "model_dtype": "float32"}, 2, 3, 0.0)
+    assert not check.passed and "prompt 1, new token 2" in check.reason
+
+
+def test_logits_beyond_the_tolerance_fail_even_with_the_same_tokens():
+    tokens, logits = _reference()
+    bound = 1e-4 + 1e-4 * 4.0  # LOGIT_TOLERANCE[float32] at max|logit| = 4
+    near = {"tokens": tokens, "logits": logits + 0.5 * bound, "model_dtype": "float32"}
+    far = {"tokens": tokens, "logits": logits + 2 * bound, "model_dtype": "float32"}
+    assert compare(tokens, logits, near, 2, 3, 0.0).passed
+    check = compare(tokens, logits, far, 2, 3, 0.0)
+    assert not check.passed and "above the tolerance" in check.reason
