@@ -46,7 +46,6 @@ class Target:
     summary: str  # what the op computes, one line
     reference: Callable  # the PyTorch reference; its signature is the candidate's entry point
     make_inputs: Callable[[Shape, torch.dtype, torch.Generator, str], tuple]  # (shape, dtype, gen, kind) -> args
-    shape_from_dims: Callable[[list], Shape]  # a profiler "Input Dims" list -> this target's case shape
     bytes_moved: Callable[[Shape, torch.dtype], int]  # HBM bytes an ideal kernel reads + writes
     flops: Callable[[Shape, torch.dtype], int]
     default_shapes: tuple[Shape, ...]  # used when no profile has been taken
@@ -54,6 +53,8 @@ class Target:
     dtypes: tuple[torch.dtype, ...] = DTYPES
     tolerances: Mapping[torch.dtype, Tolerance] = dataclasses.field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
     op_names: tuple[str, ...] = ()  # names of the same op in foreign traces (vLLM, SGLang)
+    # a profiler "Input Dims" list -> this target's case shape; every target so far: its first input's shape
+    shape_from_dims: Callable[[list], Shape] = lambda dims: tuple(dims[0])
 
     @property
     def signature(self) -> str:

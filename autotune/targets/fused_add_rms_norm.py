@@ -11,6 +11,7 @@ checker's fp64-golden fallback accepts results that round differently but are no
 import torch
 
 from autotune.targets.base import Target, activations, rows_and_width, upcast
+from autotune.targets.rms_norm import TARGET as RMS_NORM
 
 
 def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
@@ -42,11 +43,10 @@ TARGET = Target(
     summary="residual add + RMSNorm: returns (rms_norm(x + residual) * weight, x + residual), fp32 math",
     reference=fused_add_rms_norm,
     make_inputs=make_inputs,
-    shape_from_dims=lambda dims: tuple(dims[0]),
     bytes_moved=bytes_moved,
     flops=flops,
-    default_shapes=((1, 4096), (64, 4096), (256, 4096)),
-    edge_shapes=((1, 128), (7, 1000), (3, 5120), (2, 8192), (1024, 64)),
+    default_shapes=RMS_NORM.default_shapes,  # the same hidden states as rms_norm normalises
+    edge_shapes=RMS_NORM.edge_shapes,
     op_names=("_C::fused_add_rms_norm", "vllm::fused_add_rms_norm", "sgl_kernel::fused_add_rmsnorm",
               "fused_add_rms_norm"),
 )

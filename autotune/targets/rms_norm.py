@@ -41,7 +41,6 @@ TARGET = Target(
     summary="RMSNorm over the last dim: x * rsqrt(mean(x^2) + eps) * weight, fp32 math, output in x's dtype",
     reference=rms_norm,
     make_inputs=make_inputs,
-    shape_from_dims=lambda dims: tuple(dims[0]),
     bytes_moved=bytes_moved,
     flops=flops,
     default_shapes=((1, 4096), (64, 4096), (256, 4096)),

@@ -47,7 +47,6 @@ TARGET = Target(
     summary="rotate-half RoPE on x [tokens, heads, head_dim] with fp32 cos/sin [tokens, head_dim/2]",
     reference=rotary_embedding,
     make_inputs=make_inputs,
-    shape_from_dims=lambda dims: tuple(dims[0]),
     bytes_moved=bytes_moved,
     flops=flops,
     default_shapes=((1, 32, 128), (64, 32, 128), (256, 8, 128)),

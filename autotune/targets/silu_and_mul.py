@@ -39,7 +39,6 @@ TARGET = Target(
     summary="SwiGLU gate: silu(x[..., :I]) * x[..., I:] for x of width 2*I, fp32 math, output in x's dtype",
     reference=silu_and_mul,
     make_inputs=make_inputs,
-    shape_from_dims=lambda dims: tuple(dims[0]),
     bytes_moved=bytes_moved,
     flops=flops,
     default_shapes=((1, 28672), (64, 28672), (256, 28672)),

@@ -43,7 +43,6 @@ TARGET = Target(
     summary="softmax over the last dim (attention probabilities, -inf masked), fp32 math, output in x's dtype",
     reference=softmax,
     make_inputs=make_inputs,
-    shape_from_dims=lambda dims: tuple(dims[0]),
     bytes_moved=bytes_moved,
     flops=flops,
     default_shapes=((32, 1, 1024), (32, 128, 128), (8, 512, 512)),
