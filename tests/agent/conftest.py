@@ -14,6 +14,7 @@ import http.server
 import json
 import threading
 import time
+from pathlib import Path
 from typing import Callable
 
 import pytest
@@ -162,40 +163,8 @@ def fake_llm_cls():
     return FakeLLM
 
 
-# A correct rms_norm: two passes over the row in chunks, fp32 sums, masks for any width.
-GOOD_RMS_NORM = '''\
-import torch
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def _rms_norm_kernel(x_ptr, w_ptr, y_ptr, n_cols, stride_x, stride_y, eps, BLOCK: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    offs = tl.arange(0, BLOCK)
-    acc = tl.zeros([BLOCK], dtype=tl.float32)
-    for start in range(0, n_cols, BLOCK):
-        cols = start + offs
-        x = tl.load(x_ptr + row * stride_x + cols, mask=cols < n_cols, other=0.0).to(tl.float32)
-        acc += x * x
-    rstd = tl.rsqrt(tl.sum(acc, axis=0) / n_cols + eps)
-    for start in range(0, n_cols, BLOCK):
-        cols = start + offs
-        mask = cols < n_cols
-        x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(y_ptr + row * stride_y + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
-
-
-def rms_norm(x, weight, eps):
-    shape = x.shape
-    x2 = x.reshape(-1, shape[-1]).contiguous()
-    y = torch.empty_like(x2)
-    n_rows, n_cols = x2.shape
-    block = min(triton.next_power_of_2(n_cols), 4096)
-    _rms_norm_kernel[(n_rows,)](x2, weight.contiguous(), y, n_cols, x2.stride(0), y.stride(0), eps, BLOCK=block)
-    return y.reshape(shape)
-'''
+# A correct rms_norm: two passes over the row in chunks, fp32 sums, masks for any width (the checker's own).
+GOOD_RMS_NORM = (Path(__file__).resolve().parents[1] / "verify" / "candidates" / "rms_norm_chunked.py").read_text()
 
 # The same kernel with a classic bug: the mean divides by the block width, not the row width, so every
 # width that is not a power of two (1000, 5120) comes out wrong.

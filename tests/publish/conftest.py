@@ -21,7 +21,7 @@ from autotune.env import collect
 from autotune.publish import ProposalRequest
 from autotune.verify.verdict import CaseResult, Status, Verdict
 
-KERNEL = Path(__file__).resolve().parent / "rms_norm_kernel.py"
+KERNEL = Path(__file__).resolve().parents[1] / "verify" / "candidates" / "rms_norm_chunked.py"  # a correct RMSNorm
 TOKEN = "ghp_test_0123456789abcdefTOKEN"
 
 

@@ -14,6 +14,8 @@ from autotune.config import compose
 from autotune.errors import UserError
 from autotune.serve import dispatch
 
+KERNEL = Path(__file__).resolve().parents[1] / "verify" / "candidates" / "rms_norm_chunked.py"  # a correct RMSNorm
+
 
 def write_kernel(root: Path, target: str, kid: str, status: str, speedup: float | None = None, source: str = "") -> None:
     folder = root / target / kid
@@ -77,7 +79,7 @@ def test_load_errors(tmp_path, monkeypatch):
 def test_a_kernel_cannot_run_where_triton_was_imported_before_the_interpreter(tmp_path):
     """Documents how triton 3.9 reads TRITON_INTERPRET: once, when triton.language is imported."""
     root = tmp_path / "kernels"
-    write_kernel(root, "rms_norm", "aaaaaa", "unmeasured", source=(Path(__file__).parent / "rms_norm_kernel.py").read_text())
+    write_kernel(root, "rms_norm", "aaaaaa", "unmeasured", source=KERNEL.read_text())
     script = f"""
 import torch, triton
 from autotune import kernels
