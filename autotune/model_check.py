@@ -23,6 +23,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from autotune.errors import UserError
+from autotune.targets.base import parse_dtype
 
 # Logit tolerance per model dtype: |candidate - reference| <= atol + rtol * max|reference| over all logits.
 # fp32, measured on the tiny model (4 prompts x 8 greedy tokens, max|logit| 4.6): a correct Triton RMSNorm
@@ -94,25 +95,21 @@ def check_model(cfg: DictConfig, target: str, source: str, *, workdir: Path) -> 
 
 def compare(ref_tokens, ref_logits, got: dict, prompts: int, new_tokens: int, duration_s: float) -> ModelCheck:
     tokens, logits = got["tokens"], got["logits"]
-    rtol, atol = LOGIT_TOLERANCE[_dtype(got["model_dtype"])]
+    rtol, atol = LOGIT_TOLERANCE[parse_dtype(got["model_dtype"])]
     same = tokens.shape == ref_tokens.shape and torch.equal(tokens, ref_tokens)
     diff = (logits.float() - ref_logits.float()).abs().max().item() if logits.shape == ref_logits.shape else None
     bound = atol + rtol * ref_logits.float().abs().max().item()
+    passed = same and diff is not None and diff <= bound  # a NaN difference fails the comparison too
     if not same:
-        first = _first_difference(tokens, ref_tokens)
-        reason = f"greedy tokens differ from the reference ({first})"
-    elif diff is None or diff != diff or diff > bound:
-        reason = f"logits differ by {diff:.3g}, above the tolerance {bound:.3g}" if diff is not None \
-            else "logits have the wrong shape"
+        reason = f"greedy tokens differ from the reference ({_first_difference(tokens, ref_tokens)})"
+    elif diff is None:
+        reason = "logits have the wrong shape"
+    elif not passed:
+        reason = f"logits differ by {diff:.3g}, above the tolerance {bound:.3g}"
     else:
         reason = (f"same greedy tokens on {prompts} prompt{'s' * (prompts != 1)} x {new_tokens} tokens; "
                   f"max logit difference {diff:.3g}")
-    passed = reason.startswith("same")
     return ModelCheck(passed, reason, prompts, new_tokens, same, diff, bound, got.get("latency"), duration_s)
-
-
-def _dtype(name: str) -> torch.dtype:
-    return getattr(torch, name)
 
 
 def _first_difference(tokens, ref_tokens) -> str:

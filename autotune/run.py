@@ -56,7 +56,7 @@ def main(cfg: DictConfig) -> int:
     cfg = start(cfg, run_dir)
     ledger = Ledger(run_dir / "ledger.jsonl")
     hotspots = profile_stage(cfg, run_dir, ledger)
-    outcomes = [work_on(name, hotspot_of(hotspots, name), hotspots, cfg, run_dir, ledger)
+    outcomes = [work_on(name, hotspot_of(hotspots, name), cfg, run_dir, ledger)
                 for name in choose_targets(cfg, hotspots)]
     summary = write_summary(cfg, run_dir, ledger, outcomes)
     print_summary(summary, run_dir)
@@ -132,8 +132,7 @@ def choose_targets(cfg: DictConfig, hotspots: dict) -> list[str]:
     return names
 
 
-def work_on(name: str, hotspot: dict | None, hotspots: dict, cfg: DictConfig, run_dir: Path,
-            ledger: Ledger) -> Outcome:
+def work_on(name: str, hotspot: dict | None, cfg: DictConfig, run_dir: Path, ledger: Ledger) -> Outcome:
     """Agent and checker, then the model-level check, then publish: one target, start to end."""
     from autotune.agent import search_target
     from autotune.publish import rejection_reasons
