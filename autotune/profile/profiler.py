@@ -34,6 +34,7 @@ from autotune.errors import UserError
 from autotune.profile import nsight
 from autotune.profile.hotspots import FILE as HOTSPOTS_FILE
 from autotune.profile.hotspots import hotspots_record, rank_hotspots
+from autotune.profile.opmap import OpMap, build_map
 from autotune.profile.optable import META_ENVIRONMENT, META_SERVE, SERVE_SPAN, op_table, read_trace, serving_time_us
 
 
@@ -154,11 +155,16 @@ def foreign_environment(trace: dict, cfg: DictConfig) -> dict[str, Any]:
             "gpu_count": len(devices), "trace_metadata": metadata, "read_by": reader}
 
 
+def op_map(cfg: DictConfig) -> OpMap:
+    """The op-name mapping: the targets' own names plus profile.target_map and profile.target_map_file."""
+    return build_map(OmegaConf.to_container(cfg.profile.target_map, resolve=True) or {},
+                     cfg.profile.get("target_map_file"))
+
+
 def _analyse(cfg: DictConfig, trace: dict, run_dir: Path, trace_name: str, partial: Path,
              environment: dict, serve_report: dict | None) -> ProfileResult:
     """Op table and hot spots of a trace, written into the partial folder."""
-    target_map = OmegaConf.to_container(cfg.profile.target_map, resolve=True)
-    ops = op_table(trace, target_map)
+    ops = op_table(trace, op_map(cfg))
     serving_us = serving_time_us(trace)
     speedup = float(cfg.profile.assumed_speedup)
     record = hotspots_record(run_dir.name, str((run_dir / trace_name).resolve()), serving_us, speedup,
