@@ -82,10 +82,12 @@ def user_entries(entries: Mapping[str, Any], source: str) -> dict[str, MappedOp]
 
 def _entry(name: str, entry: Any, source: str) -> MappedOp:
     if isinstance(entry, str) and entry.startswith(":") and "::" not in name:
-        op = f"{name}:{entry.split(':')[1]}"
-        raise UserError(f"{source}: the entry '{name}: {entry}' looks like '{op}' split at its '::' by Hydra's "
-                        f"override grammar; escape the colons: '+profile.target_map={{{op.replace(':', chr(92) + ':')}"
-                        f": TARGET}}' (in single quotes), or put it in profile.target_map_file=PATH")
+        rest, _, target = entry[1:].partition(":")
+        op, escaped = f"{name}::{rest}", f"{name}\\:\\:{rest}"
+        raise UserError(f"{source}: the entry '{name}: {entry}' is '{op}: {target.strip()}' split at its '::' by "
+                        f"Hydra's override grammar; escape the colons, in single quotes: "
+                        f"'+profile.target_map={{{escaped}: {target.strip() or 'TARGET'}}}', or put the names in "
+                        "a YAML file given as profile.target_map_file=PATH")
     if isinstance(entry, str):
         entry = {"target": entry}
     if not isinstance(entry, Mapping) or "target" not in entry:

@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from autotune import env
 from autotune.errors import UserError
-from autotune.profile import nsight
+from autotune.profile import diagnose, nsight
 from autotune.profile.hotspots import FILE as HOTSPOTS_FILE
 from autotune.profile.hotspots import hotspots_record, rank_hotspots
 from autotune.profile.opmap import OpMap, build_map
@@ -47,6 +47,7 @@ class ProfileResult:
     environment: dict  # the environment that produced the trace
     nsight: list[dict] | None = None  # per-kernel metrics when profile.nsight measured them
     nsight_note: str | None = None  # why nsight did not run (or what it did)
+    notes: list[str] = dataclasses.field(default_factory=list)  # what the trace cannot show (diagnose.notes)
 
 
 def new_run_name() -> str:
@@ -135,6 +136,7 @@ def profile_trace(cfg: DictConfig, path: str | Path) -> ProfileResult:
     check_settings(cfg)
     path = Path(path)
     trace = read_trace(path)
+    diagnose.refuse_frontend(trace, str(path))
     with path.open("rb") as f:
         name = "trace.json.gz" if f.read(2) == b"\x1f\x8b" else "trace.json"  # keep the copy's bytes as given
     out_dir, run = Path(cfg.profile.out_dir), new_run_name()
@@ -176,7 +178,7 @@ def _analyse(cfg: DictConfig, trace: dict, run_dir: Path, trace_name: str, parti
     _write_json(partial / "env.json", environment)
     if serve_report is not None:
         _write_json(partial / "serve.json", serve_report)
-    result = ProfileResult(run_dir, ops, record, serve_report, environment)
+    result = ProfileResult(run_dir, ops, record, serve_report, environment, notes=diagnose.notes(trace))
     if cfg.profile.nsight:
         result.nsight, result.nsight_note = nsight.measure(cfg, record, partial)
     return result

@@ -26,7 +26,7 @@ def test_amdahl_gain():
 
 def test_ranking_of_the_gpu_fixture_matches_the_hotspots_schema():
     trace = read_trace(FIXTURES / "kineto_gpu.json")
-    hot = rank_hotspots(op_table(trace, dict(compose([]).profile.target_map)), serving_time_us(trace), 4.0)
+    hot = rank_hotspots(op_table(trace), serving_time_us(trace), 4.0)
     assert [h["target"] for h in hot] == ["rms_norm", "silu_and_mul"]
     rms = hot[0]
     assert set(rms) == {"target", "share", "calls", "total_us", "projected_gain", "shapes"}
@@ -36,7 +36,7 @@ def test_ranking_of_the_gpu_fixture_matches_the_hotspots_schema():
                              {"shape": [1, 4096], "dtype": "bfloat16", "calls": 1, "total_us": 3.0}]
     json.dumps(hot)  # plain JSON types only
     with pytest.raises(UserError, match="assumed_speedup"):
-        rank_hotspots(op_table(trace, {}), 1000.0, 0.0)
+        rank_hotspots(op_table(trace), 1000.0, 0.0)
 
 
 def _run(out: Path, name: str, targets: dict, hidden: bool = False) -> None:
