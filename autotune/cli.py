@@ -20,6 +20,7 @@ COMMANDS = {
     "verify": "judge one candidate kernel file against a target in an isolated process",
     "run": "the whole loop: profile, agent, verify, ledger, publish proposals for review",
     "review": "list, show, approve (merge) or reject proposals",
+    "export": "write the merged kernels as a vLLM plugin package or a transformers patch package",
 }
 
 USAGE = {
@@ -27,6 +28,7 @@ USAGE = {
     "verify": "autotune verify TARGET FILE [--json] [key=value ...]",
     "run": "autotune run [-m] [resume=RUN_DIR] [key=value ...]",
     "review": "autotune review list | show ID | approve ID | reject ID --reason TEXT  [key=value ...]",
+    "export": "autotune export vllm|hf [--out DIR] [key=value ...]",
 }
 
 EXAMPLES = {
@@ -38,6 +40,7 @@ EXAMPLES = {
             "autotune run -m agent.turns=1,3 targets=[rms_norm],[silu_and_mul]"],
     "review": ["autotune review list", "autotune review show rms_norm-1a2b3c", "autotune review approve rms_norm-1a2b3c",
                "autotune review reject rms_norm-1a2b3c --reason \"slower than torch.compile at 8192 rows\""],
+    "export": ["autotune export vllm --out dist/vllm-plugin", "autotune export hf", "autotune export vllm kernels.dir=PATH"],
 }
 
 
@@ -90,6 +93,8 @@ def _dispatch(command: str, args: list[str]) -> int:
         return importlib.import_module("autotune.verify.command").main(compose(overrides), ns.target, ns.file, ns.json)
     if command == "review":
         return importlib.import_module("autotune.publish.review").main(compose(overrides), rest)
+    if command == "export":
+        return importlib.import_module("autotune.export.command").main(compose(overrides), rest)
     if rest:
         raise UserError(f"unexpected argument(s) {' '.join(rest)} (usage: {USAGE[command]})")
     return importlib.import_module("autotune.profile.command").main(compose(overrides))
@@ -174,7 +179,7 @@ def command_help(command: str) -> str:
 
 def _doc_module(command: str) -> str:
     return {"profile": "autotune.profile.command", "verify": "autotune.verify.command", "run": "autotune.run",
-            "review": "autotune.publish.review"}[command]
+            "review": "autotune.publish.review", "export": "autotune.export.command"}[command]
 
 
 if __name__ == "__main__":
