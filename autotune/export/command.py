@@ -58,7 +58,7 @@ def ir_op_priority(exported: ExportedPackage) -> str:
 
 
 def vllm_instructions(exported: ExportedPackage) -> str:
-    lines = [f"install it where vLLM is installed:  pip install {exported.out}"]
+    lines = [f"install it where vLLM is installed:  pip install {exported.out.resolve()}"]
     priority = ir_op_priority(exported)
     if priority:
         lines.append(f"select its RMSNorm kernels (vLLM with vLLM IR):  vllm serve MODEL --ir-op-priority '{priority}'")
@@ -70,6 +70,6 @@ def vllm_instructions(exported: ExportedPackage) -> str:
 
 
 def hf_instructions(exported: ExportedPackage) -> str:
-    return (f"install it:  pip install {exported.out}\n"
+    return (f"install it:  pip install {exported.out.resolve()}\n"
             f"use it:      from {exported.package} import apply_autotune_kernels; apply_autotune_kernels(model)\n"
             "the kernels are Triton: a CUDA GPU, or TRITON_INTERPRET=1 on the CPU (slow; for testing)")

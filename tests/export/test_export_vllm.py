@@ -111,3 +111,60 @@ def test_the_plugin_registers_with_the_installed_vllm_and_computes_what_vllm_doe
     assert result["chosen"] == ["autotune", "autotune"]
     assert {"RotaryEmbedding", "SiluAndMul"} <= set(result["oot"])
     assert result["rms_err"] < 1e-5 and result["fused_err"] < 1e-5
+
+
+SERVE = r"""
+import collections, json, os, sys
+mode, model_dir = sys.argv[1], sys.argv[2]
+if mode == "make":  # a tiny random Llama saved by transformers (no tokenizer: prompts are token ids)
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         bos_token_id=0, eos_token_id=1, tie_word_embeddings=False)
+    LlamaForCausalLM(config).save_pretrained(model_dir, safe_serialization=True)
+    sys.exit(0)
+from vllm import LLM, SamplingParams
+kwargs = dict(model=model_dir, dtype="float32", enforce_eager=True, max_model_len=128, max_num_seqs=4,
+              skip_tokenizer_init=True)
+counts = collections.Counter()
+if mode == "plugin":
+    import autotune_vllm_kernels as plugin
+    load = plugin.kernel
+    def counting(target):  # count the kernels' calls (the engine runs in this process)
+        fn = load(target)
+        def run(*args):
+            counts[target] += 1
+            return fn(*args)
+        return run
+    plugin.kernel = counting
+    plugin.register()  # vLLM's own load_general_plugins() call then finds it done
+    kwargs["ir_op_priority"] = json.loads(os.environ["IR_OP_PRIORITY"])
+llm = LLM(**kwargs)
+prompts = [{"prompt_token_ids": [0, 17, 42, 99, 5, 23]}, {"prompt_token_ids": [0, 200, 3, 3, 64]}]
+outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True))
+print(json.dumps({"tokens": [list(o.outputs[0].token_ids) for o in outs], "calls": counts}))
+"""
+
+
+@pytest.mark.slow  # ~5 min on 2 cores: two vLLM engines start on the CPU
+@pytest.mark.skipif(_vllm_python() is None, reason="no Python with vLLM (set VLLM_PYTHON=/path/to/python)")
+def test_vllm_serves_a_tiny_llama_with_the_plugin_to_the_same_greedy_tokens(installed, tmp_path):
+    site, out = installed
+    priority = out.split("--ir-op-priority '")[1].split("'")[0]
+    model = tmp_path / "model"
+    env = {**os.environ, "PYTHONPATH": str(site), "TRITON_INTERPRET": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+           "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "IR_OP_PRIORITY": priority}
+    results = {}
+    for mode in ("make", "plain", "plugin"):
+        run_env = {**env, "VLLM_PLUGINS": "autotune_kernels" if mode == "plugin" else ""}
+        done = subprocess.run([_vllm_python(), "-c", SERVE, mode, str(model)], capture_output=True, text=True,
+                              env=run_env, timeout=600, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-4000:]
+        if mode != "make":
+            results[mode] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert results["plain"]["calls"] == {}
+    assert results["plugin"]["tokens"] == results["plain"]["tokens"] and len(results["plain"]["tokens"][0]) == 8
+    calls = results["plugin"]["calls"]
+    assert {"rms_norm", "fused_add_rms_norm", "rotary_embedding", "silu_and_mul"} <= set(calls), calls
