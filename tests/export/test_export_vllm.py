@@ -11,13 +11,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from autotune import cli
 
-HERE = Path(__file__).parent
 
 
 def _vllm_python() -> str | None:
@@ -149,6 +147,7 @@ print(json.dumps({"tokens": [list(o.outputs[0].token_ids) for o in outs], "calls
 
 
 @pytest.mark.slow  # ~5 min on 2 cores: two vLLM engines start on the CPU
+@pytest.mark.timeout(1200)
 @pytest.mark.skipif(_vllm_python() is None, reason="no Python with vLLM (set VLLM_PYTHON=/path/to/python)")
 def test_vllm_serves_a_tiny_llama_with_the_plugin_to_the_same_greedy_tokens(installed, tmp_path):
     site, out = installed

@@ -1,7 +1,6 @@
 """What a trace cannot show: a frontend trace, shapes not recorded, time inside torch.compile regions.
 Also the full real vLLM traces of ../shared/traces when they lie beside the checkout (skipped otherwise)."""
 
-import gzip
 import json
 from pathlib import Path
 

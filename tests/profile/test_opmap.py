@@ -8,7 +8,7 @@ from autotune import targets
 from autotune.config import compose
 from autotune.errors import UserError
 from autotune.profile.opmap import build_map, declared_map
-from autotune.profile.optable import op_table, read_trace
+from autotune.profile.optable import op_table
 from autotune.profile.profiler import op_map
 from autotune.targets.base import ForeignOp
 
