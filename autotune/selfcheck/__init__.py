@@ -21,7 +21,7 @@ every command, the page and the JSON, with timings reported as not measured. The
 A section that fails is reported as failed with its error, and the others still run; the page and the
 JSON are rewritten after every section, so a session cut short keeps what it measured.
 
-    python -m autotune.selfcheck [--dry-run] [--out DIR] [--only roofline,verify] [--budget-s 480]
+    python -m autotune.selfcheck [--dry-run] [--out DIR] [--only roofline,verify] [--budget-s S]
                                  [--max-candidates N]
     scripts/gpu_check.sh              # the same on a GPU machine, with the README's install done
 """
@@ -153,7 +153,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="the same code on the CPU with small sizes")
     p.add_argument("--out", default="benchmarks", help="folder for the page, the JSON and the log")
     p.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections of {', '.join(SECTIONS)}")
-    p.add_argument("--budget-s", type=float, default=480.0, help="wall-clock budget for the whole check")
+    p.add_argument("--budget-s", type=float, default=None,
+                   help="wall-clock budget for the whole check (default 480 s on a GPU, 1800 s for a dry run, "
+                        "where the interpreter is slow)")
     p.add_argument("--max-candidates", type=int, default=0,
                    help="section 3: at most this many correct and this many cheating candidates (0 = all)")
     return p
@@ -165,7 +167,8 @@ def _plan(ns: argparse.Namespace) -> Plan:
     if unknown:
         raise SystemExit(f"error: unknown section(s) {', '.join(unknown)} (sections: {', '.join(SECTIONS)})")
     root = Path(__file__).resolve().parents[2]
-    return Plan(out=Path(ns.out).resolve(), root=root, dry_run=ns.dry_run, budget_s=ns.budget_s, sections=only,
+    budget_s = ns.budget_s or (1800.0 if ns.dry_run else 480.0)
+    return Plan(out=Path(ns.out).resolve(), root=root, dry_run=ns.dry_run, budget_s=budget_s, sections=only,
                 max_candidates=ns.max_candidates)
 
 

@@ -16,9 +16,11 @@ from autotune.selfcheck.expect import Expectation, expectations
 GPU = {"roofline_bytes": 1 << 30, "model": "llama3_8b", "run_model": "llama3_2_1b",
        "profile": ["workload=chat", "workload.num_requests=12", "workload.output_len.max=64",
                    "workload.prompt_len.max=1024", "profile.nsight=true"],
-       "run_targets": "[rms_norm,silu_and_mul]", "candidates": 2, "workers": 6}
+       "run_targets": "[rms_norm,silu_and_mul]", "candidates": 2, "workers": 6, "verify": []}
 DRY = {"roofline_bytes": 32 << 20, "model": "tiny", "run_model": "tiny",
-       "profile": ["workload.num_requests=4"], "run_targets": "[rms_norm]", "candidates": 1, "workers": 2}
+       "profile": ["workload.num_requests=4"], "run_targets": "[rms_norm]", "candidates": 1, "workers": 2,
+       "verify": ["verify.seeds=1", "verify.timeout_s=600"]}  # the dry run checks the path, not the kernels:
+# fewer interpreter cases, and room for a loaded machine (the slowed kernel reads each row 8 times)
 
 
 def sizes(plan: Plan) -> dict:
@@ -60,7 +62,7 @@ def profile(plan: Plan, clock: Clock, done: dict) -> tuple[bool, dict]:
 def verify(plan: Plan, clock: Clock, done: dict) -> tuple[bool, dict]:
     items = expectations(plan.root)
     traces = done.get("profile", {}).get("out_dir")  # shapes from the profile just taken, when there is one
-    extra = [f"device={plan.device}"] + ([f"profile.out_dir={traces}"] if traces else [])
+    extra = [f"device={plan.device}", *sizes(plan)["verify"]] + ([f"profile.out_dir={traces}"] if traces else [])
     cheats = [e for e in items if e.expected and not e.correct][:plan.max_candidates or None]
     correct = [e for e in items if e.correct][:plan.max_candidates or None]
     with ThreadPoolExecutor(sizes(plan)["workers"]) as pool:  # rejected ones: correctness only, in parallel
@@ -99,7 +101,7 @@ def run(plan: Plan, clock: Clock, done: dict) -> tuple[bool, dict]:
     s = sizes(plan)
     proc = cli(plan, clock, ["run", f"targets={s['run_targets']}", f"device={plan.device}", f"model={s['run_model']}",
                              f"agent.candidates={s['candidates']}", f"publish.repo={repo}",
-                             f"hydra.run.dir={run_dir}", "workload.num_requests=8"])
+                             f"hydra.run.dir={run_dir}", "workload.num_requests=8", *sizes(plan)["verify"]])
     summary_file = run_dir / "summary.json"
     if not summary_file.is_file():
         return False, {"error": _last_line(proc)}
@@ -119,7 +121,7 @@ def protocol(plan: Plan, clock: Clock, done: dict) -> tuple[bool, dict]:
     """The timing protocol against kernels whose right answer is known: slower, and implausible."""
     slowed = Expectation("rms_norm", "tests/verify/candidates/rms_norm_slowed.py", "slower")
     impossible = Expectation("rms_norm", "tests/verify/candidates/rms_norm_rowwise.py", "incorrect")
-    extra = [f"device={plan.device}", "verify.shapes=default"]
+    extra = [f"device={plan.device}", "verify.shapes=default", *sizes(plan)["verify"]]
     rows = [_judge(plan, clock, slowed, extra),
             # 1 GB/s: every correct time is below the floor this implies, so it must be flagged
             _judge(plan, clock, impossible, extra, ("verify.peak_bandwidth_gbps=1",))]

@@ -27,6 +27,7 @@ def dry_run(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_the_dry_run_passes_every_section_and_writes_the_page(dry_run):
     proc, out = dry_run
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -40,6 +41,7 @@ def test_the_dry_run_passes_every_section_and_writes_the_page(dry_run):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_the_dry_run_json_holds_each_sections_figures(dry_run):
     _, out = dry_run
     [raw] = out.glob("*-cpu-dry-run.json")
