@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -69,7 +70,7 @@ def _table_rows(test: Path) -> list[tuple[str, str, str | None]]:
     for table in TABLES:
         for entry in getattr(module, table, None) or ():
             entry = tuple(entry) if isinstance(entry, (tuple, list)) else (entry,)
-            files = [x for x in entry if isinstance(x, str) and x.endswith(".py")]
+            files = [str(x) for x in entry if isinstance(x, (str, os.PathLike)) and str(x).endswith(".py")]
             if not files:
                 continue
             statuses = [getattr(x, "value", None) for x in entry if type(x).__name__ == "Status"]
