@@ -63,8 +63,11 @@ def vllm_instructions(exported: ExportedPackage) -> str:
     if priority:
         lines.append(f"select its RMSNorm kernels (vLLM with vLLM IR):  vllm serve MODEL --ir-op-priority '{priority}'")
         lines.append("  (vLLM without vLLM IR uses them as an out-of-tree RMSNorm, no flag needed)")
-    lines.append("rotary_embedding and silu_and_mul replace vLLM's RotaryEmbedding and SiluAndMul by themselves; "
-                 "VLLM_PLUGINS=autotune_kernels limits vLLM to this plugin")
+    replaced = {"rotary_embedding": "RotaryEmbedding", "silu_and_mul": "SiluAndMul"}
+    oot = [f"{t} replaces vLLM's {cls}" for t, cls in replaced.items() if t in exported.kernels]
+    if oot:
+        lines.append("; ".join(oot) + " by itself (out-of-tree CustomOp)")
+    lines.append("VLLM_PLUGINS=autotune_kernels limits vLLM's plugins to this one")
     lines.append("the kernels are Triton: a CUDA GPU, or TRITON_INTERPRET=1 on the CPU (slow; for testing)")
     return "\n".join(lines)
 

@@ -120,7 +120,8 @@ def test_op_table_round_trips_through_csv_and_parquet(tmp_path, name):
 @pytest.mark.parametrize("content, says", [
     (None, "not found"),
     (b"\x1f\x8b\x08\x00garbage", "not a readable gzip file"),
-    (gzip.compress(b'{"traceEvents": [ {"ph": ', mtime=0), "not valid JSON"),  # mtime=0: the same test id in every xdist worker
+    # mtime=0: the same bytes, so the same test id, in every xdist worker
+    (gzip.compress(b'{"traceEvents": [ {"ph": ', mtime=0), "not valid JSON"),
     (b"\xff\xfe not text", "not valid JSON"),
     (json.dumps({"schemaVersion": 1}).encode(), "has no traceEvents"),
     (json.dumps([{"ph": "X"}]).encode(), "has no traceEvents"),
