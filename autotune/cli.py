@@ -124,9 +124,23 @@ def _hydra_run(args: list[str], overrides: list[str], rest: list[str]) -> int:
     sys.argv = ["autotune run", *args]
     try:
         _app()
+    except SystemExit as e:  # Hydra's own exit (a launcher error, say): still account for the jobs
+        status["code"] = max(status["code"], e.code if isinstance(e.code, int) else 1)
     finally:
         sys.argv = saved
+    if sweeping:
+        return max(status["code"], _sweep_end())
     return status["code"]
+
+
+def _sweep_end() -> int:
+    """After a sweep, whatever the launcher: each job's state, and the resume command of each that died."""
+    from autotune.run import console
+    from autotune.sweep import SWEEP_DIR, jobs, print_jobs
+
+    if not SWEEP_DIR:
+        return 0
+    return 1 if print_jobs(jobs(SWEEP_DIR[-1]), console) else 0
 
 
 class _ArgParser(argparse.ArgumentParser):

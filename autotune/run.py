@@ -19,10 +19,12 @@ configuration, repeating no finished candidate and no LLM call. `autotune run -m
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import datetime as dt
 import json
 import secrets
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,7 @@ from autotune.errors import UserError
 from autotune.ledger import Ledger
 
 console = Console(highlight=False)
+_PUBLISH = threading.Lock()
 
 
 @dataclasses.dataclass
@@ -50,17 +53,67 @@ class Outcome:
 
 
 def main(cfg: DictConfig) -> int:
+    """One run; 0 when it finished, 1 when it died (its records stay, and it says how to resume it)."""
     from hydra.core.hydra_config import HydraConfig
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     cfg = start(cfg, run_dir)
-    ledger = Ledger(run_dir / "ledger.jsonl")
-    hotspots = profile_stage(cfg, run_dir, ledger)
-    outcomes = [work_on(name, hotspot_of(hotspots, name), cfg, run_dir, ledger)
-                for name in choose_targets(cfg, hotspots)]
+    try:
+        return _run(cfg, run_dir)
+    except Exception as e:  # an endpoint down, a full disk: keep the records, say how to go on
+        return died(run_dir, f"{type(e).__name__}: {e}")
+
+
+def _run(cfg: DictConfig, run_dir: Path) -> int:
+    from autotune.progress import Progress, ProgressLedger
+
+    names = list(cfg.targets) if cfg.targets else []
+    budget = cfg.agent.get("budget", {}) or {}
+    with Progress([str(n) for n in names], budget.get("wall_s"), run_dir, console) as progress:
+        ledger = ProgressLedger(run_dir / "ledger.jsonl", progress)
+        progress.seed(ledger.read())
+        hotspots = profile_stage(cfg, run_dir, ledger)
+        outcomes, errors = work_on_all(choose_targets(cfg, hotspots), hotspots, cfg, run_dir, ledger, progress)
+    if errors:
+        return died(run_dir, "; ".join(errors))
     summary = write_summary(cfg, run_dir, ledger, outcomes)
     print_summary(summary, run_dir)
     return 0
+
+
+def died(run_dir: Path, error: str) -> int:
+    """Record why the run stopped (if the disk still takes it) and print the command that continues it."""
+    try:
+        Ledger(run_dir / "ledger.jsonl").append("failed", error=error)
+    except OSError:
+        pass  # a full disk: the ledger holds everything up to the failure, which is what resume needs
+    console.print(f"[bold red]run failed[/]: {error}\nits records are in {run_dir}; continue it with:\n"
+                  f"  autotune run resume={run_dir}")
+    return 1
+
+
+def work_on_all(names: list[str], hotspots: dict, cfg: DictConfig, run_dir: Path, ledger: Ledger,
+                progress) -> tuple[list[Outcome], list[str]]:
+    """The targets side by side (a slow one holds no other back); the judges share verify.workers slots.
+    A target that fails leaves no outcome record, so `resume=` takes it up again."""
+    def one(name: str) -> Outcome:
+        progress.started(name)
+        try:
+            return work_on(name, hotspot_of(hotspots, name), cfg, run_dir, ledger)
+        except Exception as e:
+            ledger.append("failed", target=name, error=f"{type(e).__name__}: {e}")
+            raise
+
+    outcomes: dict[str, Outcome] = {}
+    errors: list[str] = []
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(len(names), 1)) as pool:
+        futures = {pool.submit(one, name): name for name in names}
+        for future in concurrent.futures.as_completed(futures):
+            if future.exception() is not None:
+                errors.append(f"{futures[future]}: {type(future.exception()).__name__}: {future.exception()}")
+            else:
+                outcomes[futures[future]] = future.result()
+    return [outcomes[n] for n in names if n in outcomes], errors
 
 
 def start(cfg: DictConfig, run_dir: Path) -> DictConfig:
@@ -169,7 +222,8 @@ def check_and_publish(name: str, best, hotspot: dict | None, cfg: DictConfig, ru
         candidate={k: getattr(best, k) for k in ("id", "agent", "model", "turn", "prompt_tokens", "cached_tokens",
                                                  "completion_tokens", "cost_usd")},
         environment=environment, run_dir=str(run_dir), run_id=str(cfg.run_id))
-    proposal = publish(request, cfg)
+    with _PUBLISH:  # targets finish side by side; their branches go into one repository one at a time
+        proposal = publish(request, cfg)
     ledger.append("proposal", candidate=best.id, **dataclasses.asdict(proposal))
     return Outcome(name, "proposed", check.reason, best.id, best.status, proposal.id, proposal.pr_url)
 

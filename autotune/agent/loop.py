@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from autotune.agent import NO_CODE, CandidateRecord, TargetSearch, clients, prompts
 from autotune.agent.accounting import summarize
 from autotune.agent.extract import Extraction, extract
+from autotune.agent.slots import judge_slots
 from autotune.ledger import Ledger
 from autotune.targets.base import Target
 from autotune.verify.verdict import Status, Verdict
@@ -105,10 +106,13 @@ def default_verify(cfg: DictConfig, hotspot: dict | None) -> VerifyFn:
 
         return collect(dict(cfg.get("labels") or {}))
 
+    slots = judge_slots(cfg)  # verify.workers judges at once in this process, one GPU each on a GPU host
+
     def verify_fn(target: Target, path: Path) -> Verdict:
         from autotune.verify import verify
 
-        return verify(target, path, cfg, shapes=shapes or None, environment=environment())
+        with slots.hold():
+            return verify(target, path, cfg, shapes=shapes or None, environment=environment())
 
     return verify_fn
 
