@@ -88,7 +88,7 @@ def died(run_dir: Path, error: str) -> int:
     except OSError:
         pass  # a full disk: the ledger holds everything up to the failure, which is what resume needs
     console.print(f"[bold red]run failed[/]: {error}\nits records are in {run_dir}; continue it with:\n"
-                  f"  autotune run resume={run_dir}")
+                  f"  autotune run resume={run_dir}", soft_wrap=True)
     return 1
 
 

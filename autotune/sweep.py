@@ -84,8 +84,8 @@ def print_jobs(found: list[Job], console: Console) -> int:
     unfinished = [j for j in found if j.state is not JobState.FINISHED]
     for job in unfinished:
         if job.resume:
-            console.print(f"resume the failed job: {job.resume}")
+            console.print(f"resume the failed job: {job.resume}", soft_wrap=True)  # one line: copy and paste
     if found:
         dirs = " ".join(sorted({str(j.dir.parent) for j in found}))
-        console.print(f"report: autotune report {dirs}")
+        console.print(f"report: autotune report {dirs}", soft_wrap=True)
     return len(unfinished)

@@ -1,0 +1,87 @@
+"""Sweeps through real Hydra launchers on the CPU, and a report over what they left.
+
+Each job is a real `autotune run` kept to seconds of CPU: a recorded vLLM trace instead of serving
+(trace=...), one rms_norm candidate, one seed in one dtype, shapes cut small for the interpreter, and a
+1-prompt model check. The local (joblib) sweep is 2x2; the submitit_local one has one job whose
+publish.repo does not exist yet, so it dies after its search: the sweep must finish the other, print the
+resume command, and that command must finish the dead job once the repository exists.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import git
+import pandas as pd
+import pytest
+
+from autotune import ledger
+
+TRACE = Path(__file__).resolve().parents[1] / "profile" / "fixtures" / "vllm_cpu.json"
+TINY = ["targets=[rms_norm]", f"trace={TRACE}", "agent.candidates=1", "verify.seeds=1",
+        "verify.max_profile_shapes=1", "verify.max_interpreter_rows=16", "verify.max_interpreter_elements=8192",
+        "verify.max_interpreter_rows_extra=8", "run.check_prompts=1", "run.check_new_tokens=2"]
+
+
+def autotune(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "autotune.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def new_repo(path: Path) -> Path:
+    repo = git.Repo.init(path, initial_branch="main")
+    actor = git.Actor("test", "test@localhost")
+    repo.index.commit("init", author=actor, committer=actor)
+    return path
+
+
+@pytest.mark.slow  # four runs: ~20 s of CPU on an idle 2-core machine, minutes when it is shared
+def test_a_2x2_local_sweep_leaves_four_runs_and_one_report_that_matches_their_ledgers(tmp_path):
+    repo, sweep = new_repo(tmp_path / "repo"), tmp_path / "sweep"
+    done = autotune("run", "-m", "hydra/launcher=local", f"hydra.sweep.dir={sweep}", f"publish.repo={repo}", *TINY,
+                    "verify.dtypes=[float32],[float16]", "run.check_new_tokens=1,2")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    runs = sorted(p for p in sweep.iterdir() if (p / "summary.json").is_file())
+    assert [p.name for p in runs] == ["0", "1", "2", "3"]
+    assert "sweep: 4 job(s)" in done.stdout and "failed" not in done.stdout
+    for run in runs:
+        assert (run / "cli.log").read_text().count("rms_norm: rms_norm-c0-t1 unmeasured") == 1
+
+    made = autotune("report", str(sweep), "--out", str(tmp_path / "report"))
+    assert made.returncode == 0, made.stderr[-2000:]
+    settings = pd.read_csv(tmp_path / "report" / "settings.csv")
+    assert len(settings) == 4
+    assert sorted(settings["set:run.check_new_tokens"]) == [1, 1, 2, 2]
+    for run in runs:  # the report's counts are the ledgers' counts
+        records = ledger.read(run / "ledger.jsonl")
+        judged = [r for r in records if r["kind"] == "candidate"]
+        row = settings[settings["run_id"] == json.loads((run / "summary.json").read_text())["run_id"]].iloc[0]
+        assert row["judged"] == len(judged) == 1
+        assert row["passing"] == sum(r["status"] in ("accepted", "unmeasured", "slower") for r in judged)
+    assert "speedup not measured" not in (tmp_path / "report" / "report.md").read_text()  # it is in the PNGs
+    assert "No speedup was measured (no GPU)" in (tmp_path / "report" / "report.html").read_text()
+
+
+@pytest.mark.slow  # three runs (one dies early)
+def test_a_submitit_sweep_with_a_dying_job_finishes_the_other_and_says_how_to_resume(tmp_path):
+    good, missing, sweep = new_repo(tmp_path / "good"), tmp_path / "not-yet", tmp_path / "sweep"
+    done = autotune("run", "-m", "hydra/launcher=slurm_local", f"hydra.sweep.dir={sweep}",
+                    f"publish.repo={good},{missing}", *TINY, "verify.dtypes=[float32]")
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (sweep / "0" / "summary.json").is_file()  # the other job finished
+    assert not (sweep / "1" / "summary.json").is_file()
+    resume = re.search(r"resume the failed job: (autotune run resume=\S+)", done.stdout)
+    assert resume and resume.group(1) == f"autotune run resume={sweep / '1'}", done.stdout[-3000:]
+    dead = ledger.read(sweep / "1" / "ledger.jsonl")
+    assert [r for r in dead if r["kind"] == "failed"][-1]["error"].startswith("rms_norm: UserError: publish.repo")
+    assert "FAILED" in (sweep / "1" / "cli.log").read_text()
+
+    new_repo(missing)  # what the operator fixes, then the command the sweep printed
+    resumed = autotune(*resume.group(1).split()[1:])
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    outcomes = [r for r in ledger.read(sweep / "1" / "ledger.jsonl") if r["kind"] == "outcome"]
+    assert [o["status"] for o in outcomes] == ["proposed"]
