@@ -161,7 +161,7 @@ class _ArgParser(argparse.ArgumentParser):
 def _groups_text() -> str:
     from autotune.config import groups
 
-    lines = [f"  {g + '=':<10} {' | '.join(opts)}" for g, opts in groups().items()]
+    lines = [f"  {g + '=':<16} {' | '.join(opts)}" for g, opts in groups().items()]
     return "\n".join(lines)
 
 
