@@ -12,9 +12,12 @@
 
 The run directory holds config.yaml (resolved), env.json, ledger.jsonl (one JSON record per event; read
 it with `autotune.ledger.frame`), transcript.jsonl (every LLM exchange), candidates/<op>/, profile/ and
-summary.json. Overnight runs die: `autotune run resume=<run dir>` continues one with its saved
-configuration, repeating no finished candidate and no LLM call. `autotune run -m key=a,b` sweeps
-(Hydra multirun; any Hydra launcher via hydra/launcher=...).
+summary.json; cli.log gets one line per event, and a terminal shows a live table (autotune/progress.py).
+Targets are worked on side by side; candidates are judged at most verify.workers at a time
+(autotune/agent/slots.py). Overnight runs die: a run that fails records why, keeps everything judged so
+far and prints `autotune run resume=<run dir>`, which continues it with its saved configuration,
+repeating no finished candidate and no LLM call. `autotune run -m key=a,b` sweeps (Hydra multirun;
+launchers in conf/hydra/launcher/, the jobs' fates in autotune/sweep.py).
 """
 
 from __future__ import annotations
@@ -106,13 +109,21 @@ def work_on_all(names: list[str], hotspots: dict, cfg: DictConfig, run_dir: Path
 
     outcomes: dict[str, Outcome] = {}
     errors: list[str] = []
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(len(names), 1)) as pool:
-        futures = {pool.submit(one, name): name for name in names}
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(len(names), 1))
+    futures = {pool.submit(one, name): name for name in names}
+    try:
         for future in concurrent.futures.as_completed(futures):
             if future.exception() is not None:
                 errors.append(f"{futures[future]}: {type(future.exception()).__name__}: {future.exception()}")
             else:
                 outcomes[futures[future]] = future.result()
+    except BaseException:  # Ctrl-C: the searches stop at their next turn; what they judged is in the ledger
+        from autotune.agent.loop import INTERRUPTED
+
+        INTERRUPTED.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     return [outcomes[n] for n in names if n in outcomes], errors
 
 

@@ -34,6 +34,9 @@ from autotune.targets.base import Target
 from autotune.verify.verdict import Status, Verdict
 
 VerifyFn = Callable[[Target, Path], Verdict]
+# Set by the thread that received Ctrl-C while searches run in other threads (targets side by side):
+# every search stops at its next turn.
+INTERRUPTED = threading.Event()
 # The order of "best": a correct candidate that is faster > one that could not be timed > a slower one.
 RANK = {Status.ACCEPTED: 3, Status.UNMEASURED: 2, Status.SLOWER: 1}
 
@@ -170,6 +173,8 @@ class _Search:
         self.stop.set()
 
     def halted(self) -> bool:
+        if INTERRUPTED.is_set():  # Ctrl-C reaches the run's main thread, not the search threads
+            self.halt("interrupted")
         if not self.stop.is_set():
             over = self._over_budget()
             if over:
