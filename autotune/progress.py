@@ -36,6 +36,7 @@ class TargetProgress:
     tokens: int = 0
     dollars: float = 0.0
     started: float | None = None  # time.monotonic() when its search began in this process
+    ended: float | None = None  # ... and when it ended (the budget clock stops)
 
 
 class Progress:
@@ -98,9 +99,9 @@ class Progress:
             elif kind == "agent_search":
                 t.state = "model check" if r.get("best_status") in PASSING else "done"
             elif kind == "outcome":
-                t.state = str(r.get("status", "done")).replace("_", " ")
+                t.state, t.ended = str(r.get("status", "done")).replace("_", " "), time.monotonic()
             elif kind == "failed":
-                t.state = "failed"
+                t.state, t.ended = "failed", time.monotonic()
 
     def __rich__(self) -> Table:
         table = Table(title="autotune run", expand=False)
@@ -118,7 +119,8 @@ class Progress:
             return "no limit"
         if t.started is None:
             return f"{self.budget_wall_s:.0f} s"
-        return f"{max(self.budget_wall_s - (time.monotonic() - t.started), 0):.0f} s"
+        spent = (t.ended or time.monotonic()) - t.started
+        return f"{max(self.budget_wall_s - spent, 0):.0f} s"
 
 
 class ProgressLedger(Ledger):

@@ -68,7 +68,8 @@ IGNORED = ("run_id", "resume", "publish.repo", "hydra")  # differ between runs w
 
 def swept(dirs: list[Path]) -> pd.DataFrame:
     """The settings that differ between these runs (a sweep's axes), as `set:<key>` columns."""
-    flat = pd.json_normalize([OmegaConf.to_container(OmegaConf.load(d / "config.yaml")) for d in dirs])
+    flat = pd.json_normalize([OmegaConf.to_container(OmegaConf.load(d / "config.yaml"))
+                              if (d / "config.yaml").is_file() else {} for d in dirs])
     flat = flat.astype(str)
     keep = [k for k in flat.columns if flat[k].nunique() > 1 and not k.startswith(IGNORED)]
     out = flat[keep].rename(columns={k: f"set:{k}" for k in keep})

@@ -15,6 +15,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 CACHE_GOAL = 0.85  # of prompt tokens served from the prefix cache, from turn 2 on
 
@@ -55,7 +56,14 @@ def best_so_far(p: pd.DataFrame, x: str, environments: list[str]) -> bytes:
         _say(ax, f"speedup not measured (no GPU): {n} candidate(s) judged for correctness only")
         return _png(fig, environments)
     for (run, target, agent), g in p.groupby(["run", "target", "agent"], sort=False):
-        ax.step(g[x], g["best_so_far"], where="post", marker="o", label=_label(run, target, agent))
+        if g["best_so_far"].notna().any():  # a run without timings has no line (the text below says so)
+            ax.step(g[x], g["best_so_far"], where="post", marker="o", label=_label(run, target, agent))
+    unmeasured = p.groupby("run")["speedup"].apply(lambda s: s.isna().all())
+    if unmeasured.any():
+        ax.text(0.01, 0.98, f"not measured (no GPU): {int(unmeasured.sum())} run(s), not drawn", fontsize=8,
+                color="#a33", transform=ax.transAxes, va="top")
+    if x == "tried":
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.axhline(1.0, color="#888", lw=0.8, ls="--")
     ax.set_xlabel(xlabel)
     ax.set_ylabel("best speedup so far (x)")
