@@ -26,7 +26,11 @@ import concurrent.futures
 import dataclasses
 import datetime as dt
 import json
+import os
 import secrets
+import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -40,6 +44,7 @@ from autotune.ledger import Ledger
 
 console = Console(highlight=False)
 _PUBLISH = threading.Lock()
+SUPERVISED = "AUTOTUNE_SWEEP_JOB"  # set in a sweep job's child process (see supervise)
 
 
 @dataclasses.dataclass
@@ -59,8 +64,11 @@ def main(cfg: DictConfig) -> int:
     """One run; 0 when it finished, 1 when it died (its records stay, and it says how to resume it)."""
     from hydra.core.hydra_config import HydraConfig
 
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
     cfg = start(cfg, run_dir)
+    if str(hydra_cfg.mode).endswith("MULTIRUN") and not os.environ.get(SUPERVISED):
+        return supervise(run_dir)
     try:
         return _run(cfg, run_dir)
     except Exception as e:  # an endpoint down, a full disk: keep the records, say how to go on
@@ -82,6 +90,17 @@ def _run(cfg: DictConfig, run_dir: Path) -> int:
     summary = write_summary(cfg, run_dir, ledger, outcomes)
     print_summary(summary, run_dir)
     return 0
+
+
+def supervise(run_dir: Path) -> int:
+    """A sweep's job runs as `autotune run resume=<its dir>` in a child process, so that a job killed by a
+    signal (the OOM killer, a kill -9) takes neither the launcher's worker nor the other jobs with it: the
+    worker records how the job died and the sweep goes on (joblib's process pool would otherwise break)."""
+    child = subprocess.run([sys.executable, "-m", "autotune.cli", "run", f"resume={run_dir}",
+                            "hydra.output_subdir=null"], env={**os.environ, SUPERVISED: "1"})
+    if child.returncode < 0:
+        return died(run_dir, f"killed by {signal.Signals(-child.returncode).name}")
+    return 1 if child.returncode else 0  # a failed child recorded why and printed its resume command
 
 
 def died(run_dir: Path, error: str) -> int:
