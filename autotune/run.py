@@ -107,6 +107,8 @@ def died(run_dir: Path, error: str) -> int:
     """Record why the run stopped (if the disk still takes it) and print the command that continues it."""
     try:
         Ledger(run_dir / "ledger.jsonl").append("failed", error=error)
+        with open(run_dir / "cli.log", "a") as log:  # the same line the progress log has for a failure
+            log.write(f"{dt.datetime.now():%Y-%m-%d %H:%M:%S,%f}"[:-3] + f" run: FAILED: {error}\n")
     except OSError:
         pass  # a full disk: the ledger holds everything up to the failure, which is what resume needs
     console.print(f"[bold red]run failed[/]: {error}\nits records are in {run_dir}; continue it with:\n"

@@ -56,6 +56,7 @@ def job_process(job_dir: Path) -> int | None:
 
 
 @pytest.mark.slow  # five runs: ~30 s of CPU on an idle 2-core machine, minutes when it is shared
+@pytest.mark.timeout(1500)
 def test_a_2x2_local_sweep_survives_a_killed_job_and_ends_in_one_report_that_matches_the_ledgers(tmp_path):
     repo, sweep = new_repo(tmp_path / "repo"), tmp_path / "sweep"
     args = [sys.executable, "-m", "autotune.cli", "run", "-m", "hydra/launcher=local", f"hydra.sweep.dir={sweep}",
@@ -74,6 +75,7 @@ def test_a_2x2_local_sweep_survives_a_killed_job_and_ends_in_one_report_that_mat
     assert f"resume the failed job: autotune run resume={sweep / '1'}" in out
     assert [r for r in ledger.read(sweep / "1" / "ledger.jsonl") if r["kind"] == "failed"][-1]["error"] == \
         "killed by SIGKILL"
+    assert "run: FAILED: killed by SIGKILL" in (sweep / "1" / "cli.log").read_text()
     resumed = autotune("run", f"resume={sweep / '1'}")
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
 
@@ -95,6 +97,7 @@ def test_a_2x2_local_sweep_survives_a_killed_job_and_ends_in_one_report_that_mat
 
 
 @pytest.mark.slow  # three runs (one dies early)
+@pytest.mark.timeout(1200)
 def test_a_submitit_sweep_with_a_dying_job_finishes_the_other_and_says_how_to_resume(tmp_path):
     good, missing, sweep = new_repo(tmp_path / "good"), tmp_path / "not-yet", tmp_path / "sweep"
     done = autotune("run", "-m", "hydra/launcher=slurm_local", f"hydra.sweep.dir={sweep}",
