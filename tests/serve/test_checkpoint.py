@@ -63,7 +63,7 @@ def test_hf_config_fields_are_read(saved, tmp_path):
 
 def test_llama3_rope_scaling_stretches_only_long_wavelengths():
     base = ModelConfig.from_cfg(compose(["model=llama3_8b"]).model)
-    scaled = dataclass_with(base, rope_scaling={"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    scaled = dataclass_with(base, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                                 "original_max_position_embeddings": 8192.0})
     plain, stretched = inverse_frequencies(base), inverse_frequencies(scaled)
     wavelength = 2 * math.pi / plain
@@ -94,11 +94,11 @@ def test_bad_checkpoints_are_user_errors(saved, tmp_path):
     wider = copy_checkpoint(saved, tmp_path / "b", edit_config=lambda c: c.update(intermediate_size=400))
     with pytest.raises(UserError, match=r"gate_proj\.weight in model\.safetensors has shape \[352, 128\]"):
         load(wider)
-    other = copy_checkpoint(saved, tmp_path / "c", edit_config=lambda c: c.update(model_type="qwen2"))
-    with pytest.raises(UserError, match="'qwen2' model"):
+    other = copy_checkpoint(saved, tmp_path / "c", edit_config=lambda c: c.update(model_type="gpt2", architectures=None))
+    with pytest.raises(UserError, match="model_type 'gpt2'.*does not serve .*Qwen2ForCausalLM"):
         load(other)
     yarn = copy_checkpoint(saved, tmp_path / "d", edit_config=lambda c: c.update(rope_scaling={"rope_type": "yarn"}))
-    with pytest.raises(UserError, match="rope_scaling 'yarn'"):
+    with pytest.raises(UserError, match="rope type 'yarn'.*supported: default, linear, llama3"):
         load(yarn)
     broken = copy_checkpoint(saved, tmp_path / "e")
     (broken / "config.json").write_text("{")
