@@ -110,8 +110,9 @@ def _rope(hf: dict, file: Path) -> tuple[float, dict | None]:
         raise UserError(f"model.checkpoint: {file} uses rope type '{kind}', which the built-in model does not "
                         f"implement (supported: {', '.join(ROPE_KEYS)}); serve a checkpoint with one of those, or "
                         f"profile with the preset of the same shapes and random weights (model=<preset>)")
-    if params.get("partial_rotary_factor", 1.0) != 1.0:
-        raise UserError(f"model.checkpoint: {file} sets partial_rotary_factor {params['partial_rotary_factor']}; "
+    partial = params.get("partial_rotary_factor", hf.get("partial_rotary_factor", 1.0))
+    if partial != 1.0:
+        raise UserError(f"model.checkpoint: {file} sets partial_rotary_factor {partial}; "
                         f"the built-in model rotates the whole head")
     missing = [k for k in ROPE_KEYS[kind] if k not in params]
     if missing:
