@@ -124,7 +124,8 @@ def _account(model, where: dict[str, Path], folder: Path) -> None:
     if missing:
         raise UserError(f"model.checkpoint: tensor {_names(missing)} is missing from {folder} (the checkpoint does "
                         f"not match its config.json)")
-    spare = {n for n in set(where) - needed if not IGNORED.fullmatch(n)} - ({"lm_head.weight"} if c.tie_embeddings else set())
+    tied_head = {"lm_head.weight"} if c.tie_embeddings else set()  # checked against the embedding after loading
+    spare = {n for n in set(where) - needed - tied_head if not IGNORED.fullmatch(n)}
     if spare:
         hint = (" (q/k/v biases: only a qwen2 model_type has them)" if any(n.endswith("_proj.bias") for n in spare)
                 else "")
@@ -134,7 +135,8 @@ def _account(model, where: dict[str, Path], folder: Path) -> None:
 
 @torch.no_grad()
 def load_weights(model, path) -> None:
-    """Fill every parameter of `model` from the checkpoint folder; a UserError names any missing, spare or misfit tensor."""
+    """Fill every parameter of `model` from the checkpoint folder; a UserError names any missing, spare or
+    misfit tensor."""
     from safetensors import safe_open
 
     folder = _folder(path)
@@ -158,7 +160,8 @@ def load_weights(model, path) -> None:
 
 
 def _check_tied(model, file: Path) -> None:
-    """tie_word_embeddings with an lm_head.weight saved too: transformers uses the embedding; so do we, if they agree."""
+    """tie_word_embeddings with an lm_head.weight saved too: transformers uses the embedding; so do we, if the
+    two agree."""
     from safetensors import safe_open
 
     with safe_open(str(file), framework="pt") as f:

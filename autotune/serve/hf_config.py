@@ -137,7 +137,8 @@ def _windows(hf: dict, family: str, max_seq_len: int, file: Path) -> tuple[int, 
         types = ["sliding_attention"] * layers
     else:
         start = hf.get("max_window_layers", layers)
-        types = hf.get("layer_types") or ["sliding_attention" if i >= start else "full_attention" for i in range(layers)]
+        types = (hf.get("layer_types")
+                 or ["sliding_attention" if i >= start else "full_attention" for i in range(layers)])
     unknown = set(types) - {"sliding_attention", "full_attention"}
     if len(types) != layers or unknown:
         raise UserError(f"model.checkpoint: {file} layer_types {types} is not one of full_attention/sliding_attention "

@@ -78,7 +78,8 @@ class ModelConfig:
         if self.family not in FAMILIES:
             raise UserError(f"model.family '{self.family}' is unknown (use one of {', '.join(FAMILIES)})")
         if self.attention_windows is not None and len(self.attention_windows) != self.num_layers:
-            raise ValueError(f"attention_windows has {len(self.attention_windows)} entries for {self.num_layers} layers")
+            raise ValueError(f"attention_windows has {len(self.attention_windows)} entries for "
+                             f"{self.num_layers} layers")
 
     @classmethod
     def from_cfg(cls, model_cfg, **overrides) -> "ModelConfig":
