@@ -16,6 +16,7 @@ import torch
 import transformers
 
 from autotune.config import compose
+from autotune.errors import UserError
 from autotune.serve import build_model, check_prompts, greedy_generate
 from autotune.serve.attention import Segment
 from autotune.serve.checkpoint import save_checkpoint
@@ -138,6 +139,33 @@ def test_transformers_4_layout_loads_the_same_model(saved, tmp_path):
     ours = load(old)
     assert ours.config.rope_theta == 500000.0 and ours.config.rope_scaling["rope_type"] == "llama3"
     assert_peers(ours, hf)
+
+
+def test_transformers_4_qwen2_layout_with_an_unused_window_loads(saved, tmp_path):
+    """Qwen2.5's own config.json: top-level rope_theta, sliding_window set but use_sliding_window false."""
+    hf, folder = saved["qwen2"]
+    old = tmp_path / "qwen2-v4"
+    shutil.copytree(folder, old)
+    config = json.loads((old / "config.json").read_text())
+    config.update(rope_theta=config.pop("rope_parameters")["rope_theta"], rope_scaling=None, sliding_window=4,
+                  use_sliding_window=False, max_window_layers=0, transformers_version="4.43.1")
+    del config["layer_types"]
+    (old / "config.json").write_text(json.dumps(config))
+    ours = load(old)
+    assert ours.config.attention_windows is None
+    assert_peers(ours, hf)
+
+
+def test_sharded_save_pretrained_loads_through_its_index(saved, tmp_path):
+    hf, _ = saved["qwen3"]
+    hf.save_pretrained(tmp_path, safe_serialization=True, max_shard_size="40KB")
+    index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
+    shards = sorted(set(index["weight_map"].values()))
+    assert len(shards) > 2
+    assert_peers(load(tmp_path), hf)
+    (tmp_path / shards[1]).unlink()
+    with pytest.raises(UserError, match=f"shard {shards[1]} named in model.safetensors.index.json is missing"):
+        load(tmp_path)
 
 
 def test_llama3_scaling_and_theta_matter_on_the_tiny_config(saved):
