@@ -22,7 +22,7 @@ from autotune.targets.base import Target, parse_dtype
 from autotune.verify.verdict import Status, Verdict
 
 PROMPTS_DIR = Path(__file__).resolve().parents[2] / "prompts"
-EXAMPLE = PROMPTS_DIR / "examples" / "rms_norm.py"
+EXAMPLE_TARGET = "rms_norm"  # whose correct example kernel (Target.example) the system message shows
 ASSUMED_GPU = "H100 SXM"  # whose bandwidth the floors assume when there is no GPU to look up
 STDERR_LINES = 30  # the end of a traceback that the model sees; more is noise at ~10 tokens a line
 
@@ -33,7 +33,8 @@ _env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(PROMPTS_DIR)), unde
 @dataclasses.dataclass(frozen=True)
 class Roofline:
     bandwidth_gbps: float
-    source: str  # where the figure comes from, said in the prompt
+    source: str  # where the figures come from, said in the prompt
+    tflops: float | None = None  # peak dense bf16/fp16 rate; None: the floors are the bandwidth's alone
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,18 +62,20 @@ class Conversation:
 
 def roofline(cfg) -> Roofline:
     """The bandwidth behind the prompt's time floors: configured, else the GPU's, else an assumption said so."""
-    from autotune.verify.timing import PEAK_BANDWIDTH_GBPS, peak_bandwidth_gbps  # the checker's table
+    from autotune.verify.timing import PEAK_BANDWIDTH_GBPS, peak_bandwidth_gbps, peak_tflops  # the checker's
 
     given = OmegaConf.select(cfg, "verify.peak_bandwidth_gbps", default=None)
+    given_tflops = OmegaConf.select(cfg, "verify.peak_tflops", default=None)
     if given:
-        return Roofline(float(given), "set by verify.peak_bandwidth_gbps")
+        return Roofline(float(given), "set by verify.peak_bandwidth_gbps",
+                        float(given_tflops) if given_tflops else None)
     gpu = _gpu_name(str(OmegaConf.select(cfg, "device", default="auto")))
     found = peak_bandwidth_gbps(gpu, None) if gpu else None
     if found:
-        return Roofline(found, f"the {gpu}'s peak memory bandwidth")
+        return Roofline(found, f"the {gpu}'s peaks", peak_tflops(gpu, given_tflops))
     assumed = float(PEAK_BANDWIDTH_GBPS[ASSUMED_GPU])
     why = f"{gpu} is not in the checker's table" if gpu else "no GPU was seen here"
-    return Roofline(assumed, f"assumed: an {ASSUMED_GPU}'s, since {why}")
+    return Roofline(assumed, f"assumed: an {ASSUMED_GPU}'s, since {why}", peak_tflops(ASSUMED_GPU, given_tflops))
 
 
 def _gpu_name(device: str) -> str | None:
@@ -88,9 +91,11 @@ def render(template: str, **slots: Any) -> str:
     return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
 
 
-def system_message(example: Path = EXAMPLE) -> str:
+def system_message(example: Path | None = None) -> str:
+    from autotune import targets
     from autotune.verify.policy import ALLOWED_IMPORTS  # the contract as the checker enforces it
 
+    example = example or targets.get(EXAMPLE_TARGET).example_path
     source = example.read_text().rstrip() if example.is_file() else ""
     return render("system.md.j2", allowed_imports=", ".join(f"`{m}`" for m in ALLOWED_IMPORTS),
                   example_name=example.stem if source else "", example_source=source)
@@ -105,8 +110,15 @@ def task_message(target: Target, hotspot: dict | None, roofline: Roofline, *, in
     return render("task.md.j2", target=target, signature=target.signature,
                   reference_source=target.reference_source(), profile=profile,
                   shapes=shape_rows(target, hotspot, roofline), roofline=_roofline_slots(roofline),
+                  advice=advice(target, roofline), edge_shapes=", ".join("x".join(map(str, s)) for s in target.edge_shapes),
                   incumbent=incumbent, rejections=[scrub_paths(r) for r in rejections if r],
                   index=index, candidates=candidates)
+
+
+def advice(target: Target, roofline: Roofline) -> str:
+    """What makes a kernel for this target fast: its class's advice (prompts/advice/<class>.md.j2), then its own."""
+    text = render(f"advice/{target.op_class.value}.md.j2", target=target, roofline=_roofline_slots(roofline))
+    return text + (f"- {target.advice.strip()}\n" if target.advice else "")
 
 
 def shape_rows(target: Target, hotspot: dict | None, roofline: Roofline) -> list[dict[str, str]]:
@@ -125,7 +137,7 @@ def shape_rows(target: Target, hotspot: dict | None, roofline: Roofline) -> list
                      "calls": f"{int(s['calls']):,}" if s.get("calls") is not None else "-",
                      "share": _pct(float(s["total_us"]) / total_us) if total_us and s.get("total_us") else "-",
                      "bytes": _size(moved) if moved is not None else "?",
-                     "floor": _us(moved / (roofline.bandwidth_gbps * 1e3)) if moved is not None else "?"})
+                     "floor": _us(floor) if (floor := _floor_us(target, s["shape"], s["dtype"], roofline)) else "?"})
     return rows
 
 
@@ -188,7 +200,8 @@ def trim_stderr(text: str, lines: int = STDERR_LINES) -> str:
 
 
 def _roofline_slots(roofline: Roofline) -> dict[str, str]:
-    return {"bandwidth": f"{roofline.bandwidth_gbps:,.0f} GB/s", "source": roofline.source}
+    flop_rate = f"{roofline.tflops:,.0f} TFLOP/s" if roofline.tflops else "an unknown FLOP rate (not counted)"
+    return {"bandwidth": f"{roofline.bandwidth_gbps:,.0f} GB/s", "flop_rate": flop_rate, "source": roofline.source}
 
 
 def _case_slots(case, reason: str) -> dict[str, Any]:
@@ -202,6 +215,14 @@ def _timing_slots(t) -> dict[str, str]:
     return {"shape": "x".join(str(d) for d in t.shape), "dtype": t.dtype, "candidate": _num(t.candidate_us),
             "eager": _num(t.eager_us), "compile": _num(t.compile_us), "speedup": _ratio(t.speedup),
             "floor": f"{t.pct_of_floor:.0f}%" if t.pct_of_floor is not None else "-"}
+
+
+def _floor_us(target: Target, shape: list[int], dtype: str, roofline: Roofline) -> float | None:
+    try:
+        return target.floor_us(tuple(int(d) for d in shape), parse_dtype(dtype), roofline.bandwidth_gbps,
+                               roofline.tflops)
+    except (ValueError, TypeError, IndexError):
+        return None
 
 
 def _bytes_moved(target: Target, shape: list[int], dtype: str) -> int | None:

@@ -221,11 +221,13 @@ def _run_worker(target, source, plan, cfg_verify, device, session: _Session) -> 
 
 
 def _largest_frame(target: Target, plan) -> int:
-    """A bound on an honest case_result frame: its inputs and three calls' outputs (outputs are no larger than
-    the inputs for every target), twice over, plus room for the framing."""
-    largest = max(c.shape_numel * torch.empty((), dtype=c.dtype).element_size() for c in plan)
-    arity = len(target.arg_names)
-    return 2 * (arity + 3 * 2) * largest + (1 << 20)
+    """A bound on an honest case_result frame: its inputs and three calls' outputs (each bounded by the
+    target's declared `Target.io_elements`), twice over, plus room for the framing."""
+    def frame_bytes(case) -> int:
+        inputs, outputs = target.io_elements(case.shape)
+        return (inputs + 3 * outputs) * torch.empty((), dtype=case.dtype).element_size()
+
+    return 2 * max(frame_bytes(c) for c in plan) + (1 << 20)
 
 
 _threads_lock = threading.Lock()

@@ -1,7 +1,7 @@
 """The search baseline's templates: legal files, correct kernels, and a prompt example that passes the checker.
 
 - Every rendered configuration of every target parses and passes the checker's static policy scan.
-- The first configuration of every target, and prompts/examples/rms_norm.py, pass the real checker on CPU
+- The first configuration of every target, and autotune/targets/examples/rms_norm.py, pass the real checker on CPU
   (status unmeasured) with its default case plan: every dtype, input kind and edge width (ragged widths,
   widths above 4096), 5-10 s a file.
 - Every configuration is correct on small shapes that take each code path (ragged widths, rows wider
@@ -30,7 +30,7 @@ from autotune.errors import UserError
 from autotune.verify import policy, verify
 from autotune.verify.verdict import Status
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "prompts" / "examples" / "rms_norm.py"
+EXAMPLE = targets.get("rms_norm").example_path
 CHECKER = ["device=cpu", "verify.shapes=default"]  # the defaults' shapes, not whatever profile is lying around
 
 

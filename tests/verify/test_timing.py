@@ -51,7 +51,7 @@ def test_decision_accepts_only_beyond_the_noise_margin_and_never_the_implausible
     assert decide([timing(9.8)], 0.03, v)[0] is Status.SLOWER  # 2% faster: inside the noise margin
     assert decide([timing(12.0)], 0.03, v)[0] is Status.SLOWER
     status, reason = decide([timing(9.0), timing(0.05)], 0.03, v)
-    assert status is Status.INCORRECT and "below the bandwidth floor" in reason
+    assert status is Status.INCORRECT and "below the roofline floor" in reason
 
 
 def test_timing_shapes_come_from_the_profile_or_the_defaults_in_bf16():
