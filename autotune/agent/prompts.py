@@ -13,13 +13,16 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import jinja2
 from omegaconf import OmegaConf
 
-from autotune.targets.base import Target, parse_dtype
+from autotune.targets.base import Target, dtype_name, parse_dtype
 from autotune.verify.verdict import Status, Verdict
+
+if TYPE_CHECKING:
+    from autotune.profile.records import Hotspot
 
 PROMPTS_DIR = Path(__file__).resolve().parents[2] / "prompts"
 EXAMPLE_TARGET = "rms_norm"  # whose correct example kernel (Target.example) the system message shows
@@ -101,12 +104,11 @@ def system_message(example: Path | None = None) -> str:
                   example_name=example.stem if source else "", example_source=source)
 
 
-def task_message(target: Target, hotspot: dict | None, roofline: Roofline, *, index: int, candidates: int,
+def task_message(target: Target, hotspot: Hotspot | None, roofline: Roofline, *, index: int, candidates: int,
                  incumbent: Incumbent | None = None, rejections: Iterable[str] = ()) -> str:
     profile = None
     if hotspot:
-        profile = {"share_pct": _pct(hotspot.get("share")), "calls": f"{int(hotspot.get('calls') or 0):,}",
-                   "total_us": _us(hotspot.get("total_us"))}
+        profile = {"share_pct": _pct(hotspot.share), "calls": f"{hotspot.calls:,}", "total_us": _us(hotspot.total_us)}
     return render("task.md.j2", target=target, signature=target.signature,
                   reference_source=target.reference_source(), profile=profile,
                   shapes=shape_rows(target, hotspot, roofline), roofline=_roofline_slots(roofline),
@@ -121,23 +123,22 @@ def advice(target: Target, roofline: Roofline) -> str:
     return text + (f"- {target.advice.strip()}\n" if target.advice else "")
 
 
-def shape_rows(target: Target, hotspot: dict | None, roofline: Roofline) -> list[dict[str, str]]:
+def shape_rows(target: Target, hotspot: Hotspot | None, roofline: Roofline) -> list[dict[str, str]]:
     """One row per profiled (shape, dtype): calls, share, bytes moved and the time floor."""
-    if hotspot and hotspot.get("shapes"):
-        entries = hotspot["shapes"]
-        total_us = sum(float(s.get("total_us") or 0.0) for s in entries)
+    profiled = bool(hotspot and hotspot.shapes)
+    if profiled:
+        entries = [(s.shape, s.dtype, s.calls, s.total_us) for s in hotspot.shapes]
     else:
-        entries = [{"shape": list(s), "dtype": str(d).removeprefix("torch."), "calls": None, "total_us": None}
-                   for s in target.default_shapes for d in target.dtypes]
-        total_us = 0.0
+        entries = [(tuple(s), dtype_name(d), None, None) for s in target.default_shapes for d in target.dtypes]
+    total_us = sum(e[3] for e in entries) if profiled else 0.0
     rows = []
-    for s in entries:
-        moved = _bytes_moved(target, s["shape"], s["dtype"])
-        rows.append({"shape": "x".join(str(d) for d in s["shape"]), "dtype": s["dtype"],
-                     "calls": f"{int(s['calls']):,}" if s.get("calls") is not None else "-",
-                     "share": _pct(float(s["total_us"]) / total_us) if total_us and s.get("total_us") else "-",
-                     "bytes": _size(moved) if moved is not None else "?",
-                     "floor": _us(floor) if (floor := _floor_us(target, s["shape"], s["dtype"], roofline)) else "?"})
+    for shape, dtype, calls, us in entries:
+        moved = _bytes_moved(target, shape, dtype)
+        floor = _floor_us(target, shape, dtype, roofline)
+        rows.append({"shape": "x".join(str(d) for d in shape), "dtype": dtype,
+                     "calls": f"{calls:,}" if calls is not None else "-",
+                     "share": _pct(us / total_us) if total_us and us else "-",
+                     "bytes": _size(moved) if moved is not None else "?", "floor": _us(floor) if floor else "?"})
     return rows
 
 
@@ -217,7 +218,7 @@ def _timing_slots(t) -> dict[str, str]:
             "floor": f"{t.pct_of_floor:.0f}%" if t.pct_of_floor is not None else "-"}
 
 
-def _floor_us(target: Target, shape: list[int], dtype: str, roofline: Roofline) -> float | None:
+def _floor_us(target: Target, shape: tuple[int, ...], dtype: str, roofline: Roofline) -> float | None:
     try:
         return target.floor_us(tuple(int(d) for d in shape), parse_dtype(dtype), roofline.bandwidth_gbps,
                                roofline.tflops)
@@ -225,7 +226,7 @@ def _floor_us(target: Target, shape: list[int], dtype: str, roofline: Roofline) 
         return None
 
 
-def _bytes_moved(target: Target, shape: list[int], dtype: str) -> int | None:
+def _bytes_moved(target: Target, shape: tuple[int, ...], dtype: str) -> int | None:
     try:
         return int(target.bytes_moved(tuple(int(d) for d in shape), parse_dtype(dtype)))
     except (ValueError, TypeError, IndexError):

@@ -29,6 +29,10 @@ class OpClass(str, enum.Enum):
     COMPUTE_BOUND = "compute-bound"
     MIXED = "mixed"
 
+    def __str__(self) -> str:  # the value in f-strings and tables, on every Python version
+        return self.value
+
+
 # Input kinds the checker asks for. "normal": realistic activations; "large": magnitudes in the
 # hundreds (fp16/bf16 accumulation overflows here when a kernel skips fp32); "special": a few NaN
 # and Inf planted in the activations, which must land in the same output positions as the reference's.

@@ -69,15 +69,15 @@ class CaseData:
 
 
 def select_profile_shapes(shapes, limit: int) -> list:
-    """At most `limit` of the profile's (shape, dtype, calls): the smallest and the largest, then the most
+    """At most `limit` of the profile's shapes (ProfiledShape): the smallest and the largest, then the most
     called. A served model's profile holds a shape per batch size and prefill length (16 for rms_norm in the
     default tiny run), which checks the same code paths again and again at a cost per shape."""
     shapes = list(shapes)
     if limit <= 0 or len(shapes) <= limit:
         return shapes
-    by_size = sorted(shapes, key=lambda s: _numel(tuple(s[0])))
+    by_size = sorted(shapes, key=lambda s: _numel(s.shape))
     chosen = [by_size[0], by_size[-1]]
-    for s in sorted(shapes, key=lambda s: -int(s[2])):
+    for s in sorted(shapes, key=lambda s: -s.calls):
         if len(chosen) >= limit:
             break
         if s not in chosen:
@@ -91,8 +91,8 @@ def selection_note(shapes, limit: int) -> str:
     chosen = select_profile_shapes(shapes, limit)
     if len(chosen) == len(shapes):
         return ""
-    total = sum(int(s[2]) for s in shapes) or 1
-    covered = sum(int(s[2]) for s in chosen) / total
+    total = sum(s.calls for s in shapes) or 1
+    covered = sum(s.calls for s in chosen) / total
     return (f"profile shapes: {len(chosen)} of {len(shapes)} checked (the smallest, the largest and the most "
             f"called; {covered:.0%} of the profiled calls; verify.max_profile_shapes={limit})")
 
@@ -102,11 +102,11 @@ def primary_shapes(target: Target, shapes, limit: int = 0) -> list[tuple[Shape, 
     defaults, then the edges."""
     found = []
     if shapes:
-        for shape, dtype, calls in select_profile_shapes(shapes, limit):
+        for s in select_profile_shapes(shapes, limit):
             try:
-                found.append((tuple(int(d) for d in shape), "profile", int(calls), parse_dtype(str(dtype))))
+                found.append((s.shape, "profile", s.calls, parse_dtype(s.dtype)))
             except ValueError:
-                raise UserError(f"profile shape {list(shape)} has dtype '{dtype}', which the checker does not know "
+                raise UserError(f"profile shape {list(s.shape)} has dtype '{s.dtype}', which the checker does not know "
                                 "(re-profile, or run with verify.shapes=default)") from None
     else:
         found += [(tuple(s), "default", 0, None) for s in target.default_shapes]

@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from autotune.errors import UserError
+from autotune.profile.records import ProfiledShape
 from autotune.targets.base import Target
 from autotune.verify import cases as case_plan
 from autotune.verify import policy
@@ -159,9 +160,11 @@ def one_line(error: str) -> str:
 
 def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, device: str = "cpu",
           environment: dict | None = None, scan: bool = True) -> Verdict:
-    """The whole judgement of one candidate. `scan=False` skips the static policy (tests of the deeper
+    """The whole judgement of one candidate. shapes: the profile's `ProfiledShape`s (or `(shape, dtype, calls)`
+    tuples), None for the target's defaults. `scan=False` skips the static policy (tests of the deeper
     defences use it; the CLI and the loop never do)."""
     started = time.monotonic()
+    shapes = [ProfiledShape.of(s) for s in shapes] if shapes else None
     verdict = Verdict(status=Status.RUNTIME_ERROR, reason="", target=target.name, candidate=str(path),
                       candidate_sha256=hashlib.sha256(source.encode()).hexdigest(), environment=environment or {})
     try:

@@ -20,6 +20,7 @@ import math
 import tempfile
 from pathlib import Path
 
+from autotune.profile.records import ProfiledShape
 from autotune.targets.base import Target, dtype_name, parse_dtype
 from autotune.verify.cases import answers, generator, target_dtypes
 from autotune.verify.compare import compare_all
@@ -58,13 +59,13 @@ def peak_tflops(gpu_name: str, override=None) -> float | None:
     return _lookup(PEAK_TFLOPS, gpu_name, override)
 
 
-def timing_shapes(target: Target, shapes, cfg_verify) -> list[tuple[tuple, str, int]]:
-    """(shape, dtype, calls): the profile's, or the target's defaults in bf16 (the served dtype) with equal weight."""
+def timing_shapes(target: Target, shapes, cfg_verify) -> list[ProfiledShape]:
+    """The profile's shapes, or the target's defaults in bf16 (the served dtype) with equal weight."""
     if shapes:
-        return [(tuple(s), str(d), int(c)) for s, d, c in shapes]
+        return [ProfiledShape.of(s) for s in shapes]
     dtypes = [dtype_name(d) for d in target_dtypes(target, cfg_verify)]
     dtype = "bfloat16" if "bfloat16" in dtypes else dtypes[0]
-    return [(tuple(s), dtype, 1) for s in target.default_shapes]
+    return [ProfiledShape(tuple(s), dtype, 1) for s in target.default_shapes]
 
 
 def weighted_geomean(speedups: list[float], calls: list[int]) -> float:
@@ -86,7 +87,7 @@ def shape_timing(target: Target, shape, dtype: str, calls: int, cand: dict, base
 
 def _payload(target: Target, todo, cfg_verify, mode: str, source: str) -> dict:
     shapes = []
-    for shape, dtype, _ in todo:
+    for shape, dtype in ((s.shape, s.dtype) for s in todo):
         sets = [list(target.make_inputs(shape, parse_dtype(dtype), generator(target, shape, parse_dtype(dtype),
                                                                                f"timing{k}", 0), "normal"))
                 for k in range(SETS)]
@@ -117,7 +118,7 @@ def _failure(run: SandboxResult, who: str) -> tuple[Status, str] | None:
 
 def _recheck(target: Target, todo, samples_per_shape: list[list[dict]]) -> str | None:
     """The outputs produced while timing, against the reference for the inputs they came from."""
-    for (shape, dtype, _), samples in zip(todo, samples_per_shape):
+    for (shape, dtype), samples in zip(((s.shape, s.dtype) for s in todo), samples_per_shape):
         tol = target.tolerances[parse_dtype(dtype)]
         for sample in samples:
             reference, golden = answers(target, tuple(sample["args"]))
@@ -143,8 +144,8 @@ def measure(target: Target, source: str, shapes, cfg_verify, verdict: Verdict) -
         return Status.INCORRECT, wrong
     peak = peak_bandwidth_gbps(cand.result["gpu"], cfg_verify.peak_bandwidth_gbps)
     tflops = peak_tflops(cand.result["gpu"], cfg_verify.get("peak_tflops"))
-    verdict.timings = [shape_timing(target, shape, dtype, calls, c["candidate"], b, peak, tflops)
-                       for (shape, dtype, calls), c, b in zip(todo, cand.result["shapes"], base.result["shapes"])]
+    verdict.timings = [shape_timing(target, s.shape, s.dtype, s.calls, c["candidate"], b, peak, tflops)
+                       for s, c, b in zip(todo, cand.result["shapes"], base.result["shapes"])]
     verdict.measured = True
     if peak is None:
         verdict.notes.append(f"no bandwidth floor: unknown peak bandwidth for {cand.result['gpu']} "
