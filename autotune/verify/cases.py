@@ -26,6 +26,7 @@ import hashlib
 import torch
 
 from autotune.errors import UserError
+from autotune.profile.records import ProfiledShape
 from autotune.targets.base import Shape, Target, cut_rows, dtype_name, parse_dtype
 
 __all__ = ["Case", "CaseData", "cut_rows", "make_data", "plan"]  # cut_rows: the default cut, from base
@@ -72,7 +73,7 @@ def select_profile_shapes(shapes, limit: int) -> list:
     """At most `limit` of the profile's shapes (ProfiledShape): the smallest and the largest, then the most
     called. A served model's profile holds a shape per batch size and prefill length (16 for rms_norm in the
     default tiny run), which checks the same code paths again and again at a cost per shape."""
-    shapes = list(shapes)
+    shapes = [ProfiledShape.of(s) for s in shapes]  # (shape, dtype, calls) tuples are read too
     if limit <= 0 or len(shapes) <= limit:
         return shapes
     by_size = sorted(shapes, key=lambda s: _numel(s.shape))
@@ -87,7 +88,7 @@ def select_profile_shapes(shapes, limit: int) -> list:
 
 def selection_note(shapes, limit: int) -> str:
     """One line saying which profile shapes were checked, when not all of them were."""
-    shapes = list(shapes or [])
+    shapes = [ProfiledShape.of(s) for s in shapes or []]
     chosen = select_profile_shapes(shapes, limit)
     if len(chosen) == len(shapes):
         return ""

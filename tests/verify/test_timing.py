@@ -9,6 +9,7 @@ from autotune.config import compose
 from autotune.targets import get
 from autotune.verify import verify
 from autotune.verify.bench import activations, percentile
+from autotune.profile.records import ProfiledShape
 from autotune.verify.timing import decide, peak_bandwidth_gbps, shape_timing, timing_shapes, weighted_geomean
 from autotune.verify.verdict import Status, Verdict
 
@@ -55,8 +56,8 @@ def test_decision_accepts_only_beyond_the_noise_margin_and_never_the_implausible
 
 
 def test_timing_shapes_come_from_the_profile_or_the_defaults_in_bf16():
-    assert timing_shapes(RMS, [((8, 4096), "float16", 7)], CFG) == [((8, 4096), "float16", 7)]
-    assert timing_shapes(RMS, None, CFG) == [(tuple(s), "bfloat16", 1) for s in RMS.default_shapes]
+    assert timing_shapes(RMS, [((8, 4096), "float16", 7)], CFG) == [ProfiledShape((8, 4096), "float16", 7)]
+    assert timing_shapes(RMS, None, CFG) == [ProfiledShape(tuple(s), "bfloat16", 1) for s in RMS.default_shapes]
 
 
 def test_bench_helpers():
