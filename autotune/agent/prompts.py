@@ -112,7 +112,8 @@ def task_message(target: Target, hotspot: Hotspot | None, roofline: Roofline, *,
     return render("task.md.j2", target=target, signature=target.signature,
                   reference_source=target.reference_source(), profile=profile,
                   shapes=shape_rows(target, hotspot, roofline), roofline=_roofline_slots(roofline),
-                  advice=advice(target, roofline), edge_shapes=", ".join("x".join(map(str, s)) for s in target.edge_shapes),
+                  advice=advice(target, roofline),
+                  edge_shapes=", ".join("x".join(map(str, s)) for s in target.edge_shapes),
                   incumbent=incumbent, rejections=[scrub_paths(r) for r in rejections if r],
                   index=index, candidates=candidates)
 

@@ -2,7 +2,7 @@
 
     from autotune.profile import profile_serving, latest_hotspots, shapes_for
     result = profile_serving(compose(["workload.num_requests=4"]))     # writes traces/<run>/
-    shapes_for("rms_norm", latest_hotspots("traces"))                  # [ProfiledShape((rows, width), "float32", calls, us)]
+    shapes_for("rms_norm", latest_hotspots("traces"))  # [ProfiledShape((rows, width), "float32", calls, us), ...]
 
 `autotune profile --help` (autotune/profile/command.py) describes the command and its outputs.
 """

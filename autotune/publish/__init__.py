@@ -136,4 +136,5 @@ def reject(cfg, id: str, reason: str) -> Proposal:
 
 def rejection_reasons(cfg, target: str) -> list[str]:
     """Reviewers' reasons for rejecting earlier proposals of `target`, oldest first (for the next prompts)."""
-    return [p.reason for p in list_proposals(cfg) if p.target == target and p.status is ProposalStatus.REJECTED and p.reason]
+    return [p.reason for p in list_proposals(cfg)
+            if p.target == target and p.status is ProposalStatus.REJECTED and p.reason]

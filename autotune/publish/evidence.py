@@ -259,7 +259,8 @@ def provenance(request: "ProposalRequest", *, proposal_id: str, sha256: str, cre
                     "speedup_geomean": v.speedup_geomean, "cases_passed": sum(c.passed for c in v.cases),
                     "cases_total": len(v.cases), "nondeterministic": v.nondeterministic, "policy": list(v.policy),
                     "timings": [t.__dict__ for t in v.timings]},
-        "hotspot": request.hotspot.to_dict() if request.hotspot else None, "model_check": request.model_check, "environment": request.environment,
+        "hotspot": request.hotspot.to_dict() if request.hotspot else None, "model_check": request.model_check,
+        "environment": request.environment,
     }
 
 

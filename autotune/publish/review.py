@@ -76,7 +76,8 @@ def _list(cfg, console: Console) -> int:
         table.add_column(col, no_wrap=col in ("id", "created"))
     for p in proposals:
         speed = f"{p.speedup:.2f}x" if p.speedup else "not measured"
-        where = p.pr_url or (p.branch if p.status is ProposalStatus.OPEN else (p.merge_commit or "")[:10] or p.reason or "")
+        decided = (p.merge_commit or "")[:10] or p.reason or ""
+        where = p.pr_url or (p.branch if p.status is ProposalStatus.OPEN else decided)
         style = {ProposalStatus.APPROVED: "green", ProposalStatus.REJECTED: "red"}.get(p.status, "")
         table.add_row(p.id, p.target, f"[{style}]{p.status}[/]" if style else p.status, p.verdict_status, speed,
                       p.created_at.replace("T", " ").removesuffix("+00:00"), where)

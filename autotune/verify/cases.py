@@ -152,7 +152,7 @@ def target_dtypes(target: Target, cfg_verify) -> list[torch.dtype]:
     narrowed = [d for d in target.dtypes if d in {parse_dtype(str(w)) for w in wanted}]
     if not narrowed:
         raise UserError(f"verify.dtypes={list(wanted)} leaves no dtype of {target.name}, which runs in "
-                        f"{', '.join(dtype_name(d) for d in target.dtypes)}: name one of those, or set verify.dtypes=null")
+                        f"{', '.join(dtype_name(d) for d in target.dtypes)}: name one of those, or verify.dtypes=null")
     return narrowed
 
 

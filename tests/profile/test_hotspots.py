@@ -58,7 +58,8 @@ def test_latest_hotspots_takes_the_newest_complete_run(tmp_path):
     (tmp_path / "20261130-130000-dddd").mkdir()  # no hotspots.json: not a complete run
     latest = latest_hotspots(tmp_path)
     assert latest["run"] == "20261130-090000-bbbb"
-    assert shapes_for("rms_norm", latest) == [ProfiledShape((7, 128), "float32", 5), ProfiledShape((1, 128), "float32", 2)]
+    assert shapes_for("rms_norm", latest) == [ProfiledShape((7, 128), "float32", 5),
+                                              ProfiledShape((1, 128), "float32", 2)]
     assert hotspot_for("rms_norm", latest).run == "20261130-090000-bbbb"  # with its profile's run
     assert shapes_for("softmax", latest) == [] and shapes_for("rms_norm", None) == []
 
