@@ -91,7 +91,7 @@ def test_op_table_round_trips_through_csv_and_parquet(tmp_path, name):
 @pytest.mark.parametrize("content, says", [
     (None, "not found"),
     (b"\x1f\x8b\x08\x00garbage", "not a readable gzip file"),
-    (gzip.compress(b'{"traceEvents": [ {"ph": '), "not valid JSON"),
+    (gzip.compress(b'{"traceEvents": [ {"ph": ', mtime=0), "not valid JSON"),
     (b"\xff\xfe not text", "not valid JSON"),
     (json.dumps({"schemaVersion": 1}).encode(), "has no traceEvents"),
     (json.dumps([{"ph": "X"}]).encode(), "has no traceEvents"),
