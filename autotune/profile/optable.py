@@ -23,11 +23,12 @@ Serving time: the duration of our `autotune::serve` window when the trace has on
 
 from __future__ import annotations
 
+import collections
 import gzip
 import json
 import zlib
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import pandas as pd
 
@@ -35,6 +36,7 @@ from autotune import targets
 from autotune.errors import UserError
 from autotune.profile.opmap import MappedOp, OpMap, declared_map
 from autotune.profile.patterns import Match, find_rms_norms
+from autotune.profile.records import Coverage
 
 COLUMNS = ["op", "target", "input_shapes", "case_shape", "dtype", "calls", "total_us", "self_us", "device_us", "share"]
 SERVE_SPAN = "autotune::serve"  # the record_function around the profiled serving window
@@ -222,6 +224,48 @@ def op_table(trace: Mapping[str, Any], op_map: OpMap | None = None) -> pd.DataFr
     serving = serving_time_us(trace)
     table["share"] = op_time_us(table) / serving if serving > 0 else 0.0
     return table.sort_values(["share", "op"], ascending=[False, True], ignore_index=True)[COLUMNS]
+
+
+def coverage(trace: Mapping[str, Any], op_map: OpMap) -> Coverage:
+    """The share of the time spent in ops that target ops hold, and the uncovered rest by op name (records.Coverage).
+
+    Each op counts once, at its outermost level: an op inside another op is part of the outer one's time. A target
+    op inside a non-target op (vLLM's `_C::rms_norm` under a Python-level wrapper op) covers that much of the
+    outer op's time; the rest of the outer op is listed under the outer op's name."""
+    events = complete_events(trace)
+    host = [e for e in events if e["cat"] in HOST_CATEGORIES]
+    parents = _parents(host)
+    on_gpu = any(e["cat"] in DEVICE_CATEGORIES for e in events)
+    time = _device_us(host, parents, events) if on_gpu else [float(e["dur"]) for e in host]
+    is_op = [e["cat"] == "cpu_op" for e in host]
+    is_target = [op and e["name"] in op_map for e, op in zip(host, is_op)]
+    ops_us, covered_us, outer_of, inside = 0.0, 0.0, {}, collections.Counter()
+    for i in range(len(host)):
+        if not is_op[i]:
+            continue
+        outer, p = i, parents[i]
+        while p != -1:  # the outermost op around this one (user annotations are not ops)
+            outer = p if is_op[p] else outer
+            p = parents[p]
+        outer_of[i] = outer
+    for i, outer in outer_of.items():
+        if i == outer:
+            ops_us += time[i]
+        if is_target[i] and not any(is_target[a] for a in _ancestors(parents, i)):
+            covered_us += time[i]
+            inside[outer] += time[i]
+    rest: collections.Counter = collections.Counter()
+    for i, outer in outer_of.items():
+        if i == outer and not is_target[i]:
+            rest[host[i]["name"]] += max(0.0, time[i] - inside[i])
+    return Coverage(ops_us, covered_us, tuple((op, us) for op, us in rest.most_common() if us > 0))
+
+
+def _ancestors(parents: list[int], i: int) -> Iterator[int]:
+    p = parents[i]
+    while p != -1:
+        yield p
+        p = parents[p]
 
 
 def op_time_us(ops: pd.DataFrame) -> pd.Series:

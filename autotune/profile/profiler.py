@@ -35,7 +35,8 @@ from autotune.profile import diagnose, nsight
 from autotune.profile.hotspots import FILE as HOTSPOTS_FILE
 from autotune.profile.hotspots import hotspots_record, rank_hotspots
 from autotune.profile.opmap import OpMap, build_map
-from autotune.profile.optable import META_ENVIRONMENT, META_SERVE, SERVE_SPAN, op_table, read_trace, serving_time_us
+from autotune.profile.optable import (META_ENVIRONMENT, META_SERVE, SERVE_SPAN, coverage, op_table, read_trace,
+                                      serving_time_us)
 
 
 @dataclasses.dataclass
@@ -166,11 +167,13 @@ def op_map(cfg: DictConfig) -> OpMap:
 def _analyse(cfg: DictConfig, trace: dict, run_dir: Path, trace_name: str, partial: Path,
              environment: dict, serve_report: dict | None) -> ProfileResult:
     """Op table and hot spots of a trace, written into the partial folder."""
-    ops = op_table(trace, op_map(cfg))
+    names = op_map(cfg)
+    ops = op_table(trace, names)
     serving_us = serving_time_us(trace)
     speedup = float(cfg.profile.assumed_speedup)
     record = hotspots_record(run_dir.name, str((run_dir / trace_name).resolve()), serving_us, speedup,
-                             environment, rank_hotspots(ops, serving_us, speedup))
+                             environment, rank_hotspots(ops, serving_us, speedup),
+                             coverage(trace, names).to_dict())
     ops.to_csv(partial / "ops.csv", index=False)
     if _has_pyarrow():
         ops.to_parquet(partial / "ops.parquet", index=False)

@@ -12,9 +12,11 @@ import torch
 
 from autotune.targets.base import ForeignOp, Target, activations, rows_and_width, upcast
 from autotune.targets.rms_norm import TARGET as RMS_NORM
+from autotune.targets.space import row_space
 
 
-def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
+def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                       eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     s = upcast(x) + upcast(residual)
     y = s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + eps)
     return (y * upcast(weight)).to(x.dtype), s.to(x.dtype)
@@ -50,4 +52,6 @@ TARGET = Target(
     # (input, residual, weight, eps) in every engine; vLLM's and SGLang's update input and residual in place
     foreign_ops=(ForeignOp("vllm_ir::fused_add_rms_norm"), ForeignOp("_C::fused_add_rms_norm"),
                  ForeignOp("sgl_kernel::fused_add_rmsnorm")),
+    search=row_space("fused_add_rms_norm.py.j2"),
+    example="fused_add_rms_norm.py",
 )

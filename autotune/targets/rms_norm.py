@@ -11,6 +11,7 @@ checker's fp64-golden fallback accepts results that round differently but are no
 import torch
 
 from autotune.targets.base import ForeignOp, Target, activations, rows_and_width, upcast
+from autotune.targets.space import row_space
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -49,4 +50,6 @@ TARGET = Target(
     # take their output first; vLLM IR's vllm_ir::rms_norm(x, weight, eps, ...) (ir_enable_torch_wrap) does not.
     foreign_ops=(ForeignOp("vllm_ir::rms_norm"), ForeignOp("_C::rms_norm", case_arg=1),
                  ForeignOp("sgl_kernel::rmsnorm", case_arg=1)),
+    search=row_space("rms_norm.py.j2"),
+    example="rms_norm.py",
 )
