@@ -68,7 +68,7 @@ def unreadable_checkpoint(cfg: DictConfig) -> str | None:
 def check_model(cfg: DictConfig, target: str, source: str, *, workdir: Path) -> ModelCheck:
     from autotune.env import resolve_device
     from autotune.serve import build_model, check_prompts, greedy_generate
-    from autotune.verify.sandbox import run_isolated
+    from autotune.sandbox.runner import run_isolated
 
     problem = unreadable_checkpoint(cfg)
     if problem:
@@ -158,6 +158,6 @@ def _child(payload: dict, send) -> dict:
 
 
 if __name__ == "__main__":
-    from autotune.verify.sandbox import child_main
+    from autotune.sandbox.runner import child_main
 
     child_main(_child)

@@ -5,7 +5,7 @@
     verdict.status, verdict.reason                                    # Status.UNMEASURED, "correct on ..."
 
 `autotune verify --help` (autotune/verify/command.py) explains the command; judge.py the order of the
-checks; sandbox.py the isolated runner (`run_isolated`) that other stages reuse. Importing this package
+checks; `autotune.sandbox` the isolated runner (`run_isolated`) that other stages reuse. Importing this package
 imports nothing heavy: the candidate's worker process imports parts of it and must not pull in the judge.
 
 What the checker guarantees (each point has a test in tests/verify/):

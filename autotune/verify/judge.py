@@ -27,7 +27,7 @@ from autotune.targets.base import Target
 from autotune.verify import cases as case_plan
 from autotune.verify import policy
 from autotune.verify.compare import judge_case
-from autotune.verify.sandbox import SandboxResult, run_isolated
+from autotune.sandbox.runner import SandboxResult, run_isolated
 from autotune.verify.verdict import CaseResult, Status, Verdict
 
 

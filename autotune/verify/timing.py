@@ -22,7 +22,7 @@ from pathlib import Path
 from autotune.targets.base import Target, parse_dtype
 from autotune.verify.cases import answers, generator
 from autotune.verify.compare import compare_all
-from autotune.verify.sandbox import SandboxResult, run_isolated
+from autotune.sandbox.runner import SandboxResult, run_isolated
 from autotune.verify.verdict import ShapeTiming, Status, Verdict
 
 # Peak DRAM bandwidth in GB/s by GPU name fragment (vendor datasheets); the longest match wins.

@@ -37,7 +37,7 @@ from triton.runtime import autotuner as triton_autotuner
 from triton.runtime import interpreter as triton_interpreter
 from triton.runtime import jit as triton_jit
 
-from autotune.verify.sandbox import child_main, trim_traceback
+from autotune.sandbox.runner import child_main, trim_traceback
 
 MODULE_NAME = "candidate"
 _launches = [0]

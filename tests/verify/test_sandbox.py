@@ -12,9 +12,9 @@ import uuid
 import pytest
 import torch
 
-from autotune.verify.sandbox import _processes, child_env, run_isolated
+from autotune.sandbox.runner import _processes, child_env, run_isolated
 
-PROBE = "autotune.verify.probe"
+PROBE = "autotune.sandbox.probe"
 
 
 def run_probe(tmp_path, payload, **kwargs):

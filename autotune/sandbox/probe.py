@@ -1,7 +1,7 @@
 """A sandbox self-test: run inside `run_isolated`, it tries what a hostile candidate would and reports.
 
-    from autotune.verify.sandbox import run_isolated
-    r = run_isolated("autotune.verify.probe", {"write": ["/tmp/x"], "read": ["/root/.netrc"],
+    from autotune.sandbox.runner import run_isolated
+    r = run_isolated("autotune.sandbox.probe", {"write": ["/tmp/x"], "read": ["/root/.netrc"],
                      "connect": [["127.0.0.1", 8000]]}, timeout_s=60, memory_mb=4096, workdir=d)
     r.result  # {"env": [...], "uid": ..., "write": {"/tmp/x": "blocked: ..."}, ...}
 
@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from autotune.verify.sandbox import child_main
+from autotune.sandbox.runner import child_main
 
 
 def _attempt(fn) -> str:

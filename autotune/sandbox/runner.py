@@ -39,7 +39,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from autotune.verify.channel import MAX_FRAME_BYTES, Reader, encode, read_frame, write_all
+from autotune.sandbox.channel import MAX_FRAME_BYTES, Reader, encode, read_frame, write_all
 
 STDERR_TAIL_BYTES = 4000
 
@@ -274,7 +274,7 @@ def _result(returncode: int, timed_out: bool, reader: Reader, stderr_tail: str, 
 
 def child_main(handler: Callable[[dict, Callable[..., None]], dict]) -> None:
     """The child's side: read the payload, confine this process, run the handler, send its result."""
-    from autotune.verify.confine import confine
+    from autotune.sandbox.confine import confine
 
     in_fd, out_fd = (int(x) for x in sys.argv[sys.argv.index("--sandbox-fds") + 1].split(","))
     frame = read_frame(in_fd, limit=1 << 62)
