@@ -19,6 +19,7 @@ What it guarantees (runner.py and confine.py say how; tests/verify/test_sandbox.
 Where a step cannot be applied (not root, an old kernel), the result's `isolation` says so.
 """
 
+from autotune.sandbox.limits import Limits
 from autotune.sandbox.runner import SandboxResult, child_env, child_main, run_isolated, trim_traceback
 
-__all__ = ["SandboxResult", "child_env", "child_main", "run_isolated", "trim_traceback"]
+__all__ = ["Limits", "SandboxResult", "child_env", "child_main", "run_isolated", "trim_traceback"]

@@ -4,7 +4,7 @@ The checker runs every candidate through it, and the model-level check runs the 
 candidate plugged in through it. The parent never imports what runs inside.
 
 Parent side:
-    result = run_isolated("autotune.verify.worker", payload, timeout_s=120, memory_mb=8192, workdir=d)
+    result = run_isolated("autotune.verify.worker", payload, limits=Limits(120, 8192), workdir=d)
 A module run this way ends with
     if __name__ == "__main__":
         sandbox.child_main(handler)   # handler(payload, send) -> result dict; send(kind, **fields)
@@ -39,6 +39,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+from autotune.sandbox.limits import Limits
 from autotune.sandbox.channel import MAX_FRAME_BYTES, Reader, encode, read_frame, write_all
 
 STDERR_TAIL_BYTES = 4000
@@ -91,8 +92,8 @@ def child_env(workdir: Path, gpu: bool, env_extra: dict[str, str] | None = None)
     return env
 
 
-def run_isolated(module: str, payload: dict | Callable[[], dict], *, timeout_s: float, memory_mb: int,
-                 workdir: str | Path, env_extra: dict[str, str] | None = None, gpu: bool = False, file_mb: int = 64,
+def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Limits, workdir: str | Path,
+                 env_extra: dict[str, str] | None = None, gpu: bool = False,
                  on_event: Callable[[dict], bool] | None = None, max_frame_bytes: int = MAX_FRAME_BYTES,
                  readable: tuple[str, ...] = ()) -> SandboxResult:
     """Run `python -m module` isolated, hand it `payload`, and collect what it sends back.
@@ -107,7 +108,7 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, timeout_s: 
     /root or /home, say); they are re-exposed as they are, like the Python installation."""
     workdir = _private_dir(workdir)
     uid = _free_uid() if os.geteuid() == 0 else None
-    settings = {"workdir": str(workdir), "uid": uid, "memory_mb": int(memory_mb), "file_mb": int(file_mb),
+    settings = {"workdir": str(workdir), "uid": uid, "memory_mb": limits.memory_mb, "file_mb": limits.file_mb,
                 "gpu": bool(gpu), "readable": [str(Path(p).resolve()) for p in readable]}
     env = child_env(workdir, gpu, env_extra)
     started = time.monotonic()
@@ -119,7 +120,7 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, timeout_s: 
             reader = Reader(out_r, on_event, lambda: _kill_group(proc.pid), max_frame_bytes)
             writer.start()
             reader.start()
-            timed_out = _wait(proc, timeout_s)
+            timed_out = _wait(proc, limits.timeout_s)
             _kill_everything(proc.pid, uid)
             proc.wait()
             reader.join(timeout=600)  # the pipe is closed by now; this waits for the frames still being judged
@@ -130,7 +131,7 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, timeout_s: 
     if failure:  # making the payload failed: a bug on the parent's side, not the child's
         raise failure[0]
     return _result(proc.returncode, timed_out, reader, stderr_tail, time.monotonic() - started,
-                   {"uid": uid, "timeout_s": timeout_s, "process_group": "own session; killed as a whole",
+                   {"uid": uid, "timeout_s": limits.timeout_s, "process_group": "own session; killed as a whole",
                     "environment": "allow-listed: " + ", ".join(sorted(env))})
 
 

@@ -27,7 +27,7 @@ from autotune.targets.base import Target
 from autotune.verify import cases as case_plan
 from autotune.verify import policy
 from autotune.verify.compare import judge_case
-from autotune.sandbox.runner import SandboxResult, run_isolated
+from autotune.sandbox import Limits, SandboxResult, run_isolated
 from autotune.verify.verdict import CaseResult, Status, Verdict
 
 
@@ -173,13 +173,14 @@ def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, de
         if verdict.policy:
             return _finish(verdict, Status.POLICY_VIOLATION, verdict.policy[0], started)
     on_gpu = device == "cuda"
+    limits = Limits.from_config(cfg_verify)
     plan = case_plan.plan(target, shapes, cfg_verify, on_gpu)
     with _one_thread():
         session = _Session(target, plan, [])
-        run = _run_worker(target, source, plan, cfg_verify, device, session)
+        run = _run_worker(target, source, plan, limits, device, session)
     if session.setup_error:
         raise UserError(f"the isolated worker could not start its work: {session.setup_error}")
-    status, reason = session.conclude(run, float(cfg_verify.timeout_s))
+    status, reason = session.conclude(run, limits.timeout_s)
     _record(verdict, session, run, case_plan.cut_note(target, shapes, cfg_verify, on_gpu), bool(cfg_verify.nsight))
     if status is Status.UNMEASURED and on_gpu:
         from autotune.verify.timing import measure
@@ -205,7 +206,7 @@ def _record(verdict: Verdict, session: _Session, run: SandboxResult, cut_note: s
                              "for the references")
 
 
-def _run_worker(target, source, plan, cfg_verify, device, session: _Session) -> SandboxResult:
+def _run_worker(target, source, plan, limits: Limits, device, session: _Session) -> SandboxResult:
     def payload() -> dict:  # made while the worker starts up; the session needs the data before any result
         session.data.extend(case_plan.make_data(target, c) for c in plan)
         return {"source": source, "entry": target.name, "device": device, "cases": [
@@ -214,9 +215,8 @@ def _run_worker(target, source, plan, cfg_verify, device, session: _Session) -> 
             for c, d in zip(plan, session.data)]}
 
     with tempfile.TemporaryDirectory(prefix="autotune-verify-", ignore_cleanup_errors=True) as tmp:
-        return run_isolated("autotune.verify.worker", payload, timeout_s=float(cfg_verify.timeout_s),
-                            memory_mb=int(cfg_verify.memory_mb), workdir=Path(tmp) / "work",
-                            gpu=device == "cuda", file_mb=int(cfg_verify.max_file_mb), on_event=session.on_event,
+        return run_isolated("autotune.verify.worker", payload, limits=limits,
+                            workdir=Path(tmp) / "work", gpu=device == "cuda", on_event=session.on_event,
                             max_frame_bytes=_largest_frame(target, plan))
 
 

@@ -12,14 +12,15 @@ import uuid
 import pytest
 import torch
 
+from autotune.sandbox import Limits
 from autotune.sandbox.runner import _processes, child_env, run_isolated
 
 PROBE = "autotune.sandbox.probe"
 
 
 def run_probe(tmp_path, payload, **kwargs):
-    kwargs.setdefault("timeout_s", 60)
-    return run_isolated(PROBE, payload, memory_mb=4096, workdir=tmp_path / "work", **kwargs)
+    limits = Limits(timeout_s=kwargs.pop("timeout_s", 60), memory_mb=4096)
+    return run_isolated(PROBE, payload, limits=limits, workdir=tmp_path / "work", **kwargs)
 
 
 def applied(result, step: str) -> bool:
