@@ -275,9 +275,11 @@ def _result(returncode: int, timed_out: bool, reader: Reader, stderr_tail: str, 
 
 def child_main(handler: Callable[[dict, Callable[..., None]], dict]) -> None:
     """The child's side: read the payload, confine this process, run the handler, send its result."""
+    from autotune.sandbox import namespaces
     from autotune.sandbox.confine import confine
 
     in_fd, out_fd = (int(x) for x in sys.argv[sys.argv.index("--sandbox-fds") + 1].split(","))
+    processes = namespaces.enter(close_fds=(in_fd, out_fd))  # from here on, this is the worker
     frame = read_frame(in_fd, limit=1 << 62)
     os.close(in_fd)
     settings, payload = frame["sandbox"], frame["payload"]
@@ -286,7 +288,9 @@ def child_main(handler: Callable[[dict, Callable[..., None]], dict]) -> None:
         write_all(out_fd, encode({"kind": kind, **fields}))
 
     report = confine(settings["workdir"], uid=settings["uid"], memory_mb=settings["memory_mb"],
-                     file_mb=settings["file_mb"], gpu=settings["gpu"], readable=settings.get("readable", ()))
+                     file_mb=settings["file_mb"], gpu=settings["gpu"], readable=settings.get("readable", ()),
+                     own_pid_namespace=processes.startswith("applied"))
+    report = {"processes": processes, **report}
     os.chdir(settings["workdir"])
     send("isolation", report=report)
     try:
