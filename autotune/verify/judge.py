@@ -197,7 +197,7 @@ def _record(verdict: Verdict, session: _Session, run: SandboxResult, cut_note: s
     verdict.nondeterministic = session.nondeterministic
     verdict.sandbox = run.isolation
     verdict.stderr_tail = (session.compile_error or str((session.case_error or {}).get("error", ""))
-                           or run.stderr_tail)[-3000:]
+                           or run.stderr_tail)
     verdict.notes = [n for n in (cut_note, "non-deterministic: two calls on the same inputs differed bitwise"
                                  if session.nondeterministic else "") if n]
     if nsight:
@@ -253,6 +253,7 @@ def _one_thread():
 
 def _finish(verdict: Verdict, status: Status, reason: str, started: float) -> Verdict:
     verdict.status, verdict.reason = status, reason
+    verdict.seal()
     verdict.duration_s = round(time.monotonic() - started, 3)
     return verdict
 
