@@ -69,7 +69,7 @@ def confine(workdir: str, *, uid: int | None, memory_mb: int, file_mb: int, gpu:
         report["user"] = f"not applied: already unprivileged (uid {os.getuid()})"
     elif uid is None:
         report["user"] = "not applied: no uid given"
-    elif not _readable_by_others(_python_paths()):  # e.g. Python under /root with no mount namespace
+    elif not _readable_by_others(python_paths()):  # e.g. Python under /root with no mount namespace
         report["user"] = "not applied: the Python installation would not be readable by another uid"
     else:
         report["user"] = _drop_privileges(workdir, uid)
@@ -102,7 +102,7 @@ def _isolate_network() -> str:
     return "applied: own network namespace (no interfaces up, no route to the host)"
 
 
-def _python_paths() -> list[str]:
+def python_paths() -> list[str]:
     """What the child must still read: the interpreter, its libraries, everything on sys.path (where an
     entry is the project checkout, an editable install, only the autotune package in it)."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
@@ -125,7 +125,7 @@ def _private_filesystem(workdir: str, readable: list[str]) -> str:
     if _libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
         return f"not applied: making mounts private failed ({_errno_text()})"
     covers = _covers()
-    keep = [p for p in [workdir, *_python_paths(), *readable]
+    keep = [p for p in [workdir, *python_paths(), *readable]
             if os.path.exists(p) and any(_under(p, c) for c in covers)]
     keep = [p for p in keep if not any(q != p and _under(p, q) for q in keep)]  # outermost only
     trees = {}

@@ -57,10 +57,23 @@ class _Session:
         elif kind == "case_error":
             self.case_error = frame
             return True
+        elif kind == "import_ops":  # recorded while the candidate's module was imported
+            return self._on_import(frame)
         elif kind == "setup_error":
             self.setup_error = str(frame.get("error", ""))
             return True
         return False
+
+    def _on_import(self, frame: dict) -> bool:
+        ops = frame.get("torch_ops")
+        if not isinstance(ops, dict) or not all(isinstance(k, str) and isinstance(v, int) for k, v in ops.items()):
+            self.protocol = "a malformed record of the import"
+            return True
+        torch_math = policy.runtime_violations(ops)
+        if torch_math:
+            self.runtime_policy.append(f"torch math while the candidate was imported: {', '.join(torch_math)} "
+                                       "(a module may define kernels and constants, not compute answers)")
+        return bool(torch_math)
 
     def _on_result(self, frame: dict) -> bool:
         i = frame.get("index")
@@ -93,12 +106,17 @@ class _Session:
 
     def conclude(self, run: SandboxResult, timeout_s: float) -> tuple[Status, str]:
         failed = next((r for _, r in sorted(self.results.items()) if not r.passed), None)
+        denied = _denied(self.compile_error or str((self.case_error or {}).get("error", "")))
+        if denied:
+            return Status.POLICY_VIOLATION, f"{denied} (while {self.running_label()})"
         if self.compile_error:
             return Status.COMPILE_ERROR, f"the candidate failed to import: {one_line(self.compile_error)}"
         if self.runtime_policy:
             return Status.POLICY_VIOLATION, self.runtime_policy[0]
         if failed is not None:
             return Status.INCORRECT, f"case {_label(failed)}: {failed.note}"
+        if self.case_error is not None and self.case_error.get("tampered"):
+            return Status.POLICY_VIOLATION, f"{one_line(str(self.case_error.get('error', '')))} ({self.running_label()})"
         if self.case_error is not None:
             error = one_line(str(self.case_error.get("error", "")))
             if self.case_error.get("compile"):
@@ -139,6 +157,12 @@ def _well_formed(frame: dict) -> bool:
     counts_ok = all(isinstance(k, str) and isinstance(v, int) for k, v in frame["torch_ops"].items())
     launches = frame.get("launches")
     return pairs_ok and counts_ok and isinstance(launches, list) and all(isinstance(n, int) for n in launches)
+
+
+def _denied(error: str) -> str:
+    """The run-time defence's refusal (autotune.sandbox.audit) if that is what the candidate died of."""
+    last = one_line(error) if error.strip() else ""
+    return last if "not allowed in the sandbox" in last else ""
 
 
 def _label(r: CaseResult) -> str:
