@@ -13,10 +13,17 @@ What it guarantees (runner.py and confine.py say how; tests/verify/test_sandbox.
   (channel.py): nothing it writes can run code in the parent; stdout is never read as a result;
 - an allow-listed environment (no API keys or tokens), a private directory and caches, time, memory,
   file-size, process and open-file limits;
-- when it ends, its process group and (where root) every process of its private uid are killed;
-- where root: no network, an unprivileged private uid, not dumpable, and /tmp, /root and /home covered
-  except for its private directory, the Python installation and the paths the caller names.
+- nothing outlives the run (where root): the child runs in its own PID and IPC namespaces
+  (namespaces.py), so every process it starts, in any session, is killed when it ends and every System V
+  IPC object it made is removed; in any case its process group and its private uid are killed;
+- where root: no network, an unprivileged private uid, not dumpable, a fresh /proc (no other process is
+  visible) and a filesystem in which only the system directories, the Python installation, its private
+  directory and the paths the caller names are visible (not home directories, the project checkout, /tmp);
+- audit.py: the run-time defence a child arms before it imports untrusted code (an audit hook, frozen and
+  sealed modules); the checker's worker uses it.
 Where a step cannot be applied (not root, an old kernel), the result's `isolation` says so.
+
+    from autotune.sandbox import Limits   # timeout, memory and file-size limits, from config once
 """
 
 from autotune.sandbox.limits import Limits

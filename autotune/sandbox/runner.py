@@ -10,8 +10,9 @@ A module run this way ends with
         sandbox.child_main(handler)   # handler(payload, send) -> result dict; send(kind, **fields)
 
 How it is kept apart (see confine.py for what the child applies to itself):
-- a fresh `python -I -B -m module` in its own session and process group; on timeout, and after every run,
-  the whole group and every process of the child's private uid are killed with SIGKILL;
+- a fresh `python -I -B -m module` in its own session and process group, which (as root) moves itself into
+  new PID and IPC namespaces first (namespaces.py); on timeout, and after every run, the whole group and
+  every process of the child's private uid are killed with SIGKILL, and with them the namespace;
 - an allow-listed environment: PATH, LANG, HOME/TMPDIR and the Triton/Inductor caches inside its private
   directory, one thread, TRITON_INTERPRET=1 on CPU, CUDA_VISIBLE_DEVICES on GPU; nothing else of the
   parent's environment (API keys, tokens) reaches it;
