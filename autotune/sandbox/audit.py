@@ -161,8 +161,9 @@ class _FrozenModule(types.ModuleType):
 
 
 # Not frozen: the Triton interpreter swaps triton.language's functions for its own on every launch (measured:
-# "replacing triton.language.abs" otherwise); sys and builtins are written by the interpreter itself.
-NOT_FROZEN = ("sys", "builtins", "triton.language")
+# "replacing triton.language.abs" otherwise); sys and builtins are written by the interpreter itself, and
+# warnings.catch_warnings swaps warnings.filters and showwarning by assignment.
+NOT_FROZEN = ("sys", "builtins", "warnings", "triton.language")
 
 
 def freeze_modules(skip: tuple[str, ...] = NOT_FROZEN) -> int:
