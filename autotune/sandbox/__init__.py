@@ -1,7 +1,7 @@
 """A general runner for untrusted Python code: a fresh, confined child process that leaves nothing behind.
 
-    from autotune.sandbox import run_isolated
-    result = run_isolated("my.module", payload, timeout_s=120, memory_mb=8192, workdir=d)
+    from autotune.sandbox import Limits, run_isolated
+    result = run_isolated("my.module", payload, limits=Limits(timeout_s=120, memory_mb=8192), workdir=d)
     result.ok, result.result, result.isolation          # the handler's dict; what confinement was applied
 
 A module run this way ends with `autotune.sandbox.child_main(handler)`. The checker (`autotune.verify`)

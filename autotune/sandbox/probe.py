@@ -1,8 +1,8 @@
 """A sandbox self-test: run inside `run_isolated`, it tries what a hostile candidate would and reports.
 
-    from autotune.sandbox.runner import run_isolated
+    from autotune.sandbox import Limits, run_isolated
     r = run_isolated("autotune.sandbox.probe", {"write": ["/tmp/x"], "read": ["/root/.netrc"],
-                     "connect": [["127.0.0.1", 8000]]}, timeout_s=60, memory_mb=4096, workdir=d)
+                     "connect": [["127.0.0.1", 8000]]}, limits=Limits(timeout_s=60, memory_mb=4096), workdir=d)
     r.result  # {"env": [...], "uid": ..., "write": {"/tmp/x": "blocked: ..."}, ...}
 
 The tests use it to show the isolation holds from the inside, independently of the static scan.
