@@ -37,6 +37,8 @@ from triton.runtime import autotuner as triton_autotuner
 from triton.runtime import interpreter as triton_interpreter
 from triton.runtime import jit as triton_jit
 
+from autotune.verify import interp
+from autotune.verify.frontend import FrontEnd
 from autotune.verify.sandbox import child_main, trim_traceback
 
 MODULE_NAME = "candidate"
@@ -70,6 +72,7 @@ def _rotating_bench(self, *args, config, **meta) -> list[float]:
 
 if triton.knobs.runtime.interpret:
     triton_autotuner.Autotuner._bench = _rotating_bench
+    interp.permute_programs()  # a kernel that needs its programs in order fails on the CPU too
 
 
 class _AtenOps(TorchDispatchMode):
@@ -224,6 +227,8 @@ def work(payload: dict, send) -> dict:
         return {"cases_run": 0}
     try:
         fn = load(payload["source"], payload["entry"], workdir)
+        if triton.knobs.runtime.interpret:  # on a GPU the real compiler runs at the first launch
+            interp.before_each_launch(FrontEnd.load(payload["source"], workdir).check)
     except BaseException as e:  # noqa: BLE001 - whatever the import raises is the candidate's compile error
         send("compile_error", error=trim_traceback(e, keep_files=(candidate_file,)))
         return {"cases_run": 0}
