@@ -82,7 +82,7 @@ NAMES: dict[str, tuple[Use, str]] = {
 # Python's open. `tl.math` is the one exception, and only for the functions listed under KERNEL_MATH.
 KERNEL_TL: dict[str, tuple[Use, str]] = {
     **_group("program_id num_programs arange range static_range", Use.CALL, "the program's place in the grid, loops"),
-    **_group("load store make_block_ptr advance multiple_of max_contiguous max_constancy assume", Use.CALL,
+    **_group("load store make_block_ptr multiple_of max_contiguous max_constancy assume", Use.CALL,
              "memory access and its alignment hints"),
     **_group("atomic_add atomic_max atomic_min atomic_cas atomic_xchg atomic_and atomic_or atomic_xor", Use.CALL,
              "cross-program reductions (a split-K sum)"),
