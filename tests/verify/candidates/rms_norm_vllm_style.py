@@ -25,7 +25,7 @@ def _sum_of_squares(x_row, n_cols, BLOCK: tl.constexpr, EVEN_N: tl.constexpr):
 @triton.autotune(
     configs=[
         triton.Config({"BLOCK": 1024, "ROWS": 1}, num_warps=4),
-        triton.Config({"BLOCK": 256, "ROWS": 4}, num_warps=2),
+        triton.Config({"BLOCK": 2048, "ROWS": 2}, num_warps=8),
         triton.Config({"BLOCK": 4096, "ROWS": 1}, num_warps=8),
     ],
     key=["n_cols"],
