@@ -4,6 +4,7 @@ runs a grid's programs out of order.
 
 The policy cheats stop before any worker starts (milliseconds); the others each cost a worker start-up
 and stop at their first case; the correct kernels run every case (~20 s each on 2 idle cores).
+
 """
 
 import os
@@ -49,9 +50,10 @@ def test_a_compile_error_names_the_compiler_and_the_kernel():
     assert v.cases == []  # rejected before the interpreter ran the first case
 
 
-@pytest.mark.parametrize("name", ["rms_norm_liger_style.py", "rms_norm_vllm_style.py"])
-def test_kernels_in_the_style_of_liger_kernel_and_vllm_pass(name):
-    v = verify("rms_norm", CANDIDATES / name, compose([]))
+@pytest.mark.parametrize("target, name", [("rms_norm", "rms_norm_liger_style.py"), ("rms_norm", "rms_norm_vllm_style.py"),
+                                          ("rotary_embedding", "rotary_vllm_style.py")])
+def test_kernels_in_the_style_of_liger_kernel_and_vllm_pass(target, name):
+    v = verify(target, CANDIDATES / name, compose([]))
     assert v.status is Status.UNMEASURED, v.reason
     assert v.cases and all(c.passed for c in v.cases)
 

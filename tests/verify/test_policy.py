@@ -50,6 +50,7 @@ def test_clean_kernels_pass_the_scan(name):
 @pytest.mark.parametrize("target, path", [
     ("silu_and_mul", CANDIDATES / "silu_and_mul.py"), ("fused_add_rms_norm", CANDIDATES / "fused_add_rms_norm.py"),
     ("rotary_embedding", CANDIDATES / "rotary_embedding.py"), ("softmax", CANDIDATES / "softmax.py"),
+    ("rotary_embedding", CANDIDATES / "rotary_vllm_style.py"),
     ("rms_norm", Path(__file__).parents[2] / "prompts" / "examples" / "rms_norm.py"),
 ])
 def test_correct_kernels_of_every_target_pass_the_scan(target, path):
