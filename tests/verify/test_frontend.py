@@ -4,7 +4,6 @@ runs a grid's programs out of order.
 
 The policy cheats stop before any worker starts (milliseconds); the others each cost a worker start-up
 and stop at their first case; the correct kernels run every case (~20 s each on 2 idle cores).
-
 """
 
 import os
