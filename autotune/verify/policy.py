@@ -71,12 +71,12 @@ def scan(tree: ast.Module, target: Target) -> list[str]:
     findings = scanner.findings + _entry_findings(tree, target, scanner.kernels)
     if not scanner.kernels:
         findings.append("no @triton.jit kernel: the math must happen in a Triton kernel the entry function launches")
-    return sorted(set(findings), key=_line_of)
+    return sorted(dict.fromkeys(findings), key=_line_of)  # stable: on one line, the order they were found
 
 
-def _line_of(finding: str) -> tuple[int, str]:
+def _line_of(finding: str) -> int:
     head = finding.split(":", 1)[0]
-    return (int(head.split()[1]), finding) if head.startswith("line ") else (10**9, finding)
+    return int(head.split()[1]) if head.startswith("line ") else 10**9
 
 
 def _entry_findings(tree: ast.Module, target: Target, kernels: set[str]) -> list[str]:
@@ -132,9 +132,9 @@ class _Scanner:
                 self.flag(stmt, f"defines class `{stmt.name}`: a kernel file needs none (a tensor subclass can defer "
                                 "work past the check)")
             elif not isinstance(stmt, _MODULE_STATEMENTS):
+                self.walk(stmt, "launcher")  # first: what it does is the more useful finding (`open`, ...)
                 self.flag(stmt, f"a top-level `{type(stmt).__name__.lower()}` statement: the top level of a kernel "
                                 "file holds imports, constants and functions only")
-                self.walk(stmt, "launcher")
 
     # imports -----------------------------------------------------------------------------------
     def imports(self, node: ast.Import | ast.ImportFrom) -> None:
@@ -194,9 +194,9 @@ class _Scanner:
             self.flag(stmt, f"defines `{stmt.name}` inside a function: define kernels and helpers at the top level "
                             "(and no classes: a tensor subclass can defer work past the check)")
         elif not isinstance(stmt, _BODY_STATEMENTS):
+            self.walk(stmt, mode)
             self.flag(stmt, f"a `{type(stmt).__name__.lower()}` statement: no try/with/import inside functions (a "
                             "fallback path would run differently on the interpreter and on a GPU)")
-            self.walk(stmt, mode)
         else:
             self.walk(stmt, mode)
 
