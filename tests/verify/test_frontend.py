@@ -49,8 +49,14 @@ def test_a_compile_error_names_the_compiler_and_the_kernel():
     assert v.cases == []  # rejected before the interpreter ran the first case
 
 
-@pytest.mark.parametrize("target, name", [("rms_norm", "rms_norm_liger_style.py"), ("rms_norm", "rms_norm_vllm_style.py"),
-                                          ("rotary_embedding", "rotary_vllm_style.py")])
+CORRECT = [  # read by autotune.selfcheck too (the GPU check)
+    ("rms_norm", "rms_norm_liger_style.py"),  # row strides on pointer args, tl.math.rsqrt, a settings helper
+    ("rms_norm", "rms_norm_vllm_style.py"),  # autotune + heuristics, a jit helper, tl.static_range, config grid
+    ("rotary_embedding", "rotary_vllm_style.py"),  # strided heads, tl.static_range, a jit helper
+]
+
+
+@pytest.mark.parametrize("target, name", CORRECT, ids=[c[1] for c in CORRECT])
 def test_kernels_in_the_style_of_liger_kernel_and_vllm_pass(target, name):
     v = verify(target, CANDIDATES / name, compose([]))
     assert v.status is Status.UNMEASURED, v.reason
