@@ -57,6 +57,12 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
         Knob("heads", tuple(h for h in _POW2 if h <= 64), "heads of one token per program"),
         WARPS,
     ),
+    "decode_attention": (
+        Knob("block_n", (16, 32, 64, 128, 256), "keys per iteration of the context loop"),
+        Knob("splits", (1, 2, 4, 8, 16), "programs sharing one sequence's context (split-K), merged by a second kernel"),
+        Knob("warps", (1, 2, 4, 8), "warps per program"),
+        Knob("stages", (1, 2, 3, 4), "software-pipelining depth of the key loop"),
+    ),
 }
 
 
@@ -90,6 +96,14 @@ SPACES: dict[str, tuple[dict, ...]] = {
     # step with one token more programs. First 16: two programs per token for 32 query heads.
     "rotary_embedding": _configs(("heads", "warps"), [
         (16, "auto"), (32, "auto"), (8, "auto"), (4, "auto"), (64, 16), (2, 4), (1, 4), (16, 8),
+    ]),
+    # A decode step has one program per (sequence, kv head): 8 x 8 = 64 for Llama 3 8B at batch 8, too few
+    # to fill an H100's 132 SMs, so split-K (flash-decoding) spreads long contexts over more programs. First:
+    # 64 keys a step, no split (the safe one, no merge kernel); then splits for small batches and long
+    # contexts, bigger and smaller key blocks, and the pipelining depth.
+    "decode_attention": _configs(("block_n", "splits", "warps", "stages"), [
+        (64, 1, 4, 2), (64, 4, 4, 2), (128, 1, 4, 2), (32, 1, 4, 2), (64, 8, 4, 3), (128, 2, 8, 3),
+        (16, 1, 2, 1), (256, 4, 8, 2), (64, 16, 4, 2),
     ]),
 }
 

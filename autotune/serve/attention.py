@@ -4,10 +4,10 @@ An engine step is a list of `Segment`s: each is a run of consecutive tokens of o
 prompt, a chunk of one, or the single token of a decode step), stored in that sequence's cache slot.
 Their tokens are concatenated into one [T, hidden] activation, as in vLLM, so norms, MLPs and
 projections see [T, H] shapes; only attention looks at sequences separately:
-- single-token segments (decodes) are batched with padding: keys [B, kv_heads, L, D] gathered from their
-  slots, scores [B * heads, 1, L] with the padding masked to -inf;
+- single-token segments (decodes) go to `dispatch.decode_attention` together (its reference gathers keys
+  [B, kv_heads, L, D] from their slots and masks the padding to -inf);
 - longer segments (prefill chunks) attend one at a time: scores [heads, n, ctx] with a causal mask.
-Scores are explicit QK^T * scale and go through `dispatch.softmax`, so the softmax is a visible,
+Prefill scores are explicit QK^T * scale and go through `dispatch.softmax`, so the softmax is a visible,
 replaceable op; GQA groups the query heads of each kv head instead of copying k and v per head.
 """
 
@@ -141,17 +141,10 @@ def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, batch:
 
 def attend_singles(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, batch: Batch,
                    scale: float) -> torch.Tensor:
-    """One query token per sequence, padded to the longest context: q [B, heads, D] -> [B, heads * D]."""
+    """One query token per sequence, through the decode_attention dispatch point: q [B, heads, D] -> [B, heads * D]."""
     b, heads, d = q.shape
-    kv_heads, length = k_cache.shape[1], batch.single_max_ctx
-    group = heads // kv_heads
-    k = k_cache[batch.single_slots, :, :length]  # [B, kv_heads, L, D]
-    v = v_cache[batch.single_slots, :, :length]
-    scores = torch.matmul(q.reshape(b, kv_heads, group, d), k.transpose(-1, -2)) * scale  # [B, kv_heads, group, L]
-    padding = torch.arange(length, device=q.device)[None, :] >= batch.single_ctx[:, None]  # [B, L]
-    scores = scores.masked_fill(padding[:, None, None, :], float("-inf"))
-    probs = dispatch.softmax(scores.view(b * heads, 1, length))
-    out = torch.matmul(probs.reshape(b, kv_heads, group, length), v)  # [B, kv_heads, group, D]
+    out = dispatch.decode_attention(q, k_cache, v_cache, batch.single_slots, batch.single_ctx, scale,
+                                    batch.single_max_ctx)
     return out.reshape(b, heads * d)
 
 

@@ -7,7 +7,7 @@ import importlib
 from autotune.errors import UserError
 from autotune.targets.base import Target
 
-NAMES = ("rms_norm", "silu_and_mul", "fused_add_rms_norm", "rotary_embedding", "softmax")
+NAMES = ("rms_norm", "silu_and_mul", "fused_add_rms_norm", "rotary_embedding", "softmax", "decode_attention")
 
 
 def get(name: str) -> Target:

@@ -55,6 +55,10 @@ class Target:
     op_names: tuple[str, ...] = ()  # names of the same op in foreign traces (vLLM, SGLang)
     # a profiler "Input Dims" list -> this target's case shape; every target so far: its first input's shape
     shape_from_dims: Callable[[list], Shape] = lambda dims: tuple(dims[0])
+    # how a case shape is cut for the CPU interpreter: (shape, max_rows, max_elements) -> shape; None: the
+    # checker's row cut (leading dims shrink), right for row-wise ops. Targets whose shape is not
+    # [rows, ..., width] (attention, GEMM) say which dims may shrink and which keep their class.
+    cpu_cut: Callable[[Shape, int, int], Shape] | None = None
 
     @property
     def signature(self) -> str:

@@ -83,6 +83,13 @@ def cut_rows(shape: Shape, max_rows: int | None, max_elements: int | None = None
     return tuple(dims)
 
 
+def _cut(target: Target, shape: Shape, max_rows: int | None, max_elements: int | None) -> Shape:
+    """The target's own CPU cut when it declares one (attention, GEMM), else the row cut; None: no cut (GPU)."""
+    if max_rows is None or target.cpu_cut is None:
+        return cut_rows(shape, max_rows, max_elements)
+    return tuple(target.cpu_cut(tuple(shape), max_rows, max_elements))
+
+
 def select_profile_shapes(shapes, limit: int) -> list:
     """At most `limit` of the profile's (shape, dtype, calls): the smallest and the largest, then the most
     called. A served model's profile holds a shape per batch size and prefill length (16 for rms_norm in the
@@ -140,12 +147,12 @@ def plan(target: Target, shapes, cfg_verify, on_gpu: bool) -> list[Case]:
     for n, (requested, source, calls, profile_dtype) in enumerate(primary_shapes(target, shapes, limit)):
         for d, dtype in enumerate(t for t in dict.fromkeys([profile_dtype, *dtypes]) if t is not None):
             checks = on_gpu or d == n % len(dtypes)
-            specs.append((requested, cut_rows(requested, *main), dtype, "normal", 0, source, calls, checks))
+            specs.append((requested, _cut(target, requested, *main), dtype, "normal", 0, source, calls, checks))
             if dtype in HALF_DTYPES:
-                specs.append((requested, cut_rows(requested, *extra), dtype, "large", 0, source, calls, False))
-            specs.append((requested, cut_rows(requested, *extra), dtype, "special", 0, source, calls, False))
+                specs.append((requested, _cut(target, requested, *extra), dtype, "large", 0, source, calls, False))
+            specs.append((requested, _cut(target, requested, *extra), dtype, "special", 0, source, calls, False))
             for seed in range(1, int(cfg_verify.seeds)):
-                specs.append((requested, cut_rows(requested, *extra), dtype, "normal", seed, source, calls, False))
+                specs.append((requested, _cut(target, requested, *extra), dtype, "normal", seed, source, calls, False))
     cases = []
     for requested, shape, dtype, kind, seed, source, calls, checks in sorted(specs, key=lambda s: _numel(s[1])):
         key = (shape, dtype, kind, seed)
@@ -199,7 +206,7 @@ def cut_note(target: Target, shapes, cfg_verify, on_gpu: bool) -> str:
     limit = int(cfg_verify.get("max_profile_shapes") or 0)
     notes = [selection_note(shapes, limit)]
     limits = (int(cfg_verify.max_interpreter_rows), int(cfg_verify.max_interpreter_elements))
-    cut = [(s, cut_rows(s, *limits)) for s, *_ in primary_shapes(target, shapes, limit)]
+    cut = [(s, _cut(target, s, *limits)) for s, *_ in primary_shapes(target, shapes, limit)]
     cut = list(dict.fromkeys((a, b) for a, b in cut if a != b))
     if cut and not on_gpu:
         pairs = ", ".join(f"{list(a)} -> {list(b)}" for a, b in cut)
