@@ -128,6 +128,8 @@ def _sweep_shapes(name: str, params: dict) -> list[tuple[int, ...]]:
     """Shapes that take every path of this configuration, small enough for the interpreter."""
     if name == "silu_and_mul":
         return [(2, 3, 2 * (params["block"] + 37))]  # two programs per row, the second part-empty
+    if name == "decode_attention":  # contexts over two key blocks (splits part-empty); head_dim 96 ragged
+        return [(3, 4, 2, 32, 2 * params["block_n"] + 5), (2, 6, 2, 96, 20)]
     if name == "rotary_embedding":
         return [(3, params["heads"] + 3, 96), (2, 1, 32)]  # a part-empty head tile; half-widths 48 and 16
     # narrow ragged rows (with leading dims, a row count that is not a multiple of ROWS), then rows wider

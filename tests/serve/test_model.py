@@ -57,7 +57,8 @@ def test_every_dispatch_point_is_called_with_the_step_shapes(tiny):
             expected.append(("fused_add_rms_norm", [(t, h), (t, h), (h,)]))
         expected += [("rotary_embedding", [(t, c.num_heads, c.head_dim), (t, c.head_dim // 2), (t, c.head_dim // 2)]),
                      ("rotary_embedding", [(t, c.num_kv_heads, c.head_dim), (t, c.head_dim // 2), (t, c.head_dim // 2)]),
-                     ("softmax", [(1 * c.num_heads, 1, 4)]),  # the decode, context 4
+                     ("decode_attention", [(1, c.num_heads, c.head_dim), (2, c.num_kv_heads, 32, c.head_dim),
+                                           (2, c.num_kv_heads, 32, c.head_dim), (1,), (1,)]),  # context 4
                      ("softmax", [(c.num_heads, 5, 5)]),  # the prefill, causal
                      ("fused_add_rms_norm", [(t, h), (t, h), (h,)]),
                      ("silu_and_mul", [(t, 2 * c.intermediate_size)])]
