@@ -64,6 +64,17 @@ KNOBS: dict[str, tuple[Knob, ...]] = {
         Knob("stages", (1, 2, 3, 4), "software-pipelining depth of the key loop"),
     ),
 }
+_GEMM_KNOBS = (
+    Knob("block_m", (16, 32, 64, 128), "rows of x (tokens) per program"),
+    Knob("block_n", (32, 64, 128, 256), "output columns per program"),
+    Knob("block_k", (32, 64, 128, 256), "reduction step"),
+    Knob("group_m", (1, 4, 8), "row blocks walking the column blocks together (L2 reuse of the weight)"),
+    Knob("split_k", (1, 2, 4, 8, 16), "programs sharing a tile's reduction; fp32 partials summed in order"),
+    Knob("warps", (2, 4, 8), "warps per program"),
+    Knob("stages", (2, 3, 4, 5), "software-pipelining depth of the K loop"),
+)
+KNOBS["linear"] = _GEMM_KNOBS
+KNOBS["int8_linear"] = _GEMM_KNOBS
 
 
 def _configs(names: tuple[str, ...], rows: list[tuple]) -> tuple[dict, ...]:
@@ -106,6 +117,16 @@ SPACES: dict[str, tuple[dict, ...]] = {
         (16, 1, 2, 1), (256, 4, 8, 2), (64, 16, 4, 2),
     ]),
 }
+# GEMMs. Decode steps have a few tokens (M <= 64): one 16-row block, wide K steps, split-K when the
+# columns give too few tiles; prefill chunks (M in the hundreds) want square-ish 64-128 tiles, 8 warps
+# and deep pipelines (Triton's matmul tutorial configurations). First: the decode tile, no split.
+_GEMM_SPACE = _configs(("block_m", "block_n", "block_k", "group_m", "split_k", "warps", "stages"), [
+    (16, 64, 128, 8, 1, 4, 3), (16, 128, 64, 8, 1, 4, 4), (16, 64, 128, 8, 4, 4, 3), (64, 64, 64, 8, 1, 4, 4),
+    (128, 128, 64, 8, 1, 8, 3), (64, 128, 32, 8, 1, 4, 4), (128, 256, 64, 8, 1, 8, 3), (32, 64, 256, 4, 2, 4, 3),
+    (16, 32, 256, 1, 8, 2, 2), (64, 256, 32, 4, 1, 4, 4),
+])
+SPACES["linear"] = _GEMM_SPACE
+SPACES["int8_linear"] = _GEMM_SPACE
 
 _env = jinja2.Environment(
     loader=jinja2.PackageLoader("autotune.agent", "templates"),

@@ -130,6 +130,8 @@ def _sweep_shapes(name: str, params: dict) -> list[tuple[int, ...]]:
         return [(2, 3, 2 * (params["block"] + 37))]  # two programs per row, the second part-empty
     if name == "decode_attention":  # contexts over two key blocks (splits part-empty); head_dim 96 ragged
         return [(3, 4, 2, 32, 2 * params["block_n"] + 5), (2, 6, 2, 96, 20)]
+    if name in ("linear", "int8_linear"):  # ragged M, N and K tiles; K over two blocks and every split
+        return [(params["block_m"] + 3, params["block_n"] + 5, params["block_k"] * params["split_k"] + 7)]
     if name == "rotary_embedding":
         return [(3, params["heads"] + 3, 96), (2, 1, 32)]  # a part-empty head tile; half-widths 48 and 16
     # narrow ragged rows (with leading dims, a row count that is not a multiple of ROWS), then rows wider

@@ -1,0 +1,49 @@
+"""What the GEMM targets (linear, int8_linear) share: their case shape (M, N, K), bytes, flops and CPU cut.
+
+Case shape (M, N, K): x [M, K] (M tokens of the step), weight [N, K], y [M, N]. The projections of the
+built-in model: qkv (M, (heads + 2 kv_heads) * head_dim, hidden), o (M, hidden, heads * head_dim),
+gate_up (M, 2 * intermediate, hidden), down (M, hidden, intermediate).
+"""
+
+import torch
+
+from autotune.targets.base import Shape
+
+
+def shape_from_dims(dims: list) -> Shape:
+    """Profiler input dims [x [..., K], weight [N, K], ...] -> (M, N, K)."""
+    x, w = dims[0], dims[1]
+    m = 1
+    for d in x[:-1]:
+        m *= d
+    return m, w[0], w[1]
+
+
+def flops(shape, dtype):
+    m, n, k = shape
+    return 2 * m * n * k
+
+
+def cpu_cut(shape, max_rows, max_elements):
+    """M (tokens) shrinks to max_rows / 32; K to at most 2048 plus its remainder modulo 64 (sums of thousands
+    of products, the last K step ragged as before); N until the weight holds max_elements / 16 values,
+    at least 64 plus N's remainder modulo 64. With the checker's defaults [512, 4096, 14336] runs as
+    [8, 64, 2048]: 66 cases of the search agent's kernel took 70 s with K and 16 rows kept, 2 busy cores."""
+    m, n, k = shape
+    m = min(m, max(1, max_rows // 32))
+    if k > 2048:
+        k = 2048 + k % 64
+    keep = max(16, (max_elements // 16) // k)
+    if n > keep:
+        n = max(64, keep // 64 * 64) + n % 64
+    return m, n, k
+
+
+# Llama 3 8B's projections at a decode step of 8 and a 512-token prefill chunk
+DEFAULT_SHAPES = ((8, 6144, 4096), (8, 28672, 4096), (512, 4096, 14336))
+# one token; N and K not multiples of the usual tiles (the tiny model: qkv 256 x 128, down 128 x 352)
+EDGE_SHAPES = ((1, 256, 128), (7, 100, 352), (33, 128, 200), (5, 300, 64))
+
+
+def element_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
