@@ -73,6 +73,12 @@ _GEMM_KNOBS = (
     Knob("warps", (2, 4, 8), "warps per program"),
     Knob("stages", (2, 3, 4, 5), "software-pipelining depth of the K loop"),
 )
+KNOBS["prefill_attention"] = (
+    Knob("block_m", (16, 32, 64, 128), "query rows per program"),
+    Knob("block_n", (16, 32, 64, 128), "keys per iteration of the causal loop"),
+    Knob("warps", (2, 4, 8), "warps per program"),
+    Knob("stages", (1, 2, 3, 4), "software-pipelining depth of the key loop"),
+)
 KNOBS["linear"] = _GEMM_KNOBS
 KNOBS["int8_linear"] = _GEMM_KNOBS
 
@@ -124,6 +130,12 @@ _GEMM_SPACE = _configs(("block_m", "block_n", "block_k", "group_m", "split_k", "
     (16, 64, 128, 8, 1, 4, 3), (16, 128, 64, 8, 1, 4, 4), (16, 64, 128, 8, 4, 4, 3), (64, 64, 64, 8, 1, 4, 4),
     (128, 128, 64, 8, 1, 8, 3), (64, 128, 32, 8, 1, 4, 4), (128, 256, 64, 8, 1, 8, 3), (32, 64, 256, 4, 2, 4, 3),
     (16, 32, 256, 1, 8, 2, 2), (64, 256, 32, 4, 1, 4, 4),
+])
+# Flash-attention forward tiles (the Triton tutorial's 64-128 square tiles, 4-8 warps); small query
+# blocks for short chunks, where a 128-row block would be mostly masked. First: 64 x 64 on 4 warps.
+SPACES["prefill_attention"] = _configs(("block_m", "block_n", "warps", "stages"), [
+    (64, 64, 4, 2), (128, 64, 8, 3), (64, 32, 4, 2), (32, 64, 4, 2), (128, 128, 8, 2), (16, 32, 2, 1),
+    (64, 128, 4, 3), (128, 32, 4, 4),
 ])
 SPACES["linear"] = _GEMM_SPACE
 SPACES["int8_linear"] = _GEMM_SPACE

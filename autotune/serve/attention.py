@@ -6,9 +6,11 @@ Their tokens are concatenated into one [T, hidden] activation, as in vLLM, so no
 projections see [T, H] shapes; only attention looks at sequences separately:
 - single-token segments (decodes) go to `dispatch.decode_attention` together (its reference gathers keys
   [B, kv_heads, L, D] from their slots and masks the padding to -inf);
-- longer segments (prefill chunks) attend one at a time: scores [heads, n, ctx] with a causal mask.
-Prefill scores are explicit QK^T * scale and go through `dispatch.softmax`, so the softmax is a visible,
-replaceable op; GQA groups the query heads of each kv head instead of copying k and v per head.
+- longer segments (prefill chunks) go to `dispatch.prefill_attention` together, packed with cu_seqlens
+  (its reference attends one chunk at a time: scores [heads, n, ctx] with a causal mask).
+Both references group the query heads of each kv head instead of copying k and v per head. (The
+attention scores used to go through `dispatch.softmax`; the attention targets now hold that work, as
+in real engines, and the softmax target stays for traces that show `aten::_softmax`.)
 """
 
 from __future__ import annotations
@@ -79,6 +81,11 @@ class Batch:
     single_ctx: torch.Tensor  # [B] context length (position + 1) of each
     single_max_ctx: int
     chunks: tuple[Chunk, ...]
+    chunk_rows: torch.Tensor  # [N] the rows of every multi-token segment, packed in order
+    chunk_slots: torch.Tensor  # [C]
+    chunk_starts: torch.Tensor  # [C] position of each chunk's first token
+    chunk_cu: torch.Tensor  # [C + 1] offsets of each chunk in the packed rows
+    chunk_max_len: int
 
     @classmethod
     def build(cls, segments: list[Segment], cache: KVCache, vocab_size: int, device) -> "Batch":
@@ -100,8 +107,12 @@ class Batch:
         def tensor(values):
             return torch.tensor(values, dtype=torch.long).to(device)
 
+        lengths = [c.row1 - c.row0 for c in chunks]
+        cu = [sum(lengths[:i]) for i in range(len(lengths) + 1)]
         return cls(tensor(tokens), tensor(positions), tensor(slots), tensor(last), tensor(rows), tensor(sslots),
-                   tensor(ctx), max(ctx, default=0), tuple(chunks))
+                   tensor(ctx), max(ctx, default=0), tuple(chunks),
+                   tensor([r for c in chunks for r in range(c.row0, c.row1)]), tensor([c.slot for c in chunks]),
+                   tensor([c.start for c in chunks]), tensor(cu), max(lengths, default=0))
 
 
 def check_segments(segments: list[Segment], cache: KVCache, vocab_size: int) -> None:
@@ -132,31 +143,11 @@ def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, batch:
     t, heads, d = q.shape
     out = q.new_empty(t, heads * d)
     if batch.single_rows.numel():
-        out[batch.single_rows] = attend_singles(q[batch.single_rows], k_cache, v_cache, batch, scale)
-    for c in batch.chunks:
-        out[c.row0:c.row1] = attend_chunk(q[c.row0:c.row1], k_cache[c.slot, :, :c.ctx], v_cache[c.slot, :, :c.ctx],
-                                          c.start, scale)
+        out[batch.single_rows] = dispatch.decode_attention(
+            q[batch.single_rows], k_cache, v_cache, batch.single_slots, batch.single_ctx, scale,
+            batch.single_max_ctx).reshape(-1, heads * d)
+    if batch.chunks:
+        out[batch.chunk_rows] = dispatch.prefill_attention(
+            q[batch.chunk_rows], k_cache, v_cache, batch.chunk_slots, batch.chunk_starts, batch.chunk_cu, scale,
+            batch.chunk_max_len).reshape(-1, heads * d)
     return out
-
-
-def attend_singles(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, batch: Batch,
-                   scale: float) -> torch.Tensor:
-    """One query token per sequence, through the decode_attention dispatch point: q [B, heads, D] -> [B, heads * D]."""
-    b, heads, d = q.shape
-    out = dispatch.decode_attention(q, k_cache, v_cache, batch.single_slots, batch.single_ctx, scale,
-                                    batch.single_max_ctx)
-    return out.reshape(b, heads * d)
-
-
-def attend_chunk(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int, scale: float) -> torch.Tensor:
-    """n query tokens at positions start.. of one sequence, causal: q [n, heads, D], k/v [kv_heads, ctx, D]."""
-    n, heads, d = q.shape
-    kv_heads, ctx = k.shape[0], k.shape[1]
-    group = heads // kv_heads
-    qg = q.reshape(n, kv_heads, group, d).permute(1, 2, 0, 3).reshape(kv_heads, group * n, d)
-    scores = (torch.matmul(qg, k.transpose(-1, -2)) * scale).view(heads, n, ctx)
-    query_pos = torch.arange(start, start + n, device=q.device)
-    future = torch.arange(ctx, device=q.device)[None, :] > query_pos[:, None]  # [n, ctx]
-    probs = dispatch.softmax(scores.masked_fill(future, float("-inf")))  # [heads, n, ctx]
-    out = torch.matmul(probs.reshape(kv_heads, group * n, ctx), v)  # [kv_heads, group * n, D]
-    return out.view(kv_heads, group, n, d).permute(2, 0, 1, 3).reshape(n, heads * d)

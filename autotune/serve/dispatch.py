@@ -1,7 +1,7 @@
 """Dispatch points: every op a kernel may replace is called through here, named after its target.
 
 The model calls `dispatch.rms_norm(x, weight, eps)` (and silu_and_mul, fused_add_rms_norm,
-rotary_embedding, softmax, decode_attention, linear, int8_linear). Each is a torch custom op `autotune::<target>` so that torch.profiler
+rotary_embedding, softmax, decode_attention, prefill_attention, linear, int8_linear). Each is a torch custom op `autotune::<target>` so that torch.profiler
 records it under exactly that name with its input shapes and dtypes: attribution in the profile is
 exact, not guessed from aten children. By default each op runs the target's PyTorch reference;
 `use(target, fn)` plugs a kernel in without touching the model code. The custom-op layer costs about
@@ -25,7 +25,7 @@ SCHEMAS = {
     "softmax": "softmax(Tensor x) -> Tensor",
 }
 # Newer targets: the schema is inferred from the reference's annotations.
-INFERRED = ("decode_attention", "linear", "int8_linear")
+INFERRED = ("decode_attention", "prefill_attention", "linear", "int8_linear")
 SCHEMAS.update({name: name + torch.library.infer_schema(get_target(name).reference, mutates_args=())
                 for name in INFERRED})
 
@@ -98,6 +98,11 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
 
 def decode_attention(q, k_cache, v_cache, slots, context_lens, scale: float, max_context: int) -> torch.Tensor:
     return torch.ops.autotune.decode_attention(q, k_cache, v_cache, slots, context_lens, scale, max_context)
+
+
+def prefill_attention(q, k_cache, v_cache, slots, starts, cu_seqlens, scale: float, max_query_len: int
+                      ) -> torch.Tensor:
+    return torch.ops.autotune.prefill_attention(q, k_cache, v_cache, slots, starts, cu_seqlens, scale, max_query_len)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

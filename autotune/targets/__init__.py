@@ -8,7 +8,7 @@ from autotune.errors import UserError
 from autotune.targets.base import Target
 
 NAMES = ("rms_norm", "silu_and_mul", "fused_add_rms_norm", "rotary_embedding", "softmax", "decode_attention",
-         "linear", "int8_linear")
+         "prefill_attention", "linear", "int8_linear")
 
 
 def get(name: str) -> Target:

@@ -130,6 +130,8 @@ def _sweep_shapes(name: str, params: dict) -> list[tuple[int, ...]]:
         return [(2, 3, 2 * (params["block"] + 37))]  # two programs per row, the second part-empty
     if name == "decode_attention":  # contexts over two key blocks (splits part-empty); head_dim 96 ragged
         return [(3, 4, 2, 32, 2 * params["block_n"] + 5), (2, 6, 2, 96, 20)]
+    if name == "prefill_attention":  # chunks over two query and key blocks; head_dim 96 ragged
+        return [(2, 4, 2, 32, params["block_m"] + params["block_n"] + 3), (2, 6, 2, 96, 9)]
     if name in ("linear", "int8_linear"):  # ragged M, N and K tiles; K over two blocks and every split
         return [(params["block_m"] + 3, params["block_n"] + 5, params["block_k"] * params["split_k"] + 7)]
     if name == "rotary_embedding":

@@ -61,7 +61,8 @@ def test_every_dispatch_point_is_called_with_the_step_shapes(tiny):
                      ("rotary_embedding", [(t, c.num_kv_heads, c.head_dim), (t, c.head_dim // 2), (t, c.head_dim // 2)]),
                      ("decode_attention", [(1, c.num_heads, c.head_dim), (2, c.num_kv_heads, 32, c.head_dim),
                                            (2, c.num_kv_heads, 32, c.head_dim), (1,), (1,)]),  # context 4
-                     ("softmax", [(c.num_heads, 5, 5)]),  # the prefill, causal
+                     ("prefill_attention", [(5, c.num_heads, c.head_dim), (2, c.num_kv_heads, 32, c.head_dim),
+                                            (2, c.num_kv_heads, 32, c.head_dim), (1,), (1,), (2,)]),  # 5 tokens
                      ("linear", [(t, c.num_heads * c.head_dim), (h, c.num_heads * c.head_dim)]),
                      ("fused_add_rms_norm", [(t, h), (t, h), (h,)]),
                      ("linear", [(t, h), (2 * i, h)]),

@@ -20,6 +20,7 @@ SMALL = compose(["device=cpu", "verify.shapes=default", "verify.seeds=1", "verif
 
 CORRECT = [
     ("decode_attention", "decode_attention.py"),  # one program per (sequence, query head), no tl.dot
+    ("prefill_attention", "prefill_attention.py"),  # 16 query rows per program, broadcast sums, no tl.dot
     ("linear", "linear.py"),  # 16 x 32 tiles, fp32 tl.dot
     ("int8_linear", "int8_linear.py"),  # the same tiles, int8 weights converted in registers
 ]
@@ -30,6 +31,7 @@ CHEATS = [
     ("decode_attention", "decode_attention_gqa_mixup.py", Status.INCORRECT, "values differ"),
     # exp without the max: logits near 1e4 (the "large" inputs) overflow
     ("decode_attention", "decode_attention_no_max.py", Status.INCORRECT, "large seed 0: NaN at"),
+    ("prefill_attention", "prefill_attention_noncausal.py", Status.INCORRECT, "values differ"),
     ("int8_linear", "int8_linear_no_scale.py", Status.INCORRECT, "values differ"),
     # a float copy of the whole weight per call: the int8 kernel's point (1 byte per weight read) is gone
     ("int8_linear", "int8_linear_torch_dequant.py", Status.POLICY_VIOLATION, "converts a dtype with `.to(...)`"),
