@@ -9,8 +9,9 @@ Columns: `op, target, input_shapes, dtype, calls, total_us, self_us, device_us, 
   `args.correlation`, and that event joins the enclosing cpu_op through `args["External id"]`.
 - `share` is the op's time over the serving time: device time on a GPU trace, CPU time otherwise.
 - `target` is the target the op implements: our dispatch points appear as `autotune::<target>`; other
-  engines' ops map through `profile.target_map`. An op nested inside an op of the same target (vLLM's
-  `vllm::rms_norm` around `_C::rms_norm`, `aten::_softmax` under `autotune::softmax`) is not counted again.
+  engines' ops map through `profile.target_map`. An op nested inside an op that maps to a target (vLLM's
+  `vllm::rms_norm` around `_C::rms_norm`, `aten::_softmax` under `autotune::softmax` or
+  `autotune::decode_attention`) is not counted again.
   A map entry `{target: T, input: K}` says the target's inputs start at argument K (vLLM's `_C::` ops take
   their output first); such rows list `input_shapes` and `dtype` from argument K on, the target's own view.
 
@@ -144,11 +145,12 @@ def target_of(op: str, target_map: Mapping[str, Any]) -> tuple[str, int]:
 
 
 def _targets(parents: list[int], own: list[str]) -> list[str]:
-    """Each event's target, blank when an enclosing op already counts for the same target."""
+    """Each event's target, blank when an enclosing op already counts for a target: its time is inside that op's
+    (the reference of `autotune::decode_attention` runs an `aten::_softmax`, which maps to softmax)."""
     result = []
     for i, t in enumerate(own):
         p = parents[i]
-        while t and p != -1 and own[p] != t:
+        while t and p != -1 and not own[p]:
             p = parents[p]
         result.append(t if p == -1 else "")
     return result
