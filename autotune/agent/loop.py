@@ -28,11 +28,15 @@ from omegaconf import DictConfig, OmegaConf
 from autotune.agent import NO_CODE, CandidateRecord, TargetSearch, clients, prompts
 from autotune.agent.accounting import summarize
 from autotune.agent.extract import Extraction, extract
+from autotune.agent.slots import judge_slots
 from autotune.ledger import Ledger
 from autotune.targets.base import Target
 from autotune.verify.verdict import Status, Verdict
 
 VerifyFn = Callable[[Target, Path], Verdict]
+# Set by the thread that received Ctrl-C while searches run in other threads (targets side by side):
+# every search stops at its next turn.
+INTERRUPTED = threading.Event()
 # The order of "best": a correct candidate that is faster > one that could not be timed > a slower one.
 RANK = {Status.ACCEPTED: 3, Status.UNMEASURED: 2, Status.SLOWER: 1}
 
@@ -105,10 +109,13 @@ def default_verify(cfg: DictConfig, hotspot: dict | None) -> VerifyFn:
 
         return collect(dict(cfg.get("labels") or {}))
 
+    slots = judge_slots(cfg)  # verify.workers judges at once in this process, one GPU each on a GPU host
+
     def verify_fn(target: Target, path: Path) -> Verdict:
         from autotune.verify import verify
 
-        return verify(target, path, cfg, shapes=shapes or None, environment=environment())
+        with slots.hold():
+            return verify(target, path, cfg, shapes=shapes or None, environment=environment())
 
     return verify_fn
 
@@ -166,6 +173,8 @@ class _Search:
         self.stop.set()
 
     def halted(self) -> bool:
+        if INTERRUPTED.is_set():  # Ctrl-C reaches the run's main thread, not the search threads
+            self.halt("interrupted")
         if not self.stop.is_set():
             over = self._over_budget()
             if over:

@@ -26,6 +26,7 @@ How it is kept apart (see confine.py for what the child applies to itself):
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import os
 import secrets
@@ -65,6 +66,10 @@ class SandboxResult:
 
 # ----------------------------------------------------------------------------------------------- parent
 
+# The GPU that children started from this thread (or context) may see; set by autotune.agent.slots.
+PINNED_GPU: contextvars.ContextVar[str | None] = contextvars.ContextVar("PINNED_GPU", default=None)
+
+
 def child_env(workdir: Path, gpu: bool, env_extra: dict[str, str] | None = None) -> dict[str, str]:
     """The allow-listed environment of a child: nothing from the parent but PATH, LANG and library paths."""
     env = {
@@ -82,8 +87,8 @@ def child_env(workdir: Path, gpu: bool, env_extra: dict[str, str] | None = None)
     }
     if "LD_LIBRARY_PATH" in os.environ:  # CUDA libraries in containers; not a secret
         env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
-    if gpu:
-        env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "0")
+    if gpu:  # the judge's own GPU when the caller pinned one (autotune.agent.slots), else the process's
+        env["CUDA_VISIBLE_DEVICES"] = PINNED_GPU.get() or os.environ.get("CUDA_VISIBLE_DEVICES", "0")
     else:
         env["CUDA_VISIBLE_DEVICES"] = ""
         env["TRITON_INTERPRET"] = "1"
