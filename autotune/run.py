@@ -25,6 +25,7 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import datetime as dt
+import enum
 import json
 import os
 import secrets
@@ -33,7 +34,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
@@ -42,9 +43,24 @@ from autotune import env, targets
 from autotune.errors import UserError
 from autotune.ledger import Ledger
 
+if TYPE_CHECKING:
+    from autotune.profile.records import Hotspot
+
 console = Console(highlight=False)
 _PUBLISH = threading.Lock()
 SUPERVISED = "AUTOTUNE_SWEEP_JOB"  # set in a sweep job's child process (see supervise)
+
+
+class OutcomeStatus(str, enum.Enum):
+    """What became of a target (a str enum: the ledger and summary.json hold its value)."""
+
+    PROPOSED = "proposed"
+    NO_PASSING_CANDIDATE = "no_passing_candidate"
+    FAILED_MODEL_CHECK = "failed_model_check"
+    SKIPPED = "skipped"
+
+    def __str__(self) -> str:  # the value in f-strings and tables, on every Python version
+        return self.value
 
 
 @dataclasses.dataclass
@@ -52,12 +68,15 @@ class Outcome:
     """What became of one target in this run."""
 
     target: str
-    status: str  # proposed | no_passing_candidate | failed_model_check | skipped
+    status: OutcomeStatus
     detail: str
     best: str | None = None  # the best candidate's id
     verdict: str | None = None
     proposal: str | None = None  # the proposal id
     pr_url: str | None = None
+
+    def __post_init__(self):
+        self.status = OutcomeStatus(self.status)  # a resumed run reads it back from the ledger as text
 
 
 def main(cfg: DictConfig) -> int:
@@ -193,31 +212,34 @@ def profile_stage(cfg: DictConfig, run_dir: Path, ledger: Ledger) -> dict:
     pcfg = cfg.copy()
     pcfg.profile.out_dir = str(out_dir)
     result = profile_trace(pcfg, cfg.trace) if cfg.trace else profile_serving(pcfg)
+    from autotune.profile import hotspots_in
+
     ledger.append("profile", run_dir=str(result.run_dir.relative_to(run_dir)), serve=result.serve_report,
-                  hotspots=[{k: h[k] for k in ("target", "share", "calls", "projected_gain")}
-                            for h in result.hotspots["hotspots"]])
+                  hotspots=[h.summary() for h in hotspots_in(result.hotspots)])
     return result.hotspots
 
 
-def hotspot_of(hotspots: dict, name: str) -> dict | None:
-    found = next((h for h in hotspots["hotspots"] if h["target"] == name), None)
-    return {**found, "serving_time_us": hotspots.get("serving_time_us"), "run": hotspots.get("run"),
-            "assumed_speedup": hotspots.get("assumed_speedup")} if found else None
+def hotspot_of(hotspots: dict, name: str) -> Hotspot | None:
+    from autotune.profile import hotspot_for
+
+    return hotspot_for(name, hotspots)
 
 
 def choose_targets(cfg: DictConfig, hotspots: dict) -> list[str]:
     """`targets=[...]` as given (checked), else the profiled targets above `run.min_share`, hottest first."""
     if cfg.targets:
         return [str(t) for t in cfg.targets]
-    names = [h["target"] for h in hotspots["hotspots"]
-             if h["target"] in targets.NAMES and h["share"] >= float(cfg.run.min_share)]
+    from autotune.profile import hotspots_in
+
+    names = [h.target for h in hotspots_in(hotspots)
+             if h.target in targets.NAMES and h.share >= float(cfg.run.min_share)]
     if not names:
         console.print(f"no target takes {cfg.run.min_share:.0%} of serving time or more: nothing to do "
                       "(lower run.min_share, or name targets=[...])")
     return names
 
 
-def work_on(name: str, hotspot: dict | None, cfg: DictConfig, run_dir: Path, ledger: Ledger) -> Outcome:
+def work_on(name: str, hotspot: Hotspot | None, cfg: DictConfig, run_dir: Path, ledger: Ledger) -> Outcome:
     """Agent and checker, then the model-level check, then publish: one target, start to end."""
     from autotune.agent import search_target
     from autotune.publish import rejection_reasons
@@ -230,14 +252,15 @@ def work_on(name: str, hotspot: dict | None, cfg: DictConfig, run_dir: Path, led
                            rejections=rejection_reasons(cfg, name))
     best = search.best
     if best is None or not best.passed:
-        outcome = Outcome(name, "no_passing_candidate", search.stopped, best and best.id, best and best.status)
+        outcome = Outcome(name, OutcomeStatus.NO_PASSING_CANDIDATE, search.stopped, best and best.id,
+                          best and best.status)
     else:
         outcome = check_and_publish(name, best, hotspot, cfg, run_dir, ledger)
     ledger.append("outcome", **dataclasses.asdict(outcome))
     return outcome
 
 
-def check_and_publish(name: str, best, hotspot: dict | None, cfg: DictConfig, run_dir: Path,
+def check_and_publish(name: str, best, hotspot: Hotspot | None, cfg: DictConfig, run_dir: Path,
                       ledger: Ledger) -> Outcome:
     from autotune.model_check import check_model
     from autotune.publish import ProposalRequest, publish
@@ -247,7 +270,7 @@ def check_and_publish(name: str, best, hotspot: dict | None, cfg: DictConfig, ru
     check = check_model(cfg, name, source, workdir=run_dir / "model_check" / best.id)
     ledger.append("model_check", target=name, candidate=best.id, **check.to_dict())
     if not check.passed:
-        return Outcome(name, "failed_model_check", check.reason, best.id, best.status)
+        return Outcome(name, OutcomeStatus.FAILED_MODEL_CHECK, check.reason, best.id, best.status)
     environment = json.loads((run_dir / "env.json").read_text())
     request = ProposalRequest(
         target=name, source=source, verdict=best.verdict, hotspot=hotspot, model_check=check.to_dict(),
@@ -257,7 +280,7 @@ def check_and_publish(name: str, best, hotspot: dict | None, cfg: DictConfig, ru
     with _PUBLISH:  # targets finish side by side; their branches go into one repository one at a time
         proposal = publish(request, cfg)
     ledger.append("proposal", candidate=best.id, **dataclasses.asdict(proposal))
-    return Outcome(name, "proposed", check.reason, best.id, best.status, proposal.id, proposal.pr_url)
+    return Outcome(name, OutcomeStatus.PROPOSED, check.reason, best.id, best.status, proposal.id, proposal.pr_url)
 
 
 def write_summary(cfg: DictConfig, run_dir: Path, ledger: Ledger, outcomes: list[Outcome]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -32,6 +32,9 @@ from autotune.agent.slots import judge_slots
 from autotune.ledger import Ledger
 from autotune.targets.base import Target
 from autotune.verify.verdict import Status, Verdict
+
+if TYPE_CHECKING:
+    from autotune.profile.records import Hotspot
 
 VerifyFn = Callable[[Target, Path], Verdict]
 # Set by the thread that received Ctrl-C while searches run in other threads (targets side by side):
@@ -66,7 +69,7 @@ def _opt(x: Any, kind: type) -> Any:
     return None if x is None else kind(x)
 
 
-def search_target(target: Target, hotspot: dict | None, cfg: DictConfig, run_dir: Path, ledger: Ledger, *,
+def search_target(target: Target, hotspot: Hotspot | None, cfg: DictConfig, run_dir: Path, ledger: Ledger, *,
                   rejections: Iterable[str] = (), verify_fn: VerifyFn | None = None,
                   incumbent: CandidateRecord | None = None) -> TargetSearch:
     """Search for kernels for one target; `incumbent` (optional) is the best kernel known before it."""
@@ -99,9 +102,9 @@ def _run_all(state: "_Search", n: int, workers: int) -> None:
         raise errors[0]  # a dead endpoint, say: everything judged so far is in the ledger already
 
 
-def default_verify(cfg: DictConfig, hotspot: dict | None) -> VerifyFn:
+def default_verify(cfg: DictConfig, hotspot: Hotspot | None) -> VerifyFn:
     """The real checker on the hot spot's shapes (verify.shapes decides when there is no hot spot)."""
-    shapes = [(tuple(s["shape"]), s["dtype"], int(s.get("calls") or 0)) for s in (hotspot or {}).get("shapes") or []]
+    shapes = list(hotspot.shapes) if hotspot else []
 
     @functools.cache
     def environment():  # once per search, not per file: it runs git and asks torch

@@ -3,7 +3,8 @@
 `autotune profile` builds the model (`model=`), serves `profile.warmup_requests` requests outside the
 profile, then serves the workload (`workload=`) under torch.profiler (CPU, plus CUDA on a GPU) with input
 shapes recorded. It prints the hot spots ranked by share of serving time, with the end-to-end gain a kernel
-`profile.assumed_speedup` times faster could give (Amdahl), and the serving latencies (TTFT, TPOT, tokens/s).
+`profile.assumed_speedup` times faster could give (Amdahl); the share of the time spent in ops that the targets
+cover, with the biggest uncovered ops by name; and the serving latencies (TTFT, TPOT, tokens/s).
 
 `autotune profile trace=PATH` reads an existing torch-profiler trace instead (.json or .json.gz: ours, or
 one written by vLLM or SGLang; record shapes there to get shapes here). Foreign op names map to targets
@@ -33,6 +34,8 @@ from rich.console import Console
 from rich.table import Table
 
 from autotune.env import Environment
+from autotune.profile.hotspots import hotspots_in
+from autotune.profile.records import Coverage, ProfiledShape
 from autotune.profile.profiler import ProfileResult, profile_serving, profile_trace
 
 
@@ -40,6 +43,8 @@ def main(cfg: DictConfig) -> int:
     result = profile_trace(cfg, cfg.trace) if cfg.trace else profile_serving(cfg)
     console = Console()
     console.print(hotspot_table(result.hotspots, int(cfg.profile.top)))
+    if "coverage" in result.hotspots:
+        console.print(coverage_table(Coverage.from_dict(result.hotspots["coverage"]), int(cfg.profile.top)))
     _print_serving(console, result)
     if result.nsight_note:
         console.print(result.nsight_note)
@@ -50,10 +55,9 @@ def main(cfg: DictConfig) -> int:
 _SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
-def _top_shapes(shapes: list[dict], n: int = 2) -> str:
+def _top_shapes(shapes: tuple[ProfiledShape, ...], n: int = 2) -> str:
     """The most-timed shapes, one per line: `8x4096 bf16 ×120`."""
-    lines = [f"{'x'.join(map(str, s['shape']))} {_SHORT_DTYPES.get(s['dtype'], s['dtype'])} ×{s['calls']}"
-             for s in shapes[:n]]
+    lines = [f"{'x'.join(map(str, s.shape))} {_SHORT_DTYPES.get(s.dtype, s.dtype)} ×{s.calls}" for s in shapes[:n]]
     return "\n".join(lines + ([f"(+{len(shapes) - n} more)"] if len(shapes) > n else [])) or "-"
 
 
@@ -66,12 +70,28 @@ def hotspot_table(record: dict, top: int) -> Table:
     for name, justify in (("#", "right"), ("target", "left"), ("share", "right"), ("calls", "right"),
                           ("ms", "right"), ("top shapes ×calls", "left"), ("gain", "right")):
         table.add_column(name, justify=justify, no_wrap=True)
-    for rank, h in enumerate(record["hotspots"][:top], start=1):
-        table.add_row(str(rank), h["target"], f"{100 * h['share']:.1f}%", str(h["calls"]),
-                      f"{h['total_us'] / 1e3:.2f}", _top_shapes(h["shapes"]), f"{100 * h['projected_gain']:.1f}%")
+    for rank, h in enumerate(hotspots_in(record)[:top], start=1):
+        table.add_row(str(rank), h.target, f"{100 * h.share:.1f}%", str(h.calls), f"{h.total_us / 1e3:.2f}",
+                      _top_shapes(h.shapes), f"{100 * h.projected_gain:.1f}%")
     if not record["hotspots"]:
         table.add_row("-", "none found", "", "", "", "foreign op names?", "")
         table.caption = "no op maps to a target: add the trace's op names to profile.target_map"
+    return table
+
+
+def coverage_table(cov: Coverage, top: int) -> Table:
+    """The share of op time the targets cover, and the biggest uncovered ops: where a new target would pay."""
+    table = Table(title=f"targets cover {100 * cov.share:.1f}% of the time spent in ops "
+                        f"({cov.covered_us / 1e3:.1f} of {cov.ops_us / 1e3:.1f} ms)",
+                  caption="uncovered: the outermost ops that are not targets, by time outside any target op")
+    for name, justify in (("uncovered op", "left"), ("share of op time", "right"), ("ms", "right")):
+        table.add_column(name, justify=justify, no_wrap=True)
+    for op, us in cov.uncovered[:top]:
+        table.add_row(op, f"{100 * us / cov.ops_us:.1f}%", f"{us / 1e3:.2f}")
+    rest = cov.uncovered[top:]
+    if rest:
+        us = sum(t for _, t in rest)
+        table.add_row(f"({len(rest)} more ops)", f"{100 * us / cov.ops_us:.1f}%", f"{us / 1e3:.2f}")
     return table
 
 

@@ -21,15 +21,17 @@ Serving time: the duration of our `autotune::serve` window when the trace has on
 
 from __future__ import annotations
 
+import collections
 import gzip
 import json
 import zlib
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import pandas as pd
 
 from autotune.errors import UserError
+from autotune.profile.records import Coverage
 from autotune.targets import NAMES as TARGET_NAMES
 
 COLUMNS = ["op", "target", "input_shapes", "dtype", "calls", "total_us", "self_us", "device_us", "share"]
@@ -146,14 +148,9 @@ def target_of(op: str, target_map: Mapping[str, Any]) -> tuple[str, int]:
 
 def _targets(parents: list[int], own: list[str]) -> list[str]:
     """Each event's target, blank when an enclosing op already counts for a target: its time is inside that op's
-    (the reference of `autotune::decode_attention` runs an `aten::_softmax`, which maps to softmax)."""
-    result = []
-    for i, t in enumerate(own):
-        p = parents[i]
-        while t and p != -1 and not own[p]:
-            p = parents[p]
-        result.append(t if p == -1 else "")
-    return result
+    (the reference of `autotune::decode_attention` runs an `aten::_softmax`, which maps to softmax). The one rule
+    both the op table and `coverage` count by."""
+    return [t if t and not any(own[a] for a in _ancestors(parents, i)) else "" for i, t in enumerate(own)]
 
 
 def _row(e: dict, target: str, first_input: int) -> dict:
@@ -190,6 +187,50 @@ def op_table(trace: Mapping[str, Any], target_map: Mapping[str, Any]) -> pd.Data
     serving = serving_time_us(trace)
     table["share"] = op_time_us(table) / serving if serving > 0 else 0.0
     return table.sort_values(["share", "op"], ascending=[False, True], ignore_index=True)[COLUMNS]
+
+
+def coverage(trace: Mapping[str, Any], target_map: Mapping[str, Any]) -> Coverage:
+    """The share of the time spent in ops that target ops hold, and the uncovered rest by op name (records.Coverage).
+
+    Each op counts once, at its outermost level: an op inside another op is part of the outer one's time. A target
+    op inside a non-target op (vLLM's `_C::rms_norm` under a Python-level wrapper op) covers that much of the
+    outer op's time; the rest of the outer op is listed under the outer op's name."""
+    events = complete_events(trace)
+    host = [e for e in events if e["cat"] in HOST_CATEGORIES]
+    parents = _parents(host)
+    on_gpu = any(e["cat"] in DEVICE_CATEGORIES for e in events)
+    time = _device_us(host, parents, events) if on_gpu else [float(e["dur"]) for e in host]
+    is_op = [e["cat"] == "cpu_op" for e in host]
+    own = [target_of(e["name"], target_map)[0] if op else "" for e, op in zip(host, is_op)]
+    counted = [bool(t) for t in _targets(parents, own)]  # a target op not inside another target op
+    is_target = [bool(t) for t in own]
+    ops_us, covered_us, outer_of, inside = 0.0, 0.0, {}, collections.Counter()
+    for i in range(len(host)):
+        if not is_op[i]:
+            continue
+        outer, p = i, parents[i]
+        while p != -1:  # the outermost op around this one (user annotations are not ops)
+            outer = p if is_op[p] else outer
+            p = parents[p]
+        outer_of[i] = outer
+    for i, outer in outer_of.items():
+        if i == outer:
+            ops_us += time[i]
+        if counted[i]:
+            covered_us += time[i]
+            inside[outer] += time[i]
+    rest: collections.Counter = collections.Counter()
+    for i, outer in outer_of.items():
+        if i == outer and not is_target[i]:
+            rest[host[i]["name"]] += max(0.0, time[i] - inside[i])
+    return Coverage(ops_us, covered_us, tuple((op, us) for op, us in rest.most_common() if us > 0))
+
+
+def _ancestors(parents: list[int], i: int) -> Iterator[int]:
+    p = parents[i]
+    while p != -1:
+        yield p
+        p = parents[p]
 
 
 def op_time_us(ops: pd.DataFrame) -> pd.Series:

@@ -34,7 +34,8 @@ from autotune.errors import UserError
 from autotune.profile import nsight
 from autotune.profile.hotspots import FILE as HOTSPOTS_FILE
 from autotune.profile.hotspots import hotspots_record, rank_hotspots
-from autotune.profile.optable import META_ENVIRONMENT, META_SERVE, SERVE_SPAN, op_table, read_trace, serving_time_us
+from autotune.profile.optable import (META_ENVIRONMENT, META_SERVE, SERVE_SPAN, coverage, op_table, read_trace,
+                                      serving_time_us)
 
 
 @dataclasses.dataclass
@@ -162,7 +163,8 @@ def _analyse(cfg: DictConfig, trace: dict, run_dir: Path, trace_name: str, parti
     serving_us = serving_time_us(trace)
     speedup = float(cfg.profile.assumed_speedup)
     record = hotspots_record(run_dir.name, str((run_dir / trace_name).resolve()), serving_us, speedup,
-                             environment, rank_hotspots(ops, serving_us, speedup))
+                             environment, rank_hotspots(ops, serving_us, speedup),
+                             coverage(trace, target_map).to_dict())
     ops.to_csv(partial / "ops.csv", index=False)
     if _has_pyarrow():
         ops.to_parquet(partial / "ops.parquet", index=False)

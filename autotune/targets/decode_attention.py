@@ -19,7 +19,8 @@ test_correct.py), and the checker's fp64-golden fallback accepts results that su
 
 import torch
 
-from autotune.targets.base import Target, activations, upcast
+from autotune.targets.base import OpClass, Target, activations, upcast
+from autotune.targets.space import Knob, SearchSpace, configs
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
@@ -60,18 +61,51 @@ def flops(shape, dtype):
     return 4 * seqs * heads * (max_context // 2 + 1) * head_dim  # QK^T and PV, multiply-adds
 
 
-def cpu_cut(shape, max_rows, max_elements):
+def cut_shape(shape, max_rows, max_elements):
     """At most max_rows / 64 sequences (2 at least: their lengths differ) and 2 kv heads (two, so that a wrong
     head mapping shows) with their whole query group (the GQA ratio is kept), head_dim kept; the context
     shrinks until the keys read hold max_elements / 4 values. With the checker's defaults: 4 sequences of
     up to 64 positions (2 of up to 32 in the extra cases); 69 cases of the search agent's kernel in 49 s
     on 2 busy cores with 8 sequences of 128, too slow for every candidate of a run."""
+    if max_rows is None or max_elements is None:  # on a GPU: no cut
+        return tuple(shape)
     seqs, heads, kv_heads, head_dim, max_context = shape
     seqs = min(seqs, max(2, max_rows // 64))
     group = heads // kv_heads
     kv = min(kv_heads, 2)
     context = min(max_context, max(16, max_elements // (4 * seqs * kv * head_dim)))
     return seqs, kv * group, kv, head_dim, context
+
+
+def input_elements(shape) -> int:
+    """q, the two caches (2 slots and 3 positions more than the case needs, see make_inputs), slots and lengths:
+    the cache is far larger than the case's output."""
+    seqs, heads, kv_heads, head_dim, max_context = shape
+    return seqs * heads * head_dim + 2 * (seqs + 2) * kv_heads * (max_context + 3) * head_dim + 2 * seqs
+
+
+def output_elements(shape) -> int:
+    seqs, heads, _, head_dim, _ = shape
+    return seqs * heads * head_dim
+
+
+# A decode step has one program per (sequence, kv head): 8 x 8 = 64 for Llama 3 8B at batch 8, too few to fill
+# an H100's 132 SMs, so split-K (flash-decoding) spreads long contexts over more programs. First: 64 keys a
+# step, no split (the safe one, no merge kernel); then splits for small batches and long contexts, bigger and
+# smaller key blocks, and the pipelining depth.
+SEARCH = SearchSpace(
+    template="decode_attention.py.j2",
+    knobs=(
+        Knob("block_n", (16, 32, 64, 128, 256), "keys per iteration of the context loop"),
+        Knob("splits", (1, 2, 4, 8, 16), "programs sharing one sequence's context (split-K), merged by a second kernel"),
+        Knob("warps", (1, 2, 4, 8), "warps per program"),
+        Knob("stages", (1, 2, 3, 4), "software-pipelining depth of the key loop"),
+    ),
+    configs=configs(("block_n", "splits", "warps", "stages"), [
+        (64, 1, 4, 2), (64, 4, 4, 2), (128, 1, 4, 2), (32, 1, 4, 2), (64, 8, 4, 3), (128, 2, 8, 3),
+        (16, 1, 2, 1), (256, 4, 8, 2), (64, 16, 4, 2),
+    ]),
+)
 
 
 TARGET = Target(
@@ -90,5 +124,12 @@ TARGET = Target(
     # autotune::decode_attention(q [B, H, D], k_cache [S, KVH, L, D], ...): the cache length stands for the
     # longest context (max_context is a scalar, not in the profiler's input dims)
     shape_from_dims=lambda dims: (dims[0][0], dims[0][1], dims[1][1], dims[0][2], dims[1][2]),
-    cpu_cut=cpu_cut,
+    # one query row per (sequence, head) against the whole context: about 1 FLOP per byte of KV read, so the
+    # cache read bounds it like a memory-bound op, while the head group's dot products are small GEMMs
+    op_class=OpClass.MIXED,
+    search=SEARCH,
+    example="decode_attention.py",
+    cut_shape=cut_shape,
+    input_elements=input_elements,
+    output_elements=output_elements,
 )

@@ -12,9 +12,11 @@ import torch
 
 from autotune.targets.base import Target, activations, rows_and_width, upcast
 from autotune.targets.rms_norm import TARGET as RMS_NORM
+from autotune.targets.space import row_space
 
 
-def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
+def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                       eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     s = upcast(x) + upcast(residual)
     y = s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + eps)
     return (y * upcast(weight)).to(x.dtype), s.to(x.dtype)
@@ -49,4 +51,6 @@ TARGET = Target(
     edge_shapes=RMS_NORM.edge_shapes,
     op_names=("_C::fused_add_rms_norm", "vllm::fused_add_rms_norm", "sgl_kernel::fused_add_rmsnorm",
               "fused_add_rms_norm"),
+    search=row_space("fused_add_rms_norm.py.j2"),
+    example="fused_add_rms_norm.py",
 )

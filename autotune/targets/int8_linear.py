@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from autotune.targets import _gemm
-from autotune.targets.base import Target, activations, upcast
+from autotune.targets.base import OpClass, Target, activations, upcast
 
 
 def int8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -53,5 +53,10 @@ TARGET = Target(
     edge_shapes=_gemm.EDGE_SHAPES,
     op_names=("_C::cutlass_scaled_mm", "int8_linear"),
     shape_from_dims=_gemm.shape_from_dims,
-    cpu_cut=_gemm.cpu_cut,
+    op_class=OpClass.COMPUTE_BOUND,  # at a decode step's few tokens the weight read bounds it: the floor says so
+    search=_gemm.search_space("int8_linear.py.j2"),
+    example="int8_linear.py",
+    cut_shape=_gemm.cut_shape,
+    input_elements=_gemm.input_elements,
+    output_elements=_gemm.output_elements,
 )

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from autotune.targets import _gemm
-from autotune.targets.base import Target, activations
+from autotune.targets.base import OpClass, Target, activations
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -43,5 +43,10 @@ TARGET = Target(
     edge_shapes=_gemm.EDGE_SHAPES,
     op_names=("aten::linear", "aten::mm", "aten::addmm"),
     shape_from_dims=_gemm.shape_from_dims,
-    cpu_cut=_gemm.cpu_cut,
+    op_class=OpClass.COMPUTE_BOUND,  # at a decode step's few tokens the weight read bounds it: the floor says so
+    search=_gemm.search_space("linear.py.j2"),
+    example="linear.py",
+    cut_shape=_gemm.cut_shape,
+    input_elements=_gemm.input_elements,
+    output_elements=_gemm.output_elements,
 )

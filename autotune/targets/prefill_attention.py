@@ -21,7 +21,8 @@ fp64-golden fallback accepts results that sum in another order.
 
 import torch
 
-from autotune.targets.base import Target, activations, upcast
+from autotune.targets.base import OpClass, Target, activations, upcast
+from autotune.targets.space import Knob, SearchSpace, configs
 
 
 def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor,
@@ -84,16 +85,48 @@ def flops(shape, dtype):
     return 3 * tokens * heads * context * head_dim
 
 
-def cpu_cut(shape, max_rows, max_elements):
+def cut_shape(shape, max_rows, max_elements):
     """At most max_rows / 128 chunks (2 at least: they differ in length and start), 2 kv heads with groups of
     at most 2 query heads (a wrong head mapping still shows), head_dim kept; chunks of at most
     max_elements / 4096 tokens (at least 16): 64 with the checker's defaults, 16 in the extra cases.
     (With 4 chunks of 128 tokens and groups of 4 one fp16 case ran past the 120 s limit on 2 busy cores.)"""
+    if max_rows is None or max_elements is None:  # on a GPU: no cut
+        return tuple(shape)
     chunks, heads, kv_heads, head_dim, max_query_len = shape
     group = min(heads // kv_heads, 2)
     kv = min(kv_heads, 2)
     chunks = min(chunks, max(2, max_rows // 128))
     return chunks, kv * group, kv, head_dim, min(max_query_len, max(16, max_elements // 4096))
+
+
+def input_elements(shape) -> int:
+    """q (at most max_query_len rows per chunk), the two caches (2 slots more, twice the chunk plus 3 positions,
+    see make_inputs), slots, starts and cu_seqlens: the cache is larger than the case's output."""
+    chunks, heads, kv_heads, head_dim, max_query_len = shape
+    cache = (chunks + 2) * kv_heads * (2 * max_query_len + 3) * head_dim
+    return chunks * max_query_len * heads * head_dim + 2 * cache + 3 * chunks + 1
+
+
+def output_elements(shape) -> int:
+    chunks, heads, _, head_dim, max_query_len = shape
+    return chunks * max_query_len * heads * head_dim
+
+
+# Flash-attention forward tiles (the Triton tutorial's 64-128 square tiles, 4-8 warps); small query blocks for
+# short chunks, where a 128-row block would be mostly masked. First: 64 x 64 on 4 warps.
+SEARCH = SearchSpace(
+    template="prefill_attention.py.j2",
+    knobs=(
+        Knob("block_m", (16, 32, 64, 128), "query rows per program"),
+        Knob("block_n", (16, 32, 64, 128), "keys per iteration of the causal loop"),
+        Knob("warps", (2, 4, 8), "warps per program"),
+        Knob("stages", (1, 2, 3, 4), "software-pipelining depth of the key loop"),
+    ),
+    configs=configs(("block_m", "block_n", "warps", "stages"), [
+        (64, 64, 4, 2), (128, 64, 8, 3), (64, 32, 4, 2), (32, 64, 4, 2), (128, 128, 8, 2), (16, 32, 2, 1),
+        (64, 128, 4, 3), (128, 32, 4, 4),
+    ]),
+)
 
 
 TARGET = Target(
@@ -111,5 +144,10 @@ TARGET = Target(
     # autotune::prefill_attention(q [T, H, D], k_cache [S, KVH, L, D], slots [C], ...): C chunks of T / C rows
     shape_from_dims=lambda dims: (dims[3][0], dims[0][1], dims[1][1], dims[0][2],
                                   max(1, dims[0][0] // max(1, dims[3][0]))),
-    cpu_cut=cpu_cut,
+    op_class=OpClass.COMPUTE_BOUND,  # each key tile is reused by a block of query rows: tensor-core bound
+    search=SEARCH,
+    example="prefill_attention.py",
+    cut_shape=cut_shape,
+    input_elements=input_elements,
+    output_elements=output_elements,
 )

@@ -11,6 +11,7 @@ checker's fp64-golden fallback accepts results that round differently but are no
 import torch
 
 from autotune.targets.base import Target, activations, rows_and_width, upcast
+from autotune.targets.space import row_space
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -46,4 +47,6 @@ TARGET = Target(
     default_shapes=((1, 4096), (64, 4096), (256, 4096)),
     edge_shapes=((1, 128), (7, 1000), (3, 5120), (2, 8192), (1024, 64)),
     op_names=("_C::rms_norm", "vllm::rms_norm", "sgl_kernel::rmsnorm", "rms_norm"),
+    search=row_space("rms_norm.py.j2"),
+    example="rms_norm.py",
 )

@@ -12,6 +12,7 @@ checker's fp64-golden fallback accepts results that round differently but are no
 import torch
 
 from autotune.targets.base import Target, activations, upcast
+from autotune.targets.space import POW2, WARPS, Knob, SearchSpace, configs
 
 
 def rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -42,6 +43,18 @@ def flops(shape, dtype):
     return 3 * tokens * heads * head_dim
 
 
+# One token's cos/sin row is loaded once per program and shared by its heads: more heads per
+# program reuse it more (Liger-Kernel's rope takes all of a token's heads), fewer give a decode
+# step with one token more programs. First 16: two programs per token for 32 query heads.
+SEARCH = SearchSpace(
+    template="rotary_embedding.py.j2",
+    knobs=(Knob("heads", tuple(h for h in POW2 if h <= 64), "heads of one token per program"), WARPS),
+    configs=configs(("heads", "warps"), [
+        (16, "auto"), (32, "auto"), (8, "auto"), (4, "auto"), (64, 16), (2, 4), (1, 4), (16, 8),
+    ]),
+)
+
+
 TARGET = Target(
     name="rotary_embedding",
     summary="rotate-half RoPE on x [tokens, heads, head_dim] with fp32 cos/sin [tokens, head_dim/2]",
@@ -53,4 +66,6 @@ TARGET = Target(
     edge_shapes=((1, 1, 64), (7, 3, 96), (3, 40, 128), (512, 2, 32)),
     op_names=("_C::rotary_embedding", "vllm::rotary_embedding", "sgl_kernel::apply_rope_pos_ids_cos_sin_cache",
               "rotary_embedding"),
+    search=SEARCH,
+    example="rotary_embedding.py",
 )

@@ -11,6 +11,7 @@ checker's fp64-golden fallback accepts results that round differently but are no
 import torch
 
 from autotune.targets.base import Target, activations, rows_and_width, upcast
+from autotune.targets.space import row_space
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
@@ -48,4 +49,6 @@ TARGET = Target(
     default_shapes=((32, 1, 1024), (32, 128, 128), (8, 512, 512)),
     edge_shapes=((1, 1, 1), (1, 7, 1000), (2, 1, 5000), (1, 1024, 64)),
     op_names=("aten::_softmax", "aten::softmax", "softmax"),
+    search=row_space("softmax.py.j2"),
+    example="softmax.py",
 )

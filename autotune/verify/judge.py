@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from autotune.errors import UserError
+from autotune.profile.records import ProfiledShape
 from autotune.targets.base import Target
 from autotune.verify import cases as case_plan
 from autotune.verify import policy
@@ -159,9 +160,11 @@ def one_line(error: str) -> str:
 
 def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, device: str = "cpu",
           environment: dict | None = None, scan: bool = True) -> Verdict:
-    """The whole judgement of one candidate. `scan=False` skips the static policy (tests of the deeper
+    """The whole judgement of one candidate. shapes: the profile's `ProfiledShape`s (or `(shape, dtype, calls)`
+    tuples), None for the target's defaults. `scan=False` skips the static policy (tests of the deeper
     defences use it; the CLI and the loop never do)."""
     started = time.monotonic()
+    shapes = [ProfiledShape.of(s) for s in shapes] if shapes else None
     verdict = Verdict(status=Status.RUNTIME_ERROR, reason="", target=target.name, candidate=str(path),
                       candidate_sha256=hashlib.sha256(source.encode()).hexdigest(), environment=environment or {})
     try:
@@ -221,11 +224,13 @@ def _run_worker(target, source, plan, cfg_verify, device, session: _Session) -> 
 
 
 def _largest_frame(target: Target, plan) -> int:
-    """A bound on an honest case_result frame: its inputs and three calls' outputs (outputs are no larger than
-    the inputs for every target), twice over, plus room for the framing."""
-    largest = max(c.shape_numel * torch.empty((), dtype=c.dtype).element_size() for c in plan)
-    arity = len(target.arg_names)
-    return 2 * (arity + 3 * 2) * largest + (1 << 20)
+    """A bound on an honest case_result frame: its inputs and three calls' outputs (each bounded by the
+    target's declared `Target.io_elements`), twice over, plus room for the framing."""
+    def frame_bytes(case) -> int:
+        inputs, outputs = target.io_elements(case.shape)
+        return (inputs + 3 * outputs) * torch.empty((), dtype=case.dtype).element_size()
+
+    return 2 * max(frame_bytes(c) for c in plan) + (1 << 20)
 
 
 _threads_lock = threading.Lock()

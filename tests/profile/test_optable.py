@@ -10,7 +10,8 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from autotune.config import compose
 from autotune.errors import UserError
-from autotune.profile.optable import SERVE_SPAN, op_table, read_op_table, read_trace, serving_time_us
+from autotune.profile.optable import SERVE_SPAN, coverage, op_table, read_op_table, read_trace, serving_time_us
+from autotune.profile.records import Coverage
 from autotune.serve import dispatch
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -90,7 +91,7 @@ def test_op_table_round_trips_through_csv_and_parquet(tmp_path, name):
 @pytest.mark.parametrize("content, says", [
     (None, "not found"),
     (b"\x1f\x8b\x08\x00garbage", "not a readable gzip file"),
-    (gzip.compress(b'{"traceEvents": [ {"ph": '), "not valid JSON"),
+    (gzip.compress(b'{"traceEvents": [ {"ph": ', mtime=0), "not valid JSON"),
     (b"\xff\xfe not text", "not valid JSON"),
     (json.dumps({"schemaVersion": 1}).encode(), "has no traceEvents"),
     (json.dumps([{"ph": "X"}]).encode(), "has no traceEvents"),
@@ -107,3 +108,34 @@ def test_missing_or_corrupt_traces_are_one_line_user_errors(tmp_path, content, s
 def test_a_directory_is_not_a_trace(tmp_path):
     with pytest.raises(UserError, match="is a directory"):
         read_trace(tmp_path)
+
+
+def test_coverage_counts_each_op_once_at_its_outermost_level():
+    # GPU: kernel time of the outermost ops (rms_norm 20 + 3, silu_and_mul 17, mm 80, copy_ 2); the graph-launched
+    # kernel belongs to no op and is not op time
+    gpu = coverage(read_trace(FIXTURES / "kineto_gpu.json"), TARGET_MAP)
+    assert (gpu.ops_us, gpu.covered_us) == (122, 40) and gpu.share == pytest.approx(40 / 122)
+    assert gpu.uncovered == (("aten::mm", 80), ("aten::copy_", 2))
+    # CPU: vllm::rms_norm (50, its _C::rms_norm inside it not again), softmax 30, silu 30, the other thread's 10
+    cpu = coverage(read_trace(FIXTURES / "vllm_cpu.json"), TARGET_MAP)
+    assert (cpu.ops_us, cpu.covered_us, cpu.uncovered) == (180, 120, (("aten::linear", 60),))
+    assert Coverage.from_dict(json.loads(json.dumps(cpu.to_dict()))) == cpu
+
+
+def test_coverage_of_a_target_inside_another_op_is_taken_out_of_that_op(tmp_path):
+    lib = torch.library.Library("coverage_test", "FRAGMENT")  # a real op that calls a dispatch point inside it
+    lib.define("outer(Tensor x, Tensor w) -> Tensor")
+    lib.impl("outer", lambda x, w: dispatch.rms_norm(x @ x.T @ x, w, 1e-5), "CompositeExplicitAutograd")
+    x, w = torch.randn(64, 96), torch.ones(96)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with record_function(SERVE_SPAN):
+            for _ in range(3):
+                torch.ops.coverage_test.outer(x, w)
+    prof.export_chrome_trace(str(tmp_path / "t.json"))
+    trace = read_trace(tmp_path / "t.json")
+    cov = coverage(trace, TARGET_MAP)
+    ops = op_table(trace, TARGET_MAP)
+    outer_us = ops.loc[ops["op"] == "coverage_test::outer", "total_us"].sum()
+    rms_us = ops.loc[ops["target"] == "rms_norm", "total_us"].sum()
+    assert rms_us > 0 and cov.ops_us == pytest.approx(outer_us) and cov.covered_us == pytest.approx(rms_us)
+    assert cov.uncovered == (("coverage_test::outer", pytest.approx(outer_us - rms_us)),)

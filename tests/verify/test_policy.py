@@ -40,7 +40,7 @@ def test_clean_kernels_pass_the_scan(name):
 
 
 def test_silu_and_mul_candidate_passes_for_its_target():
-    assert scan(parse((CANDIDATES / "silu_and_mul.py").read_text()), get("silu_and_mul")) == []
+    assert scan(parse((get("silu_and_mul").example_path).read_text()), get("silu_and_mul")) == []
 
 
 @pytest.mark.parametrize("body, fragment", [
