@@ -22,6 +22,7 @@ COMMANDS = {
     "review": "list, show, approve (merge) or reject proposals",
     "report": "read run and sweep directories into report.html, report.md, CSVs and plots",
     "regress": "re-check every merged kernel on this environment against its recorded verdict",
+    "export": "write the merged kernels as a vLLM plugin package or a transformers patch package",
 }
 
 USAGE = {
@@ -31,6 +32,7 @@ USAGE = {
     "review": "autotune review list | show ID | approve ID | reject ID --reason TEXT  [key=value ...]",
     "report": "autotune report RUN_OR_SWEEP_DIR... [--out DIR]",
     "regress": "autotune regress [--margin 0.05] [--out regress.md] [key=value ...]",
+    "export": "autotune export vllm|hf [--out DIR] [key=value ...]",
 }
 
 EXAMPLES = {
@@ -44,6 +46,7 @@ EXAMPLES = {
                "autotune review reject rms_norm-1a2b3c --reason \"slower than torch.compile at 8192 rows\""],
     "report": ["autotune report multirun/2026-11-30/21-00-00", "autotune report runs/2026-11-30/* --out report"],
     "regress": ["autotune regress", "autotune regress --margin 0.03 --out regress.md kernels.dir=kernels"],
+    "export": ["autotune export vllm --out dist/vllm-plugin", "autotune export hf", "autotune export vllm kernels.dir=PATH"],
 }
 
 
@@ -100,6 +103,8 @@ def _dispatch(command: str, args: list[str]) -> int:
         return importlib.import_module("autotune.report").main(args)
     if command == "regress":
         return importlib.import_module("autotune.regress").main(compose(overrides), rest)
+    if command == "export":
+        return importlib.import_module("autotune.export.command").main(compose(overrides), rest)
     if rest:
         raise UserError(f"unexpected argument(s) {' '.join(rest)} (usage: {USAGE[command]})")
     return importlib.import_module("autotune.profile.command").main(compose(overrides))
@@ -198,7 +203,8 @@ def command_help(command: str) -> str:
 
 def _doc_module(command: str) -> str:
     return {"profile": "autotune.profile.command", "verify": "autotune.verify.command", "run": "autotune.run",
-            "review": "autotune.publish.review", "report": "autotune.report", "regress": "autotune.regress"}[command]
+            "review": "autotune.publish.review", "report": "autotune.report", "regress": "autotune.regress",
+            "export": "autotune.export.command"}[command]
 
 
 if __name__ == "__main__":

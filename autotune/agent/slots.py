@@ -19,7 +19,7 @@ import queue
 import threading
 from typing import Iterator
 
-from autotune.verify import sandbox
+from autotune.sandbox import runner as sandbox
 
 _LOCK = threading.Lock()
 _POOLS: dict[tuple[int, tuple[str, ...]], "JudgeSlots"] = {}

@@ -7,8 +7,14 @@ shapes recorded. It prints the hot spots ranked by share of serving time, with t
 cover, with the biggest uncovered ops by name; and the serving latencies (TTFT, TPOT, tokens/s).
 
 `autotune profile trace=PATH` reads an existing torch-profiler trace instead (.json or .json.gz: ours, or
-one written by vLLM or SGLang; record shapes there to get shapes here). Foreign op names map to targets
-through `profile.target_map`; the serving time of a foreign trace is the span of its profiled window.
+one written by vLLM or SGLang: the worker's trace, with shapes recorded). Other engines' op names map to
+targets as each target declares (vLLM's `_C::` and `vllm_ir::` ops, SGLang's `sgl_kernel::` ops, with the
+argument that holds the case and its shape rule); an unfused RMSNorm (aten::pow, mean, add, rsqrt, mul)
+counts as rms_norm / fused_add_rms_norm. Add your own names with a file, `profile.target_map_file=PATH`
+(YAML/JSON `{op name: target}` or `{op name: {target: T, input: K, head_size: J}}`), or on the command line
+with the colons escaped: '+profile.target_map={my_engine\\:\\:rms_norm: rms_norm}'. The serving time of a
+foreign trace is the span of its profiled window. Notes after the table say when shapes were not recorded
+or time hides in torch.compile regions (rerun with --enforce-eager).
 
 Outputs, in `<profile.out_dir>/<run>/` (default traces/, run = e.g. 20261130-043512-ab12):
   trace.json.gz   the trace (open it in https://ui.perfetto.dev); carries the environment and serve report
@@ -24,6 +30,7 @@ A run folder appears only when complete; a failed or interrupted profile leaves 
 Main settings (conf/profile/default.yaml; override as key=value):
   profile.out_dir=traces  profile.warmup_requests=2  profile.assumed_speedup=2.0  profile.top=10
   profile.with_stack=false  profile.nsight=false  profile.nsight_top=3  device=auto|cpu|cuda
+  profile.target_map_file=PATH
   workload.num_requests=16  serve.max_batch_size=8  labels.cluster=NAME (recorded in env.json)
 """
 
@@ -48,6 +55,8 @@ def main(cfg: DictConfig) -> int:
     _print_serving(console, result)
     if result.nsight_note:
         console.print(result.nsight_note)
+    for note in result.notes:
+        console.print(f"note: {note}", soft_wrap=True)
     _print_files(console, result)
     return 0
 
@@ -75,7 +84,8 @@ def hotspot_table(record: dict, top: int) -> Table:
                       _top_shapes(h.shapes), f"{100 * h.projected_gain:.1f}%")
     if not record["hotspots"]:
         table.add_row("-", "none found", "", "", "", "foreign op names?", "")
-        table.caption = "no op maps to a target: add the trace's op names to profile.target_map"
+        table.caption = ("no op maps to a target: see the notes below, or add the trace's op names with "
+                         "+profile.target_map or profile.target_map_file=PATH")
     return table
 
 

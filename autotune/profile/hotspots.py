@@ -21,7 +21,6 @@ from typing import Any
 
 import pandas as pd
 
-from autotune import targets
 from autotune.errors import UserError
 from autotune.profile.optable import op_time_us
 from autotune.profile.records import Hotspot, ProfiledShape, amdahl_gain
@@ -34,16 +33,11 @@ FILE = "hotspots.json"
 
 def _shapes(target: str, rows: pd.DataFrame) -> tuple[ProfiledShape, ...]:
     """The target's case shapes with dtype, calls and time each, largest time first."""
-    shape_from_dims = targets.get(target).shape_from_dims
     seen: dict[tuple, dict] = {}
-    for dims, dtype, calls, time_us in zip(rows["input_shapes"], rows["dtype"], rows["calls"], rows["time_us"]):
-        parsed = json.loads(dims) if dims else []
-        if not parsed or not parsed[0]:
-            continue  # recorded without shapes (vLLM's default): nothing to give the checker
-        try:
-            shape = tuple(int(d) for d in shape_from_dims(parsed))
-        except (TypeError, ValueError, IndexError):
-            continue  # a foreign op whose arguments are not laid out as the target's
+    for case, dtype, calls, time_us in zip(rows["case_shape"], rows["dtype"], rows["calls"], rows["time_us"]):
+        if not case:
+            continue  # recorded without shapes (vLLM's default), or not laid out as its mapping says
+        shape = tuple(int(d) for d in json.loads(case))
         entry = seen.setdefault((shape, dtype), {"shape": list(shape), "dtype": dtype, "calls": 0, "total_us": 0.0})
         entry["calls"] += int(calls)
         entry["total_us"] += float(time_us)

@@ -59,6 +59,40 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 @dataclasses.dataclass(frozen=True)
+class ForeignOp:
+    """An op of another engine (vLLM, SGLang) that computes a target, and where its case lies in the call.
+
+    A torch-profiler trace records per call, one entry per argument: "Input Dims" (a tensor's shape, [] for a
+    scalar), "Input type" and "Concrete Inputs" (a scalar's value as text). `case_arg` is the argument holding
+    the tensor whose shape and dtype make the target's case; `head_size_arg`, when set, names the integer
+    argument by which that tensor's last dim is split into heads: vLLM's
+    `_C::rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox)` has query [T, H*D] at
+    argument 1 and D at argument 3, so its case is (T, H, D).
+    """
+
+    name: str  # as the trace names it, e.g. "_C::rotary_embedding"
+    case_arg: int = 0
+    head_size_arg: int | None = None
+
+    def __post_init__(self):
+        if not self.name or self.case_arg < 0 or (self.head_size_arg is not None and self.head_size_arg < 0):
+            raise ValueError(f"bad foreign op {self}: a name, and argument positions >= 0")
+
+    def case_shape(self, dims: list, concrete: list, shape_from_dims: Callable[[list], Shape]) -> Shape:
+        """The target's case shape from one call's recorded dims and concrete inputs; ValueError if they do
+        not fit (no shapes recorded, a tensor of another rank, a head size that does not divide the width)."""
+        if len(dims) <= self.case_arg or not dims[self.case_arg]:
+            raise ValueError(f"{self.name}: no shape recorded for argument {self.case_arg}")
+        if self.head_size_arg is None:
+            return tuple(int(d) for d in shape_from_dims(dims[self.case_arg:]))
+        *lead, width = (int(d) for d in dims[self.case_arg])
+        head_size = int(float(concrete[self.head_size_arg])) if len(concrete) > self.head_size_arg else 0
+        if head_size <= 0 or width % head_size:
+            raise ValueError(f"{self.name}: width {width} is not a multiple of head size {head_size}")
+        return (*lead, width // head_size, head_size)
+
+
+@dataclasses.dataclass(frozen=True)
 class Target:
     name: str
     summary: str  # what the op computes, one line
@@ -70,7 +104,7 @@ class Target:
     edge_shapes: tuple[Shape, ...]  # one row, widths not a power of two, widths > 4096, many rows
     dtypes: tuple[torch.dtype, ...] = DTYPES
     tolerances: Mapping[torch.dtype, Tolerance] = dataclasses.field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
-    op_names: tuple[str, ...] = ()  # names of the same op in foreign traces (vLLM, SGLang)
+    foreign_ops: tuple[ForeignOp, ...] = ()  # the same op in other engines' traces (vLLM, SGLang)
     # a profiler "Input Dims" list -> this target's case shape; every target so far: its first input's shape
     shape_from_dims: Callable[[list], Shape] = lambda dims: tuple(dims[0])
     op_class: OpClass = OpClass.MEMORY_BOUND

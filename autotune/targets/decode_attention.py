@@ -97,7 +97,8 @@ SEARCH = SearchSpace(
     template="decode_attention.py.j2",
     knobs=(
         Knob("block_n", (16, 32, 64, 128, 256), "keys per iteration of the context loop"),
-        Knob("splits", (1, 2, 4, 8, 16), "programs sharing one sequence's context (split-K), merged by a second kernel"),
+        Knob("splits", (1, 2, 4, 8, 16),
+             "programs sharing one sequence's context (split-K), merged by a second kernel"),
         Knob("warps", (1, 2, 4, 8), "warps per program"),
         Knob("stages", (1, 2, 3, 4), "software-pipelining depth of the key loop"),
     ),
@@ -120,7 +121,8 @@ TARGET = Target(
     # one sequence of context 1 (the tiny model's head_dim); MHA; MQA; head_dim not a power of two, with a
     # context of more than one 64-key block
     edge_shapes=((1, 4, 2, 32, 1), (3, 4, 4, 64, 37), (5, 8, 1, 128, 100), (2, 12, 4, 96, 70)),
-    op_names=("vllm::unified_attention", "_C::paged_attention_v1", "_C::paged_attention_v2", "decode_attention"),
+    # no foreign ops: vLLM's unified_attention_with_output and cpu_attention_with_kv_cache take a paged cache of
+    # blocks and mix decode and prefill rows in one call, not this case's layout
     # autotune::decode_attention(q [B, H, D], k_cache [S, KVH, L, D], ...): the cache length stands for the
     # longest context (max_context is a scalar, not in the profiler's input dims)
     shape_from_dims=lambda dims: (dims[0][0], dims[0][1], dims[1][1], dims[0][2], dims[1][2]),

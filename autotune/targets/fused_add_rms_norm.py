@@ -10,7 +10,7 @@ checker's fp64-golden fallback accepts results that round differently but are no
 
 import torch
 
-from autotune.targets.base import Target, activations, rows_and_width, upcast
+from autotune.targets.base import ForeignOp, Target, activations, rows_and_width, upcast
 from autotune.targets.rms_norm import TARGET as RMS_NORM
 from autotune.targets.space import row_space
 
@@ -49,8 +49,9 @@ TARGET = Target(
     flops=flops,
     default_shapes=RMS_NORM.default_shapes,  # the same hidden states as rms_norm normalises
     edge_shapes=RMS_NORM.edge_shapes,
-    op_names=("_C::fused_add_rms_norm", "vllm::fused_add_rms_norm", "sgl_kernel::fused_add_rmsnorm",
-              "fused_add_rms_norm"),
+    # (input, residual, weight, eps) in every engine; vLLM's and SGLang's update input and residual in place
+    foreign_ops=(ForeignOp("vllm_ir::fused_add_rms_norm"), ForeignOp("_C::fused_add_rms_norm"),
+                 ForeignOp("sgl_kernel::fused_add_rmsnorm")),
     search=row_space("fused_add_rms_norm.py.j2"),
     example="fused_add_rms_norm.py",
 )

@@ -51,7 +51,7 @@ TARGET = Target(
     flops=_gemm.flops,
     default_shapes=_gemm.DEFAULT_SHAPES,
     edge_shapes=_gemm.EDGE_SHAPES,
-    op_names=("_C::cutlass_scaled_mm", "int8_linear"),
+    # no foreign ops: vLLM's _C::cutlass_scaled_mm quantizes the activations too (W8A8), another op
     shape_from_dims=_gemm.shape_from_dims,
     op_class=OpClass.COMPUTE_BOUND,  # at a decode step's few tokens the weight read bounds it: the floor says so
     search=_gemm.search_space("int8_linear.py.j2"),

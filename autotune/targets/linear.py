@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from autotune.targets import _gemm
-from autotune.targets.base import OpClass, Target, activations
+from autotune.targets.base import ForeignOp, OpClass, Target, activations
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -41,7 +41,9 @@ TARGET = Target(
     flops=_gemm.flops,
     default_shapes=_gemm.DEFAULT_SHAPES,
     edge_shapes=_gemm.EDGE_SHAPES,
-    op_names=("aten::linear", "aten::mm", "aten::addmm"),
+    # what F.linear records in any eager PyTorch engine: (input [..., K], weight [N, K], bias); not aten::mm or
+    # aten::addmm, whose weight is [K, N] and whose arguments differ
+    foreign_ops=(ForeignOp("aten::linear"),),
     shape_from_dims=_gemm.shape_from_dims,
     op_class=OpClass.COMPUTE_BOUND,  # at a decode step's few tokens the weight read bounds it: the floor says so
     search=_gemm.search_space("linear.py.j2"),

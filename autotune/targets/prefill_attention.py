@@ -140,7 +140,7 @@ TARGET = Target(
     default_shapes=((4, 32, 8, 128, 512), (1, 32, 8, 128, 2048)),
     # one token of the tiny model; MHA; MQA; head_dim not a power of two, ragged chunks
     edge_shapes=((1, 4, 2, 32, 1), (3, 4, 4, 64, 37), (2, 8, 1, 128, 20), (3, 12, 4, 96, 23)),
-    op_names=("vllm::unified_attention", "_vllm_fa2_C::varlen_fwd", "prefill_attention"),
+    # no foreign ops: vLLM's attention ops take a paged cache and mix decode and prefill rows (see decode_attention)
     # autotune::prefill_attention(q [T, H, D], k_cache [S, KVH, L, D], slots [C], ...): C chunks of T / C rows
     shape_from_dims=lambda dims: (dims[3][0], dims[0][1], dims[1][1], dims[0][2],
                                   max(1, dims[0][0] // max(1, dims[3][0]))),

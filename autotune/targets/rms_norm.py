@@ -10,7 +10,7 @@ checker's fp64-golden fallback accepts results that round differently but are no
 
 import torch
 
-from autotune.targets.base import Target, activations, rows_and_width, upcast
+from autotune.targets.base import ForeignOp, Target, activations, rows_and_width, upcast
 from autotune.targets.space import row_space
 
 
@@ -46,7 +46,10 @@ TARGET = Target(
     flops=flops,
     default_shapes=((1, 4096), (64, 4096), (256, 4096)),
     edge_shapes=((1, 128), (7, 1000), (3, 5120), (2, 8192), (1024, 64)),
-    op_names=("_C::rms_norm", "vllm::rms_norm", "sgl_kernel::rmsnorm", "rms_norm"),
+    # vLLM's _C::rms_norm(out, input, weight, eps) and SGLang's sgl_kernel::rmsnorm(out, input, weight, eps, ...)
+    # take their output first; vLLM IR's vllm_ir::rms_norm(x, weight, eps, ...) (ir_enable_torch_wrap) does not.
+    foreign_ops=(ForeignOp("vllm_ir::rms_norm"), ForeignOp("_C::rms_norm", case_arg=1),
+                 ForeignOp("sgl_kernel::rmsnorm", case_arg=1)),
     search=row_space("rms_norm.py.j2"),
     example="rms_norm.py",
 )

@@ -11,7 +11,7 @@ checker's fp64-golden fallback accepts results that round differently but are no
 
 import torch
 
-from autotune.targets.base import Target, activations, upcast
+from autotune.targets.base import ForeignOp, Target, activations, upcast
 from autotune.targets.space import POW2, WARPS, Knob, SearchSpace, configs
 
 
@@ -64,8 +64,9 @@ TARGET = Target(
     flops=flops,
     default_shapes=((1, 32, 128), (64, 32, 128), (256, 8, 128)),
     edge_shapes=((1, 1, 64), (7, 3, 96), (3, 40, 128), (512, 2, 32)),
-    op_names=("_C::rotary_embedding", "vllm::rotary_embedding", "sgl_kernel::apply_rope_pos_ids_cos_sin_cache",
-              "rotary_embedding"),
+    # vLLM's _C::rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox): query [T, H*D]
+    # at argument 1, D at argument 3 (vLLM 0.32's CPU trace: query [17, 256], head_size 32 -> (17, 8, 32))
+    foreign_ops=(ForeignOp("_C::rotary_embedding", case_arg=1, head_size_arg=3),),
     search=SEARCH,
     example="rotary_embedding.py",
 )

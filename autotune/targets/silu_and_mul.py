@@ -10,7 +10,7 @@ checker's fp64-golden fallback accepts results that round differently but are no
 import torch
 import torch.nn.functional as F
 
-from autotune.targets.base import Target, activations, rows_and_width, upcast
+from autotune.targets.base import ForeignOp, Target, activations, rows_and_width, upcast
 from autotune.targets.space import MAX_TILE, POW2, WARPS, Knob, SearchSpace, configs
 
 
@@ -57,7 +57,8 @@ TARGET = Target(
     flops=flops,
     default_shapes=((1, 28672), (64, 28672), (256, 28672)),
     edge_shapes=((1, 256), (5, 2000), (3, 11008), (1024, 128)),
-    op_names=("_C::silu_and_mul", "vllm::silu_and_mul", "sgl_kernel::silu_and_mul", "silu_and_mul"),
+    # vLLM's _C::silu_and_mul(out, input) and SGLang's sgl_kernel::silu_and_mul(out, input) take the output first
+    foreign_ops=(ForeignOp("_C::silu_and_mul", case_arg=1), ForeignOp("sgl_kernel::silu_and_mul", case_arg=1)),
     search=SEARCH,
     example="silu_and_mul.py",
 )

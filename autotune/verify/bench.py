@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from autotune.verify.sandbox import child_main
+from autotune.sandbox.runner import child_main
 
 SETS = 3  # input sets kept alive at once
 SAMPLES = 3  # timed calls whose inputs and outputs are checked again by the judge

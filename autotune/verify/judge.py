@@ -28,7 +28,7 @@ from autotune.targets.base import Target
 from autotune.verify import cases as case_plan
 from autotune.verify import policy
 from autotune.verify.compare import judge_case
-from autotune.verify.sandbox import SandboxResult, run_isolated
+from autotune.sandbox import Limits, SandboxResult, run_isolated
 from autotune.verify.verdict import CaseResult, Status, Verdict
 
 
@@ -58,10 +58,23 @@ class _Session:
         elif kind == "case_error":
             self.case_error = frame
             return True
+        elif kind == "import_ops":  # recorded while the candidate's module was imported
+            return self._on_import(frame)
         elif kind == "setup_error":
             self.setup_error = str(frame.get("error", ""))
             return True
         return False
+
+    def _on_import(self, frame: dict) -> bool:
+        ops = frame.get("torch_ops")
+        if not isinstance(ops, dict) or not all(isinstance(k, str) and isinstance(v, int) for k, v in ops.items()):
+            self.protocol = "a malformed record of the import"
+            return True
+        torch_math = policy.runtime_violations(ops)
+        if torch_math:
+            self.runtime_policy.append(f"torch math while the candidate was imported: {', '.join(torch_math)} "
+                                       "(a module may define kernels and constants, not compute answers)")
+        return bool(torch_math)
 
     def _on_result(self, frame: dict) -> bool:
         i = frame.get("index")
@@ -94,12 +107,18 @@ class _Session:
 
     def conclude(self, run: SandboxResult, timeout_s: float) -> tuple[Status, str]:
         failed = next((r for _, r in sorted(self.results.items()) if not r.passed), None)
+        denied = _denied(self.compile_error or str((self.case_error or {}).get("error", "")))
+        if denied:
+            return Status.POLICY_VIOLATION, f"{denied} (while {self.running_label()})"
         if self.compile_error:
             return Status.COMPILE_ERROR, f"the candidate failed to import: {one_line(self.compile_error)}"
         if self.runtime_policy:
             return Status.POLICY_VIOLATION, self.runtime_policy[0]
         if failed is not None:
             return Status.INCORRECT, f"case {_label(failed)}: {failed.note}"
+        if self.case_error is not None and self.case_error.get("tampered"):  # launch counter or op recorder gone
+            error = one_line(str(self.case_error.get("error", "")))
+            return Status.POLICY_VIOLATION, f"{error} ({self.running_label()})"
         if self.case_error is not None:
             error = one_line(str(self.case_error.get("error", "")))
             if self.case_error.get("compile"):
@@ -142,6 +161,12 @@ def _well_formed(frame: dict) -> bool:
     return pairs_ok and counts_ok and isinstance(launches, list) and all(isinstance(n, int) for n in launches)
 
 
+def _denied(error: str) -> str:
+    """The run-time defence's refusal (autotune.sandbox.audit) if that is what the candidate died of."""
+    last = one_line(error) if error.strip() else ""
+    return last if "not allowed in the sandbox" in last else ""
+
+
 def _label(r: CaseResult) -> str:
     return f"{r.shape} {r.dtype} {r.kind} seed {r.seed}"
 
@@ -176,13 +201,14 @@ def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, de
         if verdict.policy:
             return _finish(verdict, Status.POLICY_VIOLATION, verdict.policy[0], started)
     on_gpu = device == "cuda"
+    limits = Limits.from_config(cfg_verify)
     plan = case_plan.plan(target, shapes, cfg_verify, on_gpu)
     with _one_thread():
         session = _Session(target, plan, [])
-        run = _run_worker(target, source, plan, cfg_verify, device, session)
+        run = _run_worker(target, source, plan, limits, device, session)
     if session.setup_error:
         raise UserError(f"the isolated worker could not start its work: {session.setup_error}")
-    status, reason = session.conclude(run, float(cfg_verify.timeout_s))
+    status, reason = session.conclude(run, limits.timeout_s)
     _record(verdict, session, run, case_plan.cut_note(target, shapes, cfg_verify, on_gpu), bool(cfg_verify.nsight))
     if status is Status.UNMEASURED and on_gpu:
         from autotune.verify.timing import measure
@@ -199,7 +225,7 @@ def _record(verdict: Verdict, session: _Session, run: SandboxResult, cut_note: s
     verdict.nondeterministic = session.nondeterministic
     verdict.sandbox = run.isolation
     verdict.stderr_tail = (session.compile_error or str((session.case_error or {}).get("error", ""))
-                           or run.stderr_tail)[-3000:]
+                           or run.stderr_tail)
     verdict.notes = [n for n in (cut_note, "non-deterministic: two calls on the same inputs differed bitwise"
                                  if session.nondeterministic else "") if n]
     if nsight:
@@ -208,7 +234,7 @@ def _record(verdict: Verdict, session: _Session, run: SandboxResult, cut_note: s
                              "for the references")
 
 
-def _run_worker(target, source, plan, cfg_verify, device, session: _Session) -> SandboxResult:
+def _run_worker(target, source, plan, limits: Limits, device, session: _Session) -> SandboxResult:
     def payload() -> dict:  # made while the worker starts up; the session needs the data before any result
         session.data.extend(case_plan.make_data(target, c) for c in plan)
         return {"source": source, "entry": target.name, "device": device, "cases": [
@@ -217,9 +243,8 @@ def _run_worker(target, source, plan, cfg_verify, device, session: _Session) -> 
             for c, d in zip(plan, session.data)]}
 
     with tempfile.TemporaryDirectory(prefix="autotune-verify-", ignore_cleanup_errors=True) as tmp:
-        return run_isolated("autotune.verify.worker", payload, timeout_s=float(cfg_verify.timeout_s),
-                            memory_mb=int(cfg_verify.memory_mb), workdir=Path(tmp) / "work",
-                            gpu=device == "cuda", file_mb=int(cfg_verify.max_file_mb), on_event=session.on_event,
+        return run_isolated("autotune.verify.worker", payload, limits=limits,
+                            workdir=Path(tmp) / "work", gpu=device == "cuda", on_event=session.on_event,
                             max_frame_bytes=_largest_frame(target, plan))
 
 
@@ -258,6 +283,7 @@ def _one_thread():
 
 def _finish(verdict: Verdict, status: Status, reason: str, started: float) -> Verdict:
     verdict.status, verdict.reason = status, reason
+    verdict.seal()
     verdict.duration_s = round(time.monotonic() - started, 3)
     return verdict
 

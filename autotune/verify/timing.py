@@ -24,7 +24,7 @@ from autotune.profile.records import ProfiledShape
 from autotune.targets.base import Target, dtype_name, parse_dtype
 from autotune.verify.cases import answers, generator, target_dtypes
 from autotune.verify.compare import compare_all
-from autotune.verify.sandbox import SandboxResult, run_isolated
+from autotune.sandbox import Limits, SandboxResult, run_isolated
 from autotune.verify.verdict import ShapeTiming, Status, Verdict
 
 # Peak DRAM bandwidth in GB/s by GPU name fragment (vendor datasheets); the longest match wins.
@@ -99,9 +99,8 @@ def _payload(target: Target, todo, cfg_verify, mode: str, source: str) -> dict:
 
 def _bench(payload: dict, cfg_verify) -> SandboxResult:
     with tempfile.TemporaryDirectory(prefix="autotune-bench-", ignore_cleanup_errors=True) as tmp:
-        return run_isolated("autotune.verify.bench", payload, timeout_s=float(cfg_verify.timeout_s) * 3,
-                            memory_mb=int(cfg_verify.memory_mb), workdir=Path(tmp) / "work", gpu=True,
-                            file_mb=int(cfg_verify.max_file_mb))
+        return run_isolated("autotune.verify.bench", payload, limits=Limits.from_config(cfg_verify).scaled(time=3),
+                            workdir=Path(tmp) / "work", gpu=True)
 
 
 def _failure(run: SandboxResult, who: str) -> tuple[Status, str] | None:

@@ -28,7 +28,7 @@ def test_amdahl_gain():
 
 def test_ranking_of_the_gpu_fixture_matches_the_hotspots_schema():
     trace = read_trace(FIXTURES / "kineto_gpu.json")
-    hot = rank_hotspots(op_table(trace, dict(compose([]).profile.target_map)), serving_time_us(trace), 4.0)
+    hot = rank_hotspots(op_table(trace), serving_time_us(trace), 4.0)
     assert [h.target for h in hot] == ["rms_norm", "silu_and_mul"]
     rms = hot[0]
     assert (rms.calls, rms.total_us, rms.share) == (2, 23.0, pytest.approx(0.023))
@@ -39,7 +39,7 @@ def test_ranking_of_the_gpu_fixture_matches_the_hotspots_schema():
     assert entry["shapes"][0] == {"shape": [8, 4096], "dtype": "bfloat16", "calls": 1, "total_us": 20.0}
     assert Hotspot.from_dict(entry) == rms  # hotspots.json's entry reads back into the same record
     with pytest.raises(UserError, match="assumed_speedup"):
-        rank_hotspots(op_table(trace, {}), 1000.0, 0.0)
+        rank_hotspots(op_table(trace), 1000.0, 0.0)
 
 
 def _run(out: Path, name: str, targets: dict, hidden: bool = False) -> None:

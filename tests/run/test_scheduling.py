@@ -9,7 +9,7 @@ import time
 from autotune.agent import slots
 from autotune.config import compose
 from autotune.progress import Progress, ProgressLedger
-from autotune.verify import sandbox
+from autotune.sandbox import runner as sandbox
 
 
 def test_each_judge_gets_its_own_gpu_and_no_more_run_at_once(tmp_path):

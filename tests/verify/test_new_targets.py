@@ -19,7 +19,8 @@ CANDIDATES = Path(__file__).parent / "candidates"
 SMALL = compose(["device=cpu", "verify.shapes=default", "verify.seeds=1", "verify.max_interpreter_rows=64",
                  "verify.max_interpreter_elements=65536"]).verify
 
-CHEATS = [
+# named CASES, as in test_adversarial.py: `autotune selfcheck` reads this table and checks these files on a GPU too
+CASES = [
     # attends to every cache position below the longest context: shorter sequences read stale entries
     ("decode_attention", "decode_attention_whole_cache.py", Status.INCORRECT, "values differ"),
     ("decode_attention", "decode_attention_gqa_mixup.py", Status.INCORRECT, "values differ"),
@@ -32,7 +33,7 @@ CHEATS = [
 ]
 
 
-@pytest.mark.parametrize("target, name, status, fragment", CHEATS, ids=[c[1] for c in CHEATS])
+@pytest.mark.parametrize("target, name, status, fragment", CASES, ids=[c[1] for c in CASES])
 def test_cheat_is_rejected_for_its_failure(target, name, status, fragment):
     v = verify(target, CANDIDATES / name, SMALL)
     assert v.status is status, v.reason
