@@ -53,6 +53,8 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from autotune.sandbox import audit, confine
 from autotune.sandbox.runner import child_main, trim_traceback
+from autotune.verify import interp
+from autotune.verify.frontend import FrontEnd
 
 MODULE_NAME = "candidate"
 
@@ -100,6 +102,7 @@ def _rotating_bench(self, *args, config, **meta) -> list[float]:
 
 if triton.knobs.runtime.interpret:
     triton_autotuner.Autotuner._bench = _rotating_bench
+    interp.permute_programs()  # a kernel that needs its programs in order fails on the CPU too
 
 
 class _AtenOps(TorchDispatchMode):
@@ -266,11 +269,15 @@ def work(payload: dict, send) -> dict:
                                   "for an unprivileged uid, or run with device=cpu)")
         return {"cases_run": 0}
     Path(candidate_file).write_text(payload["source"])
+    FrontEnd.write(payload["source"], workdir)
+    before_each_launch = interp.before_each_launch  # read before the seal makes the module unreadable
     denied: set[str] | None = set() if payload.get("audit_log") else None
     guard = _arm(workdir, denied)
     import_ops: collections.Counter = collections.Counter()
     try:
         fn = load(None, payload["entry"], workdir, import_ops)
+        if triton.knobs.runtime.interpret:  # on a GPU the real compiler runs at the first launch
+            before_each_launch(_trusted(guard, FrontEnd.load(workdir).check))
     except BaseException as e:  # noqa: BLE001 - whatever the import raises is the candidate's compile error
         with guard.trusted():  # formatting a traceback reads its frames
             send("compile_error", error=trim_traceback(e, keep_files=(candidate_file,)))
@@ -294,7 +301,18 @@ def work(payload: dict, send) -> dict:
 # The modules of the code that reports on the candidate: sealed once it is imported (autotune.sandbox.audit).
 _SEALED = ("__main__", "autotune.verify.worker", "autotune.sandbox", "autotune.sandbox.runner",
            "autotune.sandbox.channel", "autotune.sandbox.audit", "autotune.sandbox.confine",
-           "autotune.sandbox.namespaces", "autotune.sandbox.limits")
+           "autotune.sandbox.namespaces", "autotune.sandbox.limits", "autotune.verify.interp",
+           "autotune.verify.frontend")
+
+
+def _trusted(guard: audit.Guard, check):
+    """Triton's front end is the checker's code, run on the candidate's AST (it executes none of the
+    candidate's Python): it may use what the hook denies the candidate (sys._getframe)."""
+    def run(*args, **kwargs):
+        with guard.trusted():
+            return check(*args, **kwargs)
+
+    return run
 
 
 def _arm(workdir: Path, log: set[str] | None) -> audit.Guard:

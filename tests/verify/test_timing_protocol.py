@@ -74,4 +74,4 @@ def test_a_slowed_kernel_is_slower(monkeypatch):
 def test_a_time_below_the_bandwidth_floor_is_implausible(monkeypatch):
     floor_us = RMS.bytes_moved(SHAPE, torch.bfloat16) / 4800e3
     t, (status, reason) = verdict_for(monkeypatch, candidate_us=floor_us / 2, baseline_us=10.0)
-    assert t.implausible and status is Status.INCORRECT and "below the bandwidth floor" in reason
+    assert t.implausible and status is Status.INCORRECT and "below the roofline floor" in reason
