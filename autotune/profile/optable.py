@@ -9,10 +9,11 @@ Columns: `op, target, input_shapes, case_shape, dtype, calls, total_us, self_us,
   `args.correlation`, and that event joins the enclosing cpu_op through `args["External id"]`.
 - `share` is the op's time over the serving time: device time on a GPU trace, CPU time otherwise.
 - `target` is the target the op implements (profile/opmap.py: our `autotune::<target>` dispatch points, the
-  targets' declared foreign ops, the user's profile.target_map). An op nested inside an op of the same target
-  (`aten::_softmax` under `autotune::softmax`) is not counted again. An unfused RMSNorm (aten::pow, mean,
-  add, rsqrt, mul, mul side by side; profile/patterns.py) outside any mapped op is one row, its op named
-  after the sequence, e.g. `aten::pow+aten::mean+...`, its time the sum of its ops'.
+  targets' declared foreign ops, the user's profile.target_map). An op nested inside an op that maps to a
+  target (`aten::_softmax` under `autotune::softmax`, `aten::linear` under `autotune::linear`) is not counted
+  again, whichever target it maps to. An unfused RMSNorm (aten::pow, mean, add, rsqrt, mul, mul side by side;
+  profile/patterns.py) outside any mapped op is one row, its op named after the sequence, e.g.
+  `aten::pow+aten::mean+...`, its time the sum of its ops'.
 - `input_shapes` lists every argument's dims as recorded; `case_shape` is the target's case read from them
   by the op's mapping (vLLM's rotary: query [T, H*D] at argument 1 -> [T, H, D]), '' when the trace did not
   record shapes; `dtype` is the case tensor's.
@@ -152,14 +153,10 @@ def _inside_mapped(parents: list[int], mapped: list[MappedOp | None]) -> list[bo
 
 
 def _targets(parents: list[int], own: list[str]) -> list[str]:
-    """Each event's target, blank when an enclosing op already counts for the same target."""
-    result = []
-    for i, t in enumerate(own):
-        p = parents[i]
-        while t and p != -1 and own[p] != t:
-            p = parents[p]
-        result.append(t if p == -1 else "")
-    return result
+    """Each event's target, blank when an enclosing op already counts for a target: its time is inside that op's
+    (the reference of `autotune::decode_attention` runs an `aten::_softmax`, which maps to softmax). The one rule
+    both the op table and `coverage` count by."""
+    return [t if t and not any(own[a] for a in _ancestors(parents, i)) else "" for i, t in enumerate(own)]
 
 
 def _case_shape(e: dict, mapped: MappedOp | None) -> str:
@@ -238,7 +235,9 @@ def coverage(trace: Mapping[str, Any], op_map: OpMap) -> Coverage:
     on_gpu = any(e["cat"] in DEVICE_CATEGORIES for e in events)
     time = _device_us(host, parents, events) if on_gpu else [float(e["dur"]) for e in host]
     is_op = [e["cat"] == "cpu_op" for e in host]
-    is_target = [op and e["name"] in op_map for e, op in zip(host, is_op)]
+    own = [op_map[e["name"]].target if op and e["name"] in op_map else "" for e, op in zip(host, is_op)]
+    counted = [bool(t) for t in _targets(parents, own)]  # a target op not inside another target op
+    is_target = [bool(t) for t in own]
     ops_us, covered_us, outer_of, inside = 0.0, 0.0, {}, collections.Counter()
     for i in range(len(host)):
         if not is_op[i]:
@@ -251,7 +250,7 @@ def coverage(trace: Mapping[str, Any], op_map: OpMap) -> Coverage:
     for i, outer in outer_of.items():
         if i == outer:
             ops_us += time[i]
-        if is_target[i] and not any(is_target[a] for a in _ancestors(parents, i)):
+        if counted[i]:
             covered_us += time[i]
             inside[outer] += time[i]
     rest: collections.Counter = collections.Counter()

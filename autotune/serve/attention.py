@@ -4,13 +4,16 @@ An engine step is a list of `Segment`s: each is a run of consecutive tokens of o
 prompt, a chunk of one, or the single token of a decode step), stored in that sequence's cache slot.
 Their tokens are concatenated into one [T, hidden] activation, as in vLLM, so norms, MLPs and
 projections see [T, H] shapes; only attention looks at sequences separately:
-- single-token segments (decodes) are batched with padding: keys [B, kv_heads, L, D] gathered from their
-  slots, scores [B * heads, 1, L] with the padding masked to -inf;
-- longer segments (prefill chunks) attend one at a time: scores [heads, n, ctx] with a causal mask.
-Scores are explicit QK^T * scale and go through `dispatch.softmax`, so the softmax is a visible,
-replaceable op; GQA groups the query heads of each kv head instead of copying k and v per head. A sliding window
-(Mistral, some Qwen layers) masks keys more than `window - 1` positions behind the query, as
-transformers' sliding_window_overlay does (key > query - window).
+- single-token segments (decodes) go to `dispatch.decode_attention` together (its reference gathers keys
+  [B, kv_heads, L, D] from their slots and masks the padding to -inf);
+- longer segments (prefill chunks) go to `dispatch.prefill_attention` together, packed with cu_seqlens
+  (its reference attends one chunk at a time: scores [heads, n, ctx] with a causal mask).
+Both references group the query heads of each kv head instead of copying k and v per head. (The
+attention scores used to go through `dispatch.softmax`; the attention targets now hold that work, as
+in real engines, and the softmax target stays for traces that show `aten::_softmax`.)
+A sliding window (Mistral, some Qwen layers) masks keys more than `window - 1` positions behind the
+query, as transformers' sliding_window_overlay does (key > query - window); the attention targets
+have no window yet, so windowed layers keep the explicit QK^T -> `dispatch.softmax` path below.
 """
 
 from __future__ import annotations
@@ -81,6 +84,11 @@ class Batch:
     single_ctx: torch.Tensor  # [B] context length (position + 1) of each
     single_max_ctx: int
     chunks: tuple[Chunk, ...]
+    chunk_rows: torch.Tensor  # [N] the rows of every multi-token segment, packed in order
+    chunk_slots: torch.Tensor  # [C]
+    chunk_starts: torch.Tensor  # [C] position of each chunk's first token
+    chunk_cu: torch.Tensor  # [C + 1] offsets of each chunk in the packed rows
+    chunk_max_len: int
 
     @classmethod
     def build(cls, segments: list[Segment], cache: KVCache, vocab_size: int, device) -> "Batch":
@@ -102,8 +110,12 @@ class Batch:
         def tensor(values):
             return torch.tensor(values, dtype=torch.long).to(device)
 
+        lengths = [c.row1 - c.row0 for c in chunks]
+        cu = [sum(lengths[:i]) for i in range(len(lengths) + 1)]
         return cls(tensor(tokens), tensor(positions), tensor(slots), tensor(last), tensor(rows), tensor(sslots),
-                   tensor(ctx), max(ctx, default=0), tuple(chunks))
+                   tensor(ctx), max(ctx, default=0), tuple(chunks),
+                   tensor([r for c in chunks for r in range(c.row0, c.row1)]), tensor([c.slot for c in chunks]),
+                   tensor([c.start for c in chunks]), tensor(cu), max(lengths, default=0))
 
 
 def check_segments(segments: list[Segment], cache: KVCache, vocab_size: int) -> None:
@@ -136,11 +148,21 @@ def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, batch:
     window > 0: each query sees only the last `window` positions (itself included)."""
     t, heads, d = q.shape
     out = q.new_empty(t, heads * d)
+    if window:  # the attention targets take no window yet: explicit scores through dispatch.softmax
+        if batch.single_rows.numel():
+            out[batch.single_rows] = attend_singles(q[batch.single_rows], k_cache, v_cache, batch, scale, window)
+        for c in batch.chunks:
+            out[c.row0:c.row1] = attend_chunk(q[c.row0:c.row1], k_cache[c.slot, :, :c.ctx],
+                                              v_cache[c.slot, :, :c.ctx], c.start, scale, window)
+        return out
     if batch.single_rows.numel():
-        out[batch.single_rows] = attend_singles(q[batch.single_rows], k_cache, v_cache, batch, scale, window)
-    for c in batch.chunks:
-        out[c.row0:c.row1] = attend_chunk(q[c.row0:c.row1], k_cache[c.slot, :, :c.ctx], v_cache[c.slot, :, :c.ctx],
-                                          c.start, scale, window)
+        out[batch.single_rows] = dispatch.decode_attention(
+            q[batch.single_rows], k_cache, v_cache, batch.single_slots, batch.single_ctx, scale,
+            batch.single_max_ctx).reshape(-1, heads * d)
+    if batch.chunks:
+        out[batch.chunk_rows] = dispatch.prefill_attention(
+            q[batch.chunk_rows], k_cache, v_cache, batch.chunk_slots, batch.chunk_starts, batch.chunk_cu, scale,
+            batch.chunk_max_len).reshape(-1, heads * d)
     return out
 
 

@@ -7,9 +7,10 @@ a checkpoint's config.json switches on); all four match transformers' modelling 
 test_peer_transformers.py).
 
 Token embedding, RMSNorm, rotary position embedding (rotate-half, as Hugging Face Llama checkpoints
-expect), grouped-query attention over a KV cache, SwiGLU MLP, LM head. The residual stream is arranged
-as in vLLM's Llama: layer 0 does `residual = h; h = rms_norm(h)`, every later norm is
-`h, residual = fused_add_rms_norm(h, residual, w)`, the final norm included. q/k/v and gate/up are
+expect), grouped-query attention over a KV cache, SwiGLU MLP, LM head. Every projection and the LM head
+go through `dispatch.linear` (the projections through `dispatch.int8_linear` with `model.quant=int8`),
+decode attention through `dispatch.decode_attention`. The residual stream is arranged as in vLLM's
+Llama: layer 0 does `residual = h; h = rms_norm(h)`, every later norm is `h, residual = fused_add_rms_norm(h, residual, w)`, the final norm included. q/k/v and gate/up are
 merged projections, as in vLLM, so silu_and_mul sees [T, 2 * intermediate].
 
     model = build_model(compose([]).model, "cpu")          # seeded random weights (or model.checkpoint=PATH)
@@ -26,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from autotune.errors import UserError
-from autotune.serve import dispatch
+from autotune.serve import dispatch, quant
 from autotune.serve.attention import Batch, KVCache, Segment, attend, write_kv
 from autotune.targets.base import parse_dtype
 
@@ -50,6 +51,7 @@ class ModelConfig:
     tie_embeddings: bool
     dtype: torch.dtype
     init_seed: int = 0
+    quant: str = "none"  # none | int8: weight-only int8 projections (autotune.serve.quant)
     rope_scaling: dict[str, Any] | None = None  # {"rope_type": "llama3" | "linear", factors...}, from a checkpoint
     family: str = "llama"
     attention_windows: tuple[int, ...] | None = None  # per-layer sliding window (0: full), from a checkpoint
@@ -75,6 +77,7 @@ class ModelConfig:
             raise UserError(f"model.head_dim={self.head_dim} is odd (rotary embedding needs an even head_dim)")
         if self.dtype not in MODEL_DTYPES:
             raise UserError(f"model.dtype {self.dtype} is not supported (use float32, bfloat16 or float16)")
+        quant.check_mode(self.quant)
         if self.family not in FAMILIES:
             raise UserError(f"model.family '{self.family}' is unknown (use one of {', '.join(FAMILIES)})")
         if self.attention_windows is not None and len(self.attention_windows) != self.num_layers:
@@ -88,7 +91,7 @@ class ModelConfig:
         values = {k: v for k, v in dict(model_cfg).items() if k in fields}
         values.setdefault("name", "custom")
         values.update(overrides)
-        missing = sorted(fields - set(values) - {"init_seed", "rope_scaling", "family", "attention_windows"})
+        missing = sorted(fields - set(values) - {"init_seed", "rope_scaling", "family", "attention_windows", "quant"})
         if missing:
             raise UserError(f"the model config lacks {', '.join(missing)} (start from a preset in conf/model/)")
         if not isinstance(values["dtype"], torch.dtype):
@@ -143,6 +146,7 @@ class DecoderLayer(torch.nn.Module):
         super().__init__()
         kw = dict(device=device, dtype=c.dtype)
         self.c, self.window = c, window  # window: sliding-window length, 0 for full attention
+        self.quantized = False  # True once autotune.serve.quant has replaced the projections with int8
         self.input_norm = _weight(c.hidden_size, **kw)
         self.qkv_proj = _weight((c.num_heads + 2 * c.num_kv_heads) * c.head_dim, c.hidden_size, **kw)
         self.o_proj = _weight(c.hidden_size, c.num_heads * c.head_dim, **kw)
@@ -162,12 +166,19 @@ class DecoderLayer(torch.nn.Module):
             h, residual = dispatch.fused_add_rms_norm(h, residual, self.input_norm, eps)
         h = self.attention(h, cos, sin, batch, k_cache, v_cache)
         h, residual = dispatch.fused_add_rms_norm(h, residual, self.post_norm, eps)
-        h = F.linear(dispatch.silu_and_mul(F.linear(h, self.gate_up_proj)), self.down_proj)
+        h = self.project(dispatch.silu_and_mul(self.project(h, "gate_up_proj")), "down_proj")
         return h, residual
+
+    def project(self, x, name: str):
+        """x @ W.T for projection `name`, through the linear or (model.quant=int8) int8_linear dispatch point."""
+        if self.quantized:
+            return dispatch.int8_linear(x, getattr(self, f"{name}_int8"), getattr(self, f"{name}_scale"))
+        return dispatch.linear(x, getattr(self, name))
 
     def attention(self, h, cos, sin, batch: Batch, k_cache, v_cache):
         c, t = self.c, h.shape[0]
-        q, k, v = F.linear(h, self.qkv_proj, self.qkv_bias).split(
+        qkv = self.project(h, "qkv_proj")
+        q, k, v = (qkv if self.qkv_bias is None else qkv + self.qkv_bias).split(
             [c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.num_kv_heads * c.head_dim], dim=-1)
         if c.qk_norm:  # Qwen3: RMSNorm over each head, as rows of the rms_norm target's [rows, width] contract
             q = dispatch.rms_norm(q.reshape(t * c.num_heads, c.head_dim), self.q_norm, c.rms_norm_eps)
@@ -176,7 +187,7 @@ class DecoderLayer(torch.nn.Module):
         k = dispatch.rotary_embedding(k.reshape(t, c.num_kv_heads, c.head_dim), cos, sin)
         write_kv(k_cache, v_cache, batch, k, v.reshape(t, c.num_kv_heads, c.head_dim))
         out = attend(q, k_cache, v_cache, batch, 1.0 / math.sqrt(c.head_dim), window=self.window)
-        return F.linear(out, self.o_proj)
+        return self.project(out, "o_proj")
 
 
 class LlamaModel(torch.nn.Module):
@@ -222,7 +233,7 @@ class LlamaModel(torch.nn.Module):
         h, _ = dispatch.fused_add_rms_norm(h, residual, self.norm, self.config.rms_norm_eps)
         if not all_logits:
             h = h[batch.last_rows]
-        return F.linear(h, self.lm_head)
+        return dispatch.linear(h, self.lm_head)
 
 
 @torch.no_grad()
@@ -262,6 +273,8 @@ def build_model(model_cfg, device: str) -> LlamaModel:
     else:
         model = LlamaModel(ModelConfig.from_cfg(model_cfg), device)
         init_weights(model, model.config.init_seed)
+    if model.config.quant == "int8":
+        quant.quantize_layers(model)
     return model.eval()
 
 

@@ -13,8 +13,9 @@ from autotune.profile.profiler import op_map
 from autotune.targets.base import ForeignOp
 
 
-def _call(name: str, dims: list, concrete: list, types: list) -> dict:
-    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": 10.0, "dur": 5.0,
+def _call(name: str, dims: list, concrete: list, types: list, ts: float = 10.0) -> dict:
+    # calls on one thread follow each other: one starting inside another is nested in it (and not counted again)
+    return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 5.0,
             "args": {"Input Dims": dims, "Concrete Inputs": concrete, "Input type": types}}
 
 
@@ -42,7 +43,8 @@ def test_head_size_split_and_its_refusals():
 
 def test_user_names_from_the_override_and_from_a_file_map_with_their_argument_positions(tmp_path):
     trace = {"traceEvents": [_call("my_engine::norm", [[4, 64], [64], []], ["", "", "1e-6"], ["c10::BFloat16"]),
-                             _call("my_engine::rope", [[4], [4, 512]], ["", "", "", "64"], ["long int", "float"])]}
+                             _call("my_engine::rope", [[4], [4, 512]], ["", "", "", "64"], ["long int", "float"],
+                                   ts=20.0)]}
     mapfile = tmp_path / "names.yaml"
     mapfile.write_text("my_engine::rope: {target: rotary_embedding, input: 1, head_size: 3}\n")
     cfg = compose(["+profile.target_map={my_engine\\:\\:norm: rms_norm}", f"profile.target_map_file={mapfile}"])

@@ -50,18 +50,25 @@ def test_every_dispatch_point_is_called_with_the_step_shapes(tiny):
     tiny([Segment(0, 0, (1, 2, 3))], cache)
     with dispatch.using({name: recording(name) for name in dispatch.NAMES}):
         tiny([Segment(0, 3, (4,)), Segment(1, 0, (5, 6, 7, 8, 9))], cache)  # a decode + a 5-token prefill: T = 6
-    t, h = 6, c.hidden_size
+    t, h, i = 6, c.hidden_size, c.intermediate_size
+    qkv = (c.num_heads + 2 * c.num_kv_heads) * c.head_dim
     expected = [("rms_norm", [(t, h), (h,)])]
     for layer in range(c.num_layers):
         if layer:
             expected.append(("fused_add_rms_norm", [(t, h), (t, h), (h,)]))
-        expected += [("rotary_embedding", [(t, c.num_heads, c.head_dim), (t, c.head_dim // 2), (t, c.head_dim // 2)]),
+        expected += [("linear", [(t, h), (qkv, h)]),
+                     ("rotary_embedding", [(t, c.num_heads, c.head_dim), (t, c.head_dim // 2), (t, c.head_dim // 2)]),
                      ("rotary_embedding", [(t, c.num_kv_heads, c.head_dim), (t, c.head_dim // 2), (t, c.head_dim // 2)]),
-                     ("softmax", [(1 * c.num_heads, 1, 4)]),  # the decode, context 4
-                     ("softmax", [(c.num_heads, 5, 5)]),  # the prefill, causal
+                     ("decode_attention", [(1, c.num_heads, c.head_dim), (2, c.num_kv_heads, 32, c.head_dim),
+                                           (2, c.num_kv_heads, 32, c.head_dim), (1,), (1,)]),  # context 4
+                     ("prefill_attention", [(5, c.num_heads, c.head_dim), (2, c.num_kv_heads, 32, c.head_dim),
+                                            (2, c.num_kv_heads, 32, c.head_dim), (1,), (1,), (2,)]),  # 5 tokens
+                     ("linear", [(t, c.num_heads * c.head_dim), (h, c.num_heads * c.head_dim)]),
                      ("fused_add_rms_norm", [(t, h), (t, h), (h,)]),
-                     ("silu_and_mul", [(t, 2 * c.intermediate_size)])]
-    expected.append(("fused_add_rms_norm", [(t, h), (t, h), (h,)]))
+                     ("linear", [(t, h), (2 * i, h)]),
+                     ("silu_and_mul", [(t, 2 * i)]),
+                     ("linear", [(t, i), (h, i)])]
+    expected += [("fused_add_rms_norm", [(t, h), (t, h), (h,)]), ("linear", [(2, h), (c.vocab_size, h)])]
     assert calls == expected
 
 

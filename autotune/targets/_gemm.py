@@ -1,0 +1,89 @@
+"""What the GEMM targets (linear, int8_linear) share: their case shape (M, N, K), bytes, flops, CPU cut and
+search space.
+
+Case shape (M, N, K): x [M, K] (M tokens of the step), weight [N, K], y [M, N]. The projections of the
+built-in model: qkv (M, (heads + 2 kv_heads) * head_dim, hidden), o (M, hidden, heads * head_dim),
+gate_up (M, 2 * intermediate, hidden), down (M, hidden, intermediate).
+"""
+
+import torch
+
+from autotune.targets.base import Shape
+from autotune.targets.space import Knob, SearchSpace, configs
+
+
+def shape_from_dims(dims: list) -> Shape:
+    """Profiler input dims [x [..., K], weight [N, K], ...] -> (M, N, K)."""
+    x, w = dims[0], dims[1]
+    m = 1
+    for d in x[:-1]:
+        m *= d
+    return m, w[0], w[1]
+
+
+def flops(shape, dtype):
+    m, n, k = shape
+    return 2 * m * n * k
+
+
+def cut_shape(shape, max_rows, max_elements):
+    """M (tokens) shrinks to max_rows / 32; K to at most max_elements / 128 (at least 256) plus its remainder
+    modulo 64 (sums of thousands of products, the last K step ragged as before); N until the weight holds
+    max_elements / 16 values, at least 64 plus N's remainder modulo 64. With the checker's defaults
+    [512, 4096, 14336] runs as [8, 64, 2048] (the extra cases [2, 64, 512]): 66 cases of the search
+    agent's kernel took 70 s with K and 16 rows kept, 43 s so, on 2 busy cores."""
+    if max_rows is None or max_elements is None:  # on a GPU: no cut
+        return tuple(shape)
+    m, n, k = shape
+    m = min(m, max(1, max_rows // 32))
+    k_cap = max(256, max_elements // 128)
+    if k > k_cap:
+        k = k_cap + k % 64
+    keep = max(16, (max_elements // 16) // k)
+    if n > keep:
+        n = max(64, keep // 64 * 64) + n % 64
+    return m, n, k
+
+
+# Llama 3 8B's projections at a decode step of 8 and a 512-token prefill chunk
+DEFAULT_SHAPES = ((8, 6144, 4096), (8, 28672, 4096), (512, 4096, 14336))
+# one token; N and K not multiples of the usual tiles (the tiny model: qkv 256 x 128, down 128 x 352)
+EDGE_SHAPES = ((1, 256, 128), (7, 100, 352), (33, 128, 200), (5, 300, 64))
+
+
+def element_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def input_elements(shape) -> int:
+    m, n, k = shape
+    return m * k + n * k + n  # x, the weight (larger than the case's M x N output) and int8_linear's scales
+
+
+def output_elements(shape) -> int:
+    m, n, _ = shape
+    return m * n
+
+
+# Decode steps have a few tokens (M <= 64): one 16-row block, wide K steps, split-K when the columns give too
+# few tiles; prefill chunks (M in the hundreds) want square-ish 64-128 tiles, 8 warps and deep pipelines
+# (Triton's matmul tutorial configurations). First: the decode tile, no split.
+KNOBS = (
+    Knob("block_m", (16, 32, 64, 128), "rows of x (tokens) per program"),
+    Knob("block_n", (32, 64, 128, 256), "output columns per program"),
+    Knob("block_k", (32, 64, 128, 256), "reduction step"),
+    Knob("group_m", (1, 4, 8), "row blocks walking the column blocks together (L2 reuse of the weight)"),
+    Knob("split_k", (1, 2, 4, 8, 16), "programs sharing a tile's reduction; fp32 partials summed in order"),
+    Knob("warps", (2, 4, 8), "warps per program"),
+    Knob("stages", (2, 3, 4, 5), "software-pipelining depth of the K loop"),
+)
+CONFIGS = configs(tuple(k.name for k in KNOBS), [
+    (16, 64, 128, 8, 1, 4, 3), (16, 128, 64, 8, 1, 4, 4), (16, 64, 128, 8, 4, 4, 3), (64, 64, 64, 8, 1, 4, 4),
+    (128, 128, 64, 8, 1, 8, 3), (64, 128, 32, 8, 1, 4, 4), (128, 256, 64, 8, 1, 8, 3), (32, 64, 256, 4, 2, 4, 3),
+    (16, 32, 256, 1, 8, 2, 2), (64, 256, 32, 4, 1, 4, 4),
+])
+
+
+def search_space(template: str) -> SearchSpace:
+    """The GEMM space, rendered through `template` (which imports the shared `_gemm.j2` kernel)."""
+    return SearchSpace(template=template, knobs=KNOBS, configs=CONFIGS)

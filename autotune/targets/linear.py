@@ -1,0 +1,54 @@
+"""linear: y = x @ weight.T through torch.nn.functional.linear, in x's dtype (the model's projections).
+
+x [M, K], weight [N, K] in one dtype; y [M, N]. The reference is cuBLAS (on a GPU) or the CPU BLAS,
+which a Triton kernel rarely beats: the target is here so that the agent can try, measured honestly.
+Case shape (M, N, K), see `_gemm`.
+
+Tolerances: torch.testing's per-dtype defaults. A fp32-accumulating kernel sums K products in another
+order than the BLAS; where that exceeds fp32's atol of 1e-5 (K in the thousands), the checker's
+fp64-golden fallback decides: the kernel passes when it is no less accurate than the reference itself.
+"""
+
+import torch
+import torch.nn.functional as F
+
+from autotune.targets import _gemm
+from autotune.targets.base import ForeignOp, OpClass, Target, activations
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return F.linear(x, weight)
+
+
+def make_inputs(shape, dtype, gen, kind):
+    m, n, k = shape
+    x = activations((m, k), dtype, gen, kind)
+    weight = (torch.randn((n, k), generator=gen) * k ** -0.5).to(dtype)  # N(0, 1/K): y keeps x's scale
+    return x, weight
+
+
+def bytes_moved(shape, dtype):
+    m, n, k = shape
+    return (m * k + n * k + m * n) * _gemm.element_size(dtype)
+
+
+TARGET = Target(
+    name="linear",
+    summary="plain GEMM y = x @ weight.T (torch.nn.functional.linear) in the activations' dtype",
+    reference=linear,
+    make_inputs=make_inputs,
+    bytes_moved=bytes_moved,
+    flops=_gemm.flops,
+    default_shapes=_gemm.DEFAULT_SHAPES,
+    edge_shapes=_gemm.EDGE_SHAPES,
+    # what F.linear records in any eager PyTorch engine: (input [..., K], weight [N, K], bias); not aten::mm or
+    # aten::addmm, whose weight is [K, N] and whose arguments differ
+    foreign_ops=(ForeignOp("aten::linear"),),
+    shape_from_dims=_gemm.shape_from_dims,
+    op_class=OpClass.COMPUTE_BOUND,  # at a decode step's few tokens the weight read bounds it: the floor says so
+    search=_gemm.search_space("linear.py.j2"),
+    example="linear.py",
+    cut_shape=_gemm.cut_shape,
+    input_elements=_gemm.input_elements,
+    output_elements=_gemm.output_elements,
+)

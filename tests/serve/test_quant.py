@@ -1,0 +1,44 @@
+"""model.quant=int8: the projections are int8 with per-channel scales and go through int8_linear."""
+
+import pytest
+import torch
+
+from autotune.config import compose
+from autotune.errors import UserError
+from autotune.serve import build_model, check_prompts, dispatch, greedy_generate
+from autotune.serve.attention import Segment
+from autotune.serve.quant import PROJECTIONS
+
+
+@pytest.fixture(scope="module")
+def int8_model():
+    return build_model(compose(["model.quant=int8"]).model, "cpu")
+
+
+def test_projections_are_int8_and_route_through_int8_linear(int8_model):
+    layer = int8_model.layers[0]
+    for name in PROJECTIONS:
+        assert not hasattr(layer, name)
+        assert getattr(layer, f"{name}_int8").dtype == torch.int8
+        assert getattr(layer, f"{name}_scale").dtype == torch.float32
+    calls = []
+    ref_int8, ref_linear = dispatch.current("int8_linear"), dispatch.current("linear")
+    spies = {"int8_linear": lambda *a: calls.append("int8_linear") or ref_int8(*a),
+             "linear": lambda *a: calls.append("linear") or ref_linear(*a)}
+    with dispatch.using(spies):
+        int8_model([Segment(0, 0, (1, 2, 3))], int8_model.new_cache(1, 8))
+    layers = int8_model.config.num_layers
+    assert calls.count("int8_linear") == 4 * layers and calls.count("linear") == 1  # the LM head stays float
+
+
+def test_int8_model_tracks_the_float_model(tiny, int8_model):
+    prompts = check_prompts(tiny.config.vocab_size, n=2, length=8, seed=0)
+    _, ref = greedy_generate(tiny, prompts, 2)
+    _, got = greedy_generate(int8_model, prompts, 2)
+    assert not torch.equal(ref, got)  # the weights did change
+    assert torch.corrcoef(torch.stack([ref.flatten(), got.flatten()]))[0, 1] > 0.99
+
+
+def test_unknown_quant_mode_is_a_user_error():
+    with pytest.raises(UserError, match="model.quant='fp4' is not supported"):
+        build_model(compose(["model.quant=fp4"]).model, "cpu")

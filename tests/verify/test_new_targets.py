@@ -1,0 +1,40 @@
+"""The targets where serving time goes (attention, GEMMs): each target's own cheats and bugs are rejected for the
+right reason.
+
+Their correct example kernels (autotune/targets/examples/) pass the checker's default plan in
+tests/verify/test_correct.py, as every target's do, and so does the search agent's first configuration
+(tests/agent/test_search.py). Here the checker runs with fewer cases than its defaults (one seed; shapes cut
+to 64 rows and 65,536 elements on the CPU) so that each cheat takes seconds under the Triton interpreter.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from autotune.config import compose
+from autotune.verify import verify
+from autotune.verify.verdict import Status
+
+CANDIDATES = Path(__file__).parent / "candidates"
+SMALL = compose(["device=cpu", "verify.shapes=default", "verify.seeds=1", "verify.max_interpreter_rows=64",
+                 "verify.max_interpreter_elements=65536"]).verify
+
+# named CASES, as in test_adversarial.py: `autotune selfcheck` reads this table and checks these files on a GPU too
+CASES = [
+    # attends to every cache position below the longest context: shorter sequences read stale entries
+    ("decode_attention", "decode_attention_whole_cache.py", Status.INCORRECT, "values differ"),
+    ("decode_attention", "decode_attention_gqa_mixup.py", Status.INCORRECT, "values differ"),
+    # exp without the max: logits near 1e4 (the "large" inputs) overflow
+    ("decode_attention", "decode_attention_no_max.py", Status.INCORRECT, "large seed 0: NaN at"),
+    ("prefill_attention", "prefill_attention_noncausal.py", Status.INCORRECT, "values differ"),
+    ("int8_linear", "int8_linear_no_scale.py", Status.INCORRECT, "values differ"),
+    # a float copy of the whole weight per call: the int8 kernel's point (1 byte per weight read) is gone
+    ("int8_linear", "int8_linear_torch_dequant.py", Status.POLICY_VIOLATION, "converts a dtype with `.to(...)`"),
+]
+
+
+@pytest.mark.parametrize("target, name, status, fragment", CASES, ids=[c[1] for c in CASES])
+def test_cheat_is_rejected_for_its_failure(target, name, status, fragment):
+    v = verify(target, CANDIDATES / name, SMALL)
+    assert v.status is status, v.reason
+    assert fragment in v.reason, v.reason
