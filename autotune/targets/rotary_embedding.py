@@ -11,7 +11,7 @@ checker's fp64-golden fallback accepts results that round differently but are no
 
 import torch
 
-from autotune.targets.base import Target, activations, upcast
+from autotune.targets.base import Target, activations, primes, random_rows, upcast
 
 
 def rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -29,6 +29,16 @@ def make_inputs(shape, dtype, gen, kind):
     inv_freq = 1.0 / (500000.0 ** (torch.arange(0, head_dim, 2).float() / head_dim))
     angles = positions[:, None] * inv_freq[None, :]
     return x, angles.cos(), angles.sin()
+
+
+def model_shapes(dims, rows):
+    """q and k as the model's attention passes them: [tokens, heads, head_dim] and [tokens, kv_heads, head_dim]."""
+    return ((rows, int(dims["num_heads"]), int(dims["head_dim"])), (rows, int(dims["num_kv_heads"]), int(dims["head_dim"])))
+
+
+def random_shapes(rng):
+    """An odd number of heads of a head_dim whose half is prime (so neither is a power of two)."""
+    return ((random_rows(rng), rng.choice((3, 5, 7)), 2 * rng.choice(primes(17, 80))),)
 
 
 def bytes_moved(shape, dtype):
@@ -53,4 +63,8 @@ TARGET = Target(
     edge_shapes=((1, 1, 64), (7, 3, 96), (3, 40, 128), (512, 2, 32)),
     op_names=("_C::rotary_embedding", "vllm::rotary_embedding", "sgl_kernel::apply_rope_pos_ids_cos_sin_cache",
               "rotary_embedding"),
+    # q and k are views of the fused qkv projection (row stride > heads * head_dim; k at an offset)
+    layouts=("contiguous", "offset0", "qkv_q", "qkv_k"),
+    model_shapes=model_shapes,
+    random_shapes=random_shapes,
 )

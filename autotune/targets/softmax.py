@@ -10,7 +10,7 @@ checker's fp64-golden fallback accepts results that round differently but are no
 
 import torch
 
-from autotune.targets.base import Target, activations, rows_and_width, upcast
+from autotune.targets.base import Target, activations, random_rows, random_widths, rows_and_width, upcast
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
@@ -25,6 +25,15 @@ def make_inputs(shape, dtype, gen, kind):
         mask = torch.arange(width)[None, :] >= keep
         x = x.reshape(rows, width).masked_fill(mask, float("-inf")).reshape(shape)
     return (x,)
+
+
+def model_shapes(dims, rows):
+    """Attention scores [heads, queries, context] at the longest context the preset serves."""
+    return ((int(dims["num_heads"]), rows, int(dims["max_seq_len"])),)
+
+
+def random_shapes(rng):
+    return tuple((rng.choice((3, 5, 7)), random_rows(rng), w) for w in random_widths(rng))
 
 
 def bytes_moved(shape, dtype):
@@ -46,6 +55,9 @@ TARGET = Target(
     bytes_moved=bytes_moved,
     flops=flops,
     default_shapes=((32, 1, 1024), (32, 128, 128), (8, 512, 512)),
-    edge_shapes=((1, 1, 1), (1, 7, 1000), (2, 1, 5000), (1, 1024, 64)),
+    edge_shapes=((1, 1, 1), (1, 7, 1000), (2, 1, 5000), (1, 1024, 64), (1000,), (37, 1000)),
     op_names=("aten::_softmax", "aten::softmax", "softmax"),
+    layouts=("contiguous", "offset0"),  # the model passes dense scores (views of a matmul's output)
+    model_shapes=model_shapes,
+    random_shapes=random_shapes,
 )
