@@ -298,8 +298,8 @@ def lay_out(args: tuple, layout: str) -> tuple:
     elif layout in ("qkv_q", "qkv_k"):
         tokens, heads, head_dim = x.shape
         fused = torch.full((tokens, 3 * heads * head_dim), float("nan"), dtype=x.dtype)
-        start = 0 if layout == "qkv_q" else heads * head_dim
-        view = fused[:, start:start + heads * head_dim].view(tokens, heads, head_dim)
+        start = 0 if layout == "qkv_q" else heads * head_dim  # as_strided: the token stride even for 1 token
+        view = fused.as_strided((tokens, heads, head_dim), (3 * heads * head_dim, head_dim, 1), start)
     else:
         return args
     view.copy_(x)
