@@ -26,7 +26,7 @@ def make_inputs(shape, dtype, gen, kind):
 
 def random_shapes(rng):
     widths = random_widths(rng, even=True)
-    return tuple((random_rows(rng), w) for w in widths) + ((2, random_rows(rng), widths[0]),)
+    return tuple((random_rows(rng), w) for w in widths) + ((2, random_rows(rng) // 2, widths[0]),)
 
 
 def bytes_moved(shape, dtype):

@@ -1,0 +1,55 @@
+"""Kernels that are right only on the inputs the checker used to show: each must now come back incorrect.
+
+They were all accepted before this plan: every case passed eps=1e-5, dense inputs at an offset inside
+the guard band, 2-D shapes, widths above 1024 that were multiples of 1024 and row counts of 32 or more
+that were multiples of 32, and reuse of output buffers was checked within one case only. The runs use
+fp32 and one seed (the failure does not depend on the dtype), so each stops after a few seconds.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from autotune.config import compose
+from autotune.targets import get
+from autotune.verify.judge import judge
+from autotune.verify.verdict import Status
+from tests.verify.inplace_target import TARGET as INPLACE
+
+CANDIDATES = Path(__file__).parent / "candidates"
+CFG = compose(["verify.dtypes=[float32]", "verify.seeds=1"]).verify
+
+# what the failing case has that no case of the old plan had
+THREE_D = lambda s: len(s) == 3  # noqa: E731
+WIDTH_WITH_TAIL = lambda s: s[-1] > 1024 and s[-1] % 1024  # noqa: E731
+ROWS_WITH_TAIL = lambda s: 32 < s[-2] and s[-2] % 32  # noqa: E731
+
+CHEATS = [
+    ("rms_norm", "hardcoded_eps.py", "eps=1e-06", None),
+    ("rms_norm", "shape0_rows.py", "", THREE_D),
+    ("rms_norm", "offset_branch.py", "offset0", None),
+    ("rms_norm", "padded_rows.py", "padded", None),
+    ("rms_norm", "block_table_2048.py", "2048]", None),
+    ("rms_norm", "unmasked_tail_1024.py", "", WIDTH_WITH_TAIL),
+    ("rms_norm", "row_mask_32.py", "", ROWS_WITH_TAIL),
+    ("rms_norm", "output_ring.py", "shares memory with another output", None),
+    ("rotary_embedding", "contiguous_rope.py", "qkv_", None),
+    (INPLACE, "inplace_forgets.py", "in-place write to `residual` is wrong", None),
+    (INPLACE, "inplace_writes_x.py", "modified its input `x`", None),
+]
+
+
+@pytest.mark.parametrize("target, name, fragment, lacked", CHEATS, ids=[c[1] for c in CHEATS])
+def test_kernels_right_only_on_the_old_cases_are_incorrect(target, name, fragment, lacked):
+    target = get(target) if isinstance(target, str) else target
+    v = judge(target, (CANDIDATES / name).read_text(), name, CFG)
+    assert v.status is Status.INCORRECT, v.reason
+    assert fragment in v.reason
+    assert lacked is None or lacked(v.failing_case().shape), v.reason
+    assert v.inputs_salt and len(bytes.fromhex(v.inputs_salt)) == 16
+
+
+def test_a_vllm_style_in_place_kernel_passes_its_declared_contract():
+    v = judge(INPLACE, (CANDIDATES / "inplace_residual.py").read_text(), "inplace_residual.py", CFG)
+    assert v.status is Status.UNMEASURED, v.reason
+    assert all(c.passed for c in v.cases)
