@@ -6,12 +6,20 @@ that were multiples of 32, and reuse of output buffers was checked within one ca
 fp32 and one seed (the failure does not depend on the dtype), so each stops after a few seconds.
 """
 
+import hashlib
+import secrets
 from pathlib import Path
 
 import pytest
+import torch
 
 from autotune.config import compose
 from autotune.targets import get
+from autotune.targets.base import dtype_name
+from autotune.verify import cases as cases_module
+from autotune.verify import worker
+from autotune.verify.cases import make_data, plan
+from autotune.verify.compare import judge_case
 from autotune.verify.judge import judge
 from autotune.verify.verdict import Status
 from tests.verify.inplace_target import TARGET as INPLACE
@@ -53,3 +61,47 @@ def test_a_vllm_style_in_place_kernel_passes_its_declared_contract():
     v = judge(INPLACE, (CANDIDATES / "inplace_residual.py").read_text(), "inplace_residual.py", CFG)
     assert v.status is Status.UNMEASURED, v.reason
     assert all(c.passed for c in v.cases)
+
+
+def _old_generator(target, shape, dtype, kind, seed, salt):
+    """The derivation before the salt: public facts only (what predict_inputs.py rebuilds)."""
+    text = f"{target.name}|{list(shape)}|{dtype_name(dtype)}|{kind}|{seed}".encode()
+    return torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(text).digest()[:8], "little"))
+
+
+def test_a_file_that_rebuilds_the_inputs_is_right_only_without_the_salt(monkeypatch, tmp_path):
+    """Run in this process (the same worker code, no sandbox) on the first default and edge cases: with the
+    old public seeds its table answers every one; with the run's secret salt it answers none."""
+    target, salt = get("rms_norm"), secrets.token_bytes(16)
+    cases = [c for c in plan(target, None, compose([]).verify, False, salt) if c.source in ("default", "edge")][:6]
+    fn = worker.load((CANDIDATES / "predict_inputs.py").read_text(), "rms_norm", tmp_path)
+    monkeypatch.setattr(torch.utils.deterministic, "fill_uninitialized_memory", True)
+    torch._C._set_deterministic_algorithms(True)  # unwritten outputs read as NaN, as in the worker
+
+    def results():
+        out = []
+        for c in cases:
+            data = make_data(target, c, salt)
+            frame = worker.run_case(fn, {"index": c.index, "args": list(data.args), "repeat": c.repeat,
+                                         "front_guard": c.front_guard, "refill_args": data.refill_args}, "cpu")
+            out.append(judge_case(target, c, data, frame, target.tolerances[c.dtype])[0])
+        return out
+
+    try:
+        with monkeypatch.context() as old:
+            old.setattr(cases_module, "generator", _old_generator)
+            assert all(r.passed for r in results()), [r.note for r in results() if not r.passed]
+        salted = results()
+    finally:
+        torch._C._set_deterministic_algorithms(False)
+    counted = [r for r in salted if r.evidence]  # (a one-row NaN case has an all-NaN answer: not evidence)
+    assert len(counted) >= 4 and not any(r.passed for r in counted)
+    assert "NaN at" in counted[0].note  # no stored input matched: the rows were never written
+
+
+def test_a_file_that_rebuilds_the_inputs_is_incorrect():
+    """The whole judge, static scan off (it already refuses the file's torch calls at import)."""
+    v = judge(get("rms_norm"), (CANDIDATES / "predict_inputs.py").read_text(), "predict_inputs.py", CFG, scan=False)
+    # incorrect here; where the worker also records aten ops at import, that finds it first (policy_violation)
+    assert v.status in (Status.INCORRECT, Status.POLICY_VIOLATION), v.reason
+    assert not v.passed
