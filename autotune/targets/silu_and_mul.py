@@ -26,7 +26,7 @@ def make_inputs(shape, dtype, gen, kind):
 
 def random_shapes(rng):
     widths = random_widths(rng, even=True)
-    return tuple((random_rows(rng), w) for w in widths) + ((2, random_rows(rng) // 2, widths[0]),)
+    return tuple((random_rows(rng), w) for w in widths) + ((2, random_rows(rng) // 2, widths[0]), (widths[1],))
 
 
 def bytes_moved(shape, dtype):
@@ -48,7 +48,7 @@ TARGET = Target(
     bytes_moved=bytes_moved,
     flops=flops,
     default_shapes=((1, 28672), (64, 28672), (256, 28672)),
-    edge_shapes=((1, 256), (5, 2000), (3, 11008), (1024, 128), (2000,), (3, 37, 2000)),
+    edge_shapes=((1, 256), (5, 2000), (3, 11008), (1024, 128)),  # 1-D and 3-D: random_shapes
     op_names=("_C::silu_and_mul", "vllm::silu_and_mul", "sgl_kernel::silu_and_mul", "silu_and_mul"),
     layouts=("contiguous", "offset0"),  # the model passes the gate_up projection's dense output
     model_shapes=rowwise_shapes((("intermediate_size", 2),)),
