@@ -1,0 +1,92 @@
+"""What each candidate in tests/verify/candidates/ must get: read from the test suite's own tables.
+
+The CPU tests pin every candidate's status in module-level tables of tests/verify/test_*.py: CORRECT
+(target, file) for kernels that must pass, and CASES (file, status, reason fragment[, target]) for the
+ones that must fail. The GPU check reuses those tables rather than a copy of them, so a new candidate
+listed in a test is checked on the GPU too. The target is the table's, else the entry function the file
+defines (a top-level function named after a target), else rms_norm (the adversarial suite's default).
+A candidate that no table lists is reported as not run.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+from autotune.targets import NAMES
+
+CANDIDATES = Path("tests/verify/candidates")
+CORRECT_STATUSES = ("accepted", "slower")  # what a correct kernel gets where it can be timed
+TABLES = ("CORRECT", "CASES")
+
+
+@dataclasses.dataclass(frozen=True)
+class Expectation:
+    target: str
+    path: str  # relative to the checkout
+    expected: str | None  # the status on the CPU (unmeasured for a correct kernel); None: not listed
+
+    @property
+    def correct(self) -> bool:
+        return self.expected == "unmeasured"
+
+    def matches(self, status: str, on_gpu: bool) -> bool:
+        """On the CPU, the same status; on a GPU a correct kernel is timed (accepted or slower) instead."""
+        if on_gpu and self.correct:
+            return status in CORRECT_STATUSES
+        return status == self.expected
+
+
+def expectations(root: Path) -> list[Expectation]:
+    """Every candidate file, with the status the test suite expects of it (first table entry wins)."""
+    listed: dict[str, tuple[str | None, str]] = {}
+    for test in sorted((root / "tests" / "verify").glob("test_*.py")):
+        for name, expected, target in _table_rows(test):
+            listed.setdefault(name, (target, expected))
+    found = []
+    for path in sorted((root / CANDIDATES).glob("*.py")):
+        target, expected = listed.get(path.name, (None, None))
+        found.append(Expectation(target or entry_target(path), str(CANDIDATES / path.name), expected))
+    return found
+
+
+def entry_target(path: Path) -> str:
+    try:
+        tree = ast.parse(path.read_text())
+    except SyntaxError:
+        return "rms_norm"
+    names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in NAMES]
+    return names[0] if names else "rms_norm"
+
+
+def _table_rows(test: Path) -> list[tuple[str, str, str | None]]:
+    """(file, expected status, target or None) from a test module's tables."""
+    module = _import(test)
+    rows = []
+    for table in TABLES:
+        for entry in getattr(module, table, None) or ():
+            entry = tuple(entry) if isinstance(entry, (tuple, list)) else (entry,)
+            files = [str(x) for x in entry if isinstance(x, (str, os.PathLike)) and str(x).endswith(".py")]
+            if not files:
+                continue
+            statuses = [getattr(x, "value", None) for x in entry if type(x).__name__ == "Status"]
+            targets = [x for x in entry if isinstance(x, str) and x in NAMES]
+            expected = statuses[0] if statuses else ("unmeasured" if table == "CORRECT" else None)
+            if expected:
+                rows.append((Path(files[0]).name, expected, targets[0] if targets else None))
+    return rows
+
+
+def _import(test: Path):
+    spec = importlib.util.spec_from_file_location(f"selfcheck_table_{test.stem}", test)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception:  # a test module that needs what this machine lacks: its tables are not read
+        return None
+    return module
