@@ -33,7 +33,8 @@ def make_inputs(shape, dtype, gen, kind):
 
 def model_shapes(dims, rows):
     """q and k as the model's attention passes them: [tokens, heads, head_dim] and [tokens, kv_heads, head_dim]."""
-    return ((rows, int(dims["num_heads"]), int(dims["head_dim"])), (rows, int(dims["num_kv_heads"]), int(dims["head_dim"])))
+    head_dim = int(dims["head_dim"])
+    return ((rows, int(dims["num_heads"]), head_dim), (rows, int(dims["num_kv_heads"]), head_dim))
 
 
 def random_shapes(rng):

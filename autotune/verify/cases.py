@@ -1,19 +1,28 @@
-"""The case plan: which shapes, dtypes, input kinds and seeds a candidate is checked on, and their data.
+"""The case plan: which shapes, dtypes, input kinds, layouts, scalar values and seeds a candidate is checked
+on, and their data.
 
 Shapes come from the profile (with their call counts) or the target's defaults, plus the target's edge
-shapes (one row, widths that are not powers of two, widths above 4096, many rows). Every shape is run
-in every dtype with realistic inputs; each shape also gets a repeat on the same inputs (bitwise
-agreement: races show here) and a refill of the same buffers with new values (caching by pointer shows
-here), rotating over the dtypes. Large-magnitude inputs run in the half dtypes (fp32 accumulation is what
-they test), NaN/Inf inputs and further seeds in every dtype.
+shapes (one row, widths that are not powers of two, widths above 4096, many rows), the shapes every model
+preset in conf/model/ passes the op (its widths: hidden, 2 x intermediate, heads x head_dim, context) and
+shapes drawn for this run (prime and odd widths, 2^k + small, row counts above 32 that are not a multiple
+of 32; 1-D, 2-D and 3-D). Every shape is run in every dtype with realistic inputs; each shape also gets a
+repeat on the same inputs (bitwise agreement: races show here) and a refill of the same buffers with new
+values (caching by pointer shows here), rotating over the dtypes. Large-magnitude inputs run in the half
+dtypes (fp32 accumulation is what they test), NaN/Inf inputs and further seeds in every dtype. The
+layouts the target declares (dense at storage offset 0 and > 0, padded rows, q/k as views of the fused qkv
+projection) and its scalar argument values (RMSNorm's eps) take turns over the cases.
+
+Nothing about a case's inputs is public: they and the drawn sizes come from generators keyed by a salt
+the judge draws per run (`secrets`) and never sends to the candidate's process, which gets tensors only.
 
 Cost on CPU: the Triton interpreter runs one program instance after another in Python, about 0.8 ms
 each in fp32 and 1.5x that in bf16 (measured, one row per program: [64, 4096] 54 ms, [1024, 64] 0.76 s),
 so shapes are cut to `verify.max_interpreter_rows` rows and `verify.max_interpreter_elements` elements
 for the realistic cases, and to `verify.max_interpreter_rows_extra` rows and a quarter of the elements
-for the extra kinds and seeds; shapes that become equal run once, and the report lists every cut. With
-the defaults a one-row-per-program RMSNorm runs 77 cases in 7.5 s wall on 2 cores (`autotune verify`,
-start-up included). On a GPU nothing is cut.
+for the extra kinds and seeds and for the preset and drawn shapes (which run normal inputs in every dtype
+and NaN/Inf in one); rows are cut, never a width; shapes that become equal run once, and the report lists
+every cut. With the defaults a one-row-per-program RMSNorm runs 108 cases (77 before the preset and drawn
+shapes) for 21 s of CPU (`autotune verify`, start-up included; 13 s before). On a GPU nothing is cut.
 
 All inputs, references and the fp64 golden are made here, in the judging process.
 """
@@ -170,7 +179,8 @@ def scalar_variants(target: Target) -> list[tuple[tuple[str, float], ...]]:
     return combos
 
 
-def primary_shapes(target: Target, shapes, limit: int = 0, salt: bytes = b"") -> list[tuple[Shape, str, int, torch.dtype | None]]:
+def primary_shapes(target: Target, shapes, limit: int = 0,
+                   salt: bytes = b"") -> list[tuple[Shape, str, int, torch.dtype | None]]:
     """(shape, source, calls, profile dtype) for the profile's shapes (at most `limit`, 0 = all) or the
     defaults, then the edges, the model presets' shapes and the run's random ones."""
     found = []

@@ -19,5 +19,6 @@ def _rms_norm_kernel(x_ptr, w_ptr, y_ptr, x_row_stride, n_cols, BLOCK: tl.conste
 def rms_norm(x, weight, eps):
     x2 = x.reshape(-1, x.shape[-1]).contiguous()
     y = torch.empty_like(x2)
-    _rms_norm_kernel[(x2.shape[0],)](x2, weight, y, x2.stride(0), x2.shape[1], BLOCK=triton.next_power_of_2(x2.shape[1]))
+    _rms_norm_kernel[(x2.shape[0],)](x2, weight, y, x2.stride(0), x2.shape[1],
+                                     BLOCK=triton.next_power_of_2(x2.shape[1]))
     return y.view(x.shape)
