@@ -231,11 +231,11 @@ def _run_worker(target, source, plan, cfg_verify, device, session: _Session, sal
 
 
 def _largest_frame(target: Target, plan) -> int:
-    """A bound on an honest case_result frame: its inputs and three calls' outputs (outputs are no larger than
-    the inputs for every target), twice over, plus room for the framing."""
+    """A bound on an honest case_result frame: the inputs as each of three calls left them and three calls'
+    outputs (at most two, each no larger than the largest input, for every target), plus room for framing."""
     largest = max(c.shape_numel * torch.empty((), dtype=c.dtype).element_size() for c in plan)
     arity = len(target.arg_names)
-    return 2 * (arity + 3 * 2) * largest + (1 << 20)
+    return (3 * arity + 3 * 2) * largest + (1 << 20)
 
 
 _threads_lock = threading.Lock()
