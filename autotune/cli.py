@@ -20,6 +20,9 @@ COMMANDS = {
     "verify": "judge one candidate kernel file against a target in an isolated process",
     "run": "the whole loop: profile, agent, verify, ledger, publish proposals for review",
     "review": "list, show, approve (merge) or reject proposals",
+    "report": "read run and sweep directories into report.html, report.md, CSVs and plots",
+    "regress": "re-check every merged kernel on this environment against its recorded verdict",
+    "export": "write the merged kernels as a vLLM plugin package or a transformers patch package",
 }
 
 USAGE = {
@@ -27,6 +30,9 @@ USAGE = {
     "verify": "autotune verify TARGET FILE [--json] [key=value ...]",
     "run": "autotune run [-m] [resume=RUN_DIR] [key=value ...]",
     "review": "autotune review list | show ID | approve ID | reject ID --reason TEXT  [key=value ...]",
+    "report": "autotune report RUN_OR_SWEEP_DIR... [--out DIR]",
+    "regress": "autotune regress [--margin 0.05] [--out regress.md] [key=value ...]",
+    "export": "autotune export vllm|hf [--out DIR] [key=value ...]",
 }
 
 EXAMPLES = {
@@ -38,6 +44,9 @@ EXAMPLES = {
             "autotune run -m agent.turns=1,3 targets=[rms_norm],[silu_and_mul]"],
     "review": ["autotune review list", "autotune review show rms_norm-1a2b3c", "autotune review approve rms_norm-1a2b3c",
                "autotune review reject rms_norm-1a2b3c --reason \"slower than torch.compile at 8192 rows\""],
+    "report": ["autotune report multirun/2026-11-30/21-00-00", "autotune report runs/2026-11-30/* --out report"],
+    "regress": ["autotune regress", "autotune regress --margin 0.03 --out regress.md kernels.dir=kernels"],
+    "export": ["autotune export vllm --out dist/vllm-plugin", "autotune export hf", "autotune export vllm kernels.dir=PATH"],
 }
 
 
@@ -90,6 +99,12 @@ def _dispatch(command: str, args: list[str]) -> int:
         return importlib.import_module("autotune.verify.command").main(compose(overrides), ns.target, ns.file, ns.json)
     if command == "review":
         return importlib.import_module("autotune.publish.review").main(compose(overrides), rest)
+    if command == "report":  # paths, not overrides: a run dir may contain '=' only by accident
+        return importlib.import_module("autotune.report").main(args)
+    if command == "regress":
+        return importlib.import_module("autotune.regress").main(compose(overrides), rest)
+    if command == "export":
+        return importlib.import_module("autotune.export.command").main(compose(overrides), rest)
     if rest:
         raise UserError(f"unexpected argument(s) {' '.join(rest)} (usage: {USAGE[command]})")
     return importlib.import_module("autotune.profile.command").main(compose(overrides))
@@ -124,9 +139,23 @@ def _hydra_run(args: list[str], overrides: list[str], rest: list[str]) -> int:
     sys.argv = ["autotune run", *args]
     try:
         _app()
+    except SystemExit as e:  # Hydra's own exit (a launcher error, say): still account for the jobs
+        status["code"] = max(status["code"], e.code if isinstance(e.code, int) else 1)
     finally:
         sys.argv = saved
+    if sweeping:
+        return max(status["code"], _sweep_end())
     return status["code"]
+
+
+def _sweep_end() -> int:
+    """After a sweep, whatever the launcher: each job's state, and the resume command of each that died."""
+    from autotune.run import console
+    from autotune.sweep import SWEEP_DIR, jobs, print_jobs
+
+    if not SWEEP_DIR:
+        return 0
+    return 1 if print_jobs(jobs(SWEEP_DIR[-1]), console) else 0
 
 
 class _ArgParser(argparse.ArgumentParser):
@@ -137,7 +166,7 @@ class _ArgParser(argparse.ArgumentParser):
 def _groups_text() -> str:
     from autotune.config import groups
 
-    lines = [f"  {g + '=':<10} {' | '.join(opts)}" for g, opts in groups().items()]
+    lines = [f"  {g + '=':<16} {' | '.join(opts)}" for g, opts in groups().items()]
     return "\n".join(lines)
 
 
@@ -174,7 +203,8 @@ def command_help(command: str) -> str:
 
 def _doc_module(command: str) -> str:
     return {"profile": "autotune.profile.command", "verify": "autotune.verify.command", "run": "autotune.run",
-            "review": "autotune.publish.review"}[command]
+            "review": "autotune.publish.review", "report": "autotune.report", "regress": "autotune.regress",
+            "export": "autotune.export.command"}[command]
 
 
 if __name__ == "__main__":

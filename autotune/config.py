@@ -30,7 +30,11 @@ def groups() -> dict[str, list[str]]:
     """Config groups and their presets, e.g. {"model": ["llama3_8b", "tiny"], ...}."""
     found = {}
     for d in sorted(p for p in conf_dir().iterdir() if p.is_dir()):
-        found[d.name] = sorted(f.stem for f in d.glob("*.yaml"))
+        if d.name == "hydra":  # Hydra's own groups: conf/hydra/launcher/ holds the sweep launchers
+            found.update({f"hydra/{s.name}": sorted(f.stem for f in s.glob("*.yaml")) for s in sorted(d.iterdir())
+                          if s.is_dir()})
+        else:
+            found[d.name] = sorted(f.stem for f in d.glob("*.yaml"))
     return found
 
 

@@ -23,6 +23,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from autotune.errors import UserError
+from autotune.sandbox.limits import Limits
 from autotune.targets.base import parse_dtype
 
 # Logit tolerance per model dtype: |candidate - reference| <= atol + rtol * max|reference| over all logits.
@@ -32,6 +33,27 @@ from autotune.targets.base import parse_dtype
 # are not enough. The bound 1e-4 + 1e-4 * 4.6 = 5.6e-4 passes the first and fails the others. bf16 and fp16
 # carry about 3 and 4 significant digits: the bound is two roundings' worth of the largest logit.
 LOGIT_TOLERANCE = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (1.6e-2, 1e-2), torch.float16: (2e-3, 1e-3)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What the model check reads from config, read once."""
+
+    prompts: int  # run.check_prompts
+    new_tokens: int  # run.check_new_tokens
+    seed: int
+    limits: Limits  # the checker's, with twice the time and memory: a whole model, not one kernel
+
+    @classmethod
+    def from_config(cls, cfg: DictConfig) -> "Settings":
+        try:
+            prompts, new_tokens, seed = int(cfg.run.check_prompts), int(cfg.run.check_new_tokens), int(cfg.seed)
+        except (TypeError, ValueError) as e:
+            raise UserError(f"run.check_prompts, run.check_new_tokens and seed must be integers ({e})") from None
+        if prompts < 1 or new_tokens < 1:
+            raise UserError(f"run.check_prompts and run.check_new_tokens must be at least 1, not {prompts} and "
+                            f"{new_tokens}")
+        return cls(prompts, new_tokens, seed, Limits.from_config(cfg.verify).scaled(time=2, memory=2))
 
 
 @dataclasses.dataclass
@@ -68,23 +90,23 @@ def unreadable_checkpoint(cfg: DictConfig) -> str | None:
 def check_model(cfg: DictConfig, target: str, source: str, *, workdir: Path) -> ModelCheck:
     from autotune.env import resolve_device
     from autotune.serve import build_model, check_prompts, greedy_generate
-    from autotune.verify.sandbox import run_isolated
+    from autotune.sandbox import run_isolated
 
     problem = unreadable_checkpoint(cfg)
     if problem:
         raise UserError(problem)
+    settings = Settings.from_config(cfg)
     device = resolve_device(cfg.device)
     model = build_model(cfg.model, device)
-    prompts = check_prompts(model.config.vocab_size, int(cfg.run.check_prompts), 16, int(cfg.seed))
-    new_tokens = int(cfg.run.check_new_tokens)
+    prompts = check_prompts(model.config.vocab_size, settings.prompts, 16, settings.seed)
+    new_tokens = settings.new_tokens
     ref_tokens, ref_logits = greedy_generate(model, prompts, new_tokens)
     del model
     payload = {"target": target, "source": source, "prompts": prompts, "new_tokens": new_tokens, "device": device,
                "cfg": OmegaConf.to_container(cfg, resolve=True)}
     checkpoint = (str(cfg.model.checkpoint),) if cfg.model.get("checkpoint") else ()
-    result = run_isolated("autotune.model_check", payload, timeout_s=float(cfg.verify.timeout_s) * 2,
-                          memory_mb=int(cfg.verify.memory_mb) * 2, workdir=workdir, gpu=device == "cuda",
-                          readable=checkpoint)
+    result = run_isolated("autotune.model_check", payload, limits=settings.limits, workdir=workdir,
+                          gpu=device == "cuda", readable=checkpoint)
     if not result.ok:
         why = result.error or (f"killed by {result.signal}" if result.signal else "") or \
             ("timed out" if result.timed_out else f"exit status {result.returncode}")
@@ -158,6 +180,6 @@ def _child(payload: dict, send) -> dict:
 
 
 if __name__ == "__main__":
-    from autotune.verify.sandbox import child_main
+    from autotune.sandbox import child_main
 
     child_main(_child)

@@ -12,19 +12,29 @@
 
 The run directory holds config.yaml (resolved), env.json, ledger.jsonl (one JSON record per event; read
 it with `autotune.ledger.frame`), transcript.jsonl (every LLM exchange), candidates/<op>/, profile/ and
-summary.json. Overnight runs die: `autotune run resume=<run dir>` continues one with its saved
-configuration, repeating no finished candidate and no LLM call. `autotune run -m key=a,b` sweeps
-(Hydra multirun; any Hydra launcher via hydra/launcher=...).
+summary.json; cli.log gets one line per event, and a terminal shows a live table (autotune/progress.py).
+Targets are worked on side by side; candidates are judged at most verify.workers at a time
+(autotune/agent/slots.py). Overnight runs die: a run that fails records why, keeps everything judged so
+far and prints `autotune run resume=<run dir>`, which continues it with its saved configuration,
+repeating no finished candidate and no LLM call. `autotune run -m key=a,b` sweeps (Hydra multirun;
+launchers in conf/hydra/launcher/, the jobs' fates in autotune/sweep.py).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import datetime as dt
+import enum
 import json
+import os
 import secrets
+import signal
+import subprocess
+import sys
+import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
@@ -33,7 +43,24 @@ from autotune import env, targets
 from autotune.errors import UserError
 from autotune.ledger import Ledger
 
+if TYPE_CHECKING:
+    from autotune.profile.records import Hotspot
+
 console = Console(highlight=False)
+_PUBLISH = threading.Lock()
+SUPERVISED = "AUTOTUNE_SWEEP_JOB"  # set in a sweep job's child process (see supervise)
+
+
+class OutcomeStatus(str, enum.Enum):
+    """What became of a target (a str enum: the ledger and summary.json hold its value)."""
+
+    PROPOSED = "proposed"
+    NO_PASSING_CANDIDATE = "no_passing_candidate"
+    FAILED_MODEL_CHECK = "failed_model_check"
+    SKIPPED = "skipped"
+
+    def __str__(self) -> str:  # the value in f-strings and tables, on every Python version
+        return self.value
 
 
 @dataclasses.dataclass
@@ -41,26 +68,103 @@ class Outcome:
     """What became of one target in this run."""
 
     target: str
-    status: str  # proposed | no_passing_candidate | failed_model_check | skipped
+    status: OutcomeStatus
     detail: str
     best: str | None = None  # the best candidate's id
     verdict: str | None = None
     proposal: str | None = None  # the proposal id
     pr_url: str | None = None
 
+    def __post_init__(self):
+        self.status = OutcomeStatus(self.status)  # a resumed run reads it back from the ledger as text
+
 
 def main(cfg: DictConfig) -> int:
+    """One run; 0 when it finished, 1 when it died (its records stay, and it says how to resume it)."""
     from hydra.core.hydra_config import HydraConfig
 
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
     cfg = start(cfg, run_dir)
-    ledger = Ledger(run_dir / "ledger.jsonl")
-    hotspots = profile_stage(cfg, run_dir, ledger)
-    outcomes = [work_on(name, hotspot_of(hotspots, name), cfg, run_dir, ledger)
-                for name in choose_targets(cfg, hotspots)]
+    if str(hydra_cfg.mode).endswith("MULTIRUN") and not os.environ.get(SUPERVISED):
+        return supervise(run_dir)
+    try:
+        return _run(cfg, run_dir)
+    except Exception as e:  # an endpoint down, a full disk: keep the records, say how to go on
+        return died(run_dir, f"{type(e).__name__}: {e}")
+
+
+def _run(cfg: DictConfig, run_dir: Path) -> int:
+    from autotune.progress import Progress, ProgressLedger
+
+    names = list(cfg.targets) if cfg.targets else []
+    budget = cfg.agent.get("budget", {}) or {}
+    with Progress([str(n) for n in names], budget.get("wall_s"), run_dir, console) as progress:
+        ledger = ProgressLedger(run_dir / "ledger.jsonl", progress)
+        progress.seed(ledger.read())
+        hotspots = profile_stage(cfg, run_dir, ledger)
+        outcomes, errors = work_on_all(choose_targets(cfg, hotspots), hotspots, cfg, run_dir, ledger, progress)
+    if errors:
+        return died(run_dir, "; ".join(errors))
     summary = write_summary(cfg, run_dir, ledger, outcomes)
     print_summary(summary, run_dir)
     return 0
+
+
+def supervise(run_dir: Path) -> int:
+    """A sweep's job runs as `autotune run resume=<its dir>` in a child process, so that a job killed by a
+    signal (the OOM killer, a kill -9) takes neither the launcher's worker nor the other jobs with it: the
+    worker records how the job died and the sweep goes on (joblib's process pool would otherwise break)."""
+    child = subprocess.run([sys.executable, "-m", "autotune.cli", "run", f"resume={run_dir}",
+                            "hydra.output_subdir=null"], env={**os.environ, SUPERVISED: "1"})
+    if child.returncode < 0:
+        return died(run_dir, f"killed by {signal.Signals(-child.returncode).name}")
+    return 1 if child.returncode else 0  # a failed child recorded why and printed its resume command
+
+
+def died(run_dir: Path, error: str) -> int:
+    """Record why the run stopped (if the disk still takes it) and print the command that continues it."""
+    try:
+        Ledger(run_dir / "ledger.jsonl").append("failed", error=error)
+        with open(run_dir / "cli.log", "a") as log:  # the same line the progress log has for a failure
+            log.write(f"{dt.datetime.now():%Y-%m-%d %H:%M:%S,%f}"[:-3] + f" run: FAILED: {error}\n")
+    except OSError:
+        pass  # a full disk: the ledger holds everything up to the failure, which is what resume needs
+    console.print(f"[bold red]run failed[/]: {error}\nits records are in {run_dir}; continue it with:\n"
+                  f"  autotune run resume={run_dir}", soft_wrap=True)
+    return 1
+
+
+def work_on_all(names: list[str], hotspots: dict, cfg: DictConfig, run_dir: Path, ledger: Ledger,
+                progress) -> tuple[list[Outcome], list[str]]:
+    """The targets side by side (a slow one holds no other back); the judges share verify.workers slots.
+    A target that fails leaves no outcome record, so `resume=` takes it up again."""
+    def one(name: str) -> Outcome:
+        progress.started(name)
+        try:
+            return work_on(name, hotspot_of(hotspots, name), cfg, run_dir, ledger)
+        except Exception as e:
+            ledger.append("failed", target=name, error=f"{type(e).__name__}: {e}")
+            raise
+
+    outcomes: dict[str, Outcome] = {}
+    errors: list[str] = []
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(len(names), 1))
+    futures = {pool.submit(one, name): name for name in names}
+    try:
+        for future in concurrent.futures.as_completed(futures):
+            if future.exception() is not None:
+                errors.append(f"{futures[future]}: {type(future.exception()).__name__}: {future.exception()}")
+            else:
+                outcomes[futures[future]] = future.result()
+    except BaseException:  # Ctrl-C: the searches stop at their next turn; what they judged is in the ledger
+        from autotune.agent.loop import INTERRUPTED
+
+        INTERRUPTED.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return [outcomes[n] for n in names if n in outcomes], errors
 
 
 def start(cfg: DictConfig, run_dir: Path) -> DictConfig:
@@ -108,31 +212,34 @@ def profile_stage(cfg: DictConfig, run_dir: Path, ledger: Ledger) -> dict:
     pcfg = cfg.copy()
     pcfg.profile.out_dir = str(out_dir)
     result = profile_trace(pcfg, cfg.trace) if cfg.trace else profile_serving(pcfg)
+    from autotune.profile import hotspots_in
+
     ledger.append("profile", run_dir=str(result.run_dir.relative_to(run_dir)), serve=result.serve_report,
-                  hotspots=[{k: h[k] for k in ("target", "share", "calls", "projected_gain")}
-                            for h in result.hotspots["hotspots"]])
+                  hotspots=[h.summary() for h in hotspots_in(result.hotspots)])
     return result.hotspots
 
 
-def hotspot_of(hotspots: dict, name: str) -> dict | None:
-    found = next((h for h in hotspots["hotspots"] if h["target"] == name), None)
-    return {**found, "serving_time_us": hotspots.get("serving_time_us"), "run": hotspots.get("run"),
-            "assumed_speedup": hotspots.get("assumed_speedup")} if found else None
+def hotspot_of(hotspots: dict, name: str) -> Hotspot | None:
+    from autotune.profile import hotspot_for
+
+    return hotspot_for(name, hotspots)
 
 
 def choose_targets(cfg: DictConfig, hotspots: dict) -> list[str]:
     """`targets=[...]` as given (checked), else the profiled targets above `run.min_share`, hottest first."""
     if cfg.targets:
         return [str(t) for t in cfg.targets]
-    names = [h["target"] for h in hotspots["hotspots"]
-             if h["target"] in targets.NAMES and h["share"] >= float(cfg.run.min_share)]
+    from autotune.profile import hotspots_in
+
+    names = [h.target for h in hotspots_in(hotspots)
+             if h.target in targets.NAMES and h.share >= float(cfg.run.min_share)]
     if not names:
         console.print(f"no target takes {cfg.run.min_share:.0%} of serving time or more: nothing to do "
                       "(lower run.min_share, or name targets=[...])")
     return names
 
 
-def work_on(name: str, hotspot: dict | None, cfg: DictConfig, run_dir: Path, ledger: Ledger) -> Outcome:
+def work_on(name: str, hotspot: Hotspot | None, cfg: DictConfig, run_dir: Path, ledger: Ledger) -> Outcome:
     """Agent and checker, then the model-level check, then publish: one target, start to end."""
     from autotune.agent import search_target
     from autotune.publish import rejection_reasons
@@ -145,14 +252,15 @@ def work_on(name: str, hotspot: dict | None, cfg: DictConfig, run_dir: Path, led
                            rejections=rejection_reasons(cfg, name))
     best = search.best
     if best is None or not best.passed:
-        outcome = Outcome(name, "no_passing_candidate", search.stopped, best and best.id, best and best.status)
+        outcome = Outcome(name, OutcomeStatus.NO_PASSING_CANDIDATE, search.stopped, best and best.id,
+                          best and best.status)
     else:
         outcome = check_and_publish(name, best, hotspot, cfg, run_dir, ledger)
     ledger.append("outcome", **dataclasses.asdict(outcome))
     return outcome
 
 
-def check_and_publish(name: str, best, hotspot: dict | None, cfg: DictConfig, run_dir: Path,
+def check_and_publish(name: str, best, hotspot: Hotspot | None, cfg: DictConfig, run_dir: Path,
                       ledger: Ledger) -> Outcome:
     from autotune.model_check import check_model
     from autotune.publish import ProposalRequest, publish
@@ -162,16 +270,17 @@ def check_and_publish(name: str, best, hotspot: dict | None, cfg: DictConfig, ru
     check = check_model(cfg, name, source, workdir=run_dir / "model_check" / best.id)
     ledger.append("model_check", target=name, candidate=best.id, **check.to_dict())
     if not check.passed:
-        return Outcome(name, "failed_model_check", check.reason, best.id, best.status)
+        return Outcome(name, OutcomeStatus.FAILED_MODEL_CHECK, check.reason, best.id, best.status)
     environment = json.loads((run_dir / "env.json").read_text())
     request = ProposalRequest(
         target=name, source=source, verdict=best.verdict, hotspot=hotspot, model_check=check.to_dict(),
         candidate={k: getattr(best, k) for k in ("id", "agent", "model", "turn", "prompt_tokens", "cached_tokens",
                                                  "completion_tokens", "cost_usd")},
         environment=environment, run_dir=str(run_dir), run_id=str(cfg.run_id))
-    proposal = publish(request, cfg)
+    with _PUBLISH:  # targets finish side by side; their branches go into one repository one at a time
+        proposal = publish(request, cfg)
     ledger.append("proposal", candidate=best.id, **dataclasses.asdict(proposal))
-    return Outcome(name, "proposed", check.reason, best.id, best.status, proposal.id, proposal.pr_url)
+    return Outcome(name, OutcomeStatus.PROPOSED, check.reason, best.id, best.status, proposal.id, proposal.pr_url)
 
 
 def write_summary(cfg: DictConfig, run_dir: Path, ledger: Ledger, outcomes: list[Outcome]) -> dict[str, Any]:

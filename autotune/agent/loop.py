@@ -21,18 +21,25 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
 from autotune.agent import NO_CODE, CandidateRecord, TargetSearch, clients, prompts
 from autotune.agent.accounting import summarize
 from autotune.agent.extract import Extraction, extract
+from autotune.agent.slots import judge_slots
 from autotune.ledger import Ledger
 from autotune.targets.base import Target
 from autotune.verify.verdict import Status, Verdict
 
+if TYPE_CHECKING:
+    from autotune.profile.records import Hotspot
+
 VerifyFn = Callable[[Target, Path], Verdict]
+# Set by the thread that received Ctrl-C while searches run in other threads (targets side by side):
+# every search stops at its next turn.
+INTERRUPTED = threading.Event()
 # The order of "best": a correct candidate that is faster > one that could not be timed > a slower one.
 RANK = {Status.ACCEPTED: 3, Status.UNMEASURED: 2, Status.SLOWER: 1}
 
@@ -62,7 +69,7 @@ def _opt(x: Any, kind: type) -> Any:
     return None if x is None else kind(x)
 
 
-def search_target(target: Target, hotspot: dict | None, cfg: DictConfig, run_dir: Path, ledger: Ledger, *,
+def search_target(target: Target, hotspot: Hotspot | None, cfg: DictConfig, run_dir: Path, ledger: Ledger, *,
                   rejections: Iterable[str] = (), verify_fn: VerifyFn | None = None,
                   incumbent: CandidateRecord | None = None) -> TargetSearch:
     """Search for kernels for one target; `incumbent` (optional) is the best kernel known before it."""
@@ -95,9 +102,9 @@ def _run_all(state: "_Search", n: int, workers: int) -> None:
         raise errors[0]  # a dead endpoint, say: everything judged so far is in the ledger already
 
 
-def default_verify(cfg: DictConfig, hotspot: dict | None) -> VerifyFn:
+def default_verify(cfg: DictConfig, hotspot: Hotspot | None) -> VerifyFn:
     """The real checker on the hot spot's shapes (verify.shapes decides when there is no hot spot)."""
-    shapes = [(tuple(s["shape"]), s["dtype"], int(s.get("calls") or 0)) for s in (hotspot or {}).get("shapes") or []]
+    shapes = list(hotspot.shapes) if hotspot else []
 
     @functools.cache
     def environment():  # once per search, not per file: it runs git and asks torch
@@ -105,10 +112,13 @@ def default_verify(cfg: DictConfig, hotspot: dict | None) -> VerifyFn:
 
         return collect(dict(cfg.get("labels") or {}))
 
+    slots = judge_slots(cfg)  # verify.workers judges at once in this process, one GPU each on a GPU host
+
     def verify_fn(target: Target, path: Path) -> Verdict:
         from autotune.verify import verify
 
-        return verify(target, path, cfg, shapes=shapes or None, environment=environment())
+        with slots.hold():
+            return verify(target, path, cfg, shapes=shapes or None, environment=environment())
 
     return verify_fn
 
@@ -166,6 +176,8 @@ class _Search:
         self.stop.set()
 
     def halted(self) -> bool:
+        if INTERRUPTED.is_set():  # Ctrl-C reaches the run's main thread, not the search threads
+            self.halt("interrupted")
         if not self.stop.is_set():
             over = self._over_budget()
             if over:

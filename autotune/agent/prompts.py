@@ -13,16 +13,19 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import jinja2
 from omegaconf import OmegaConf
 
-from autotune.targets.base import Target, parse_dtype
+from autotune.targets.base import Target, dtype_name, parse_dtype
 from autotune.verify.verdict import Status, Verdict
 
+if TYPE_CHECKING:
+    from autotune.profile.records import Hotspot
+
 PROMPTS_DIR = Path(__file__).resolve().parents[2] / "prompts"
-EXAMPLE = PROMPTS_DIR / "examples" / "rms_norm.py"
+EXAMPLE_TARGET = "rms_norm"  # whose correct example kernel (Target.example) the system message shows
 ASSUMED_GPU = "H100 SXM"  # whose bandwidth the floors assume when there is no GPU to look up
 STDERR_LINES = 30  # the end of a traceback that the model sees; more is noise at ~10 tokens a line
 
@@ -33,7 +36,8 @@ _env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(PROMPTS_DIR)), unde
 @dataclasses.dataclass(frozen=True)
 class Roofline:
     bandwidth_gbps: float
-    source: str  # where the figure comes from, said in the prompt
+    source: str  # where the figures come from, said in the prompt
+    tflops: float | None = None  # peak dense bf16/fp16 rate; None: the floors are the bandwidth's alone
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,18 +65,20 @@ class Conversation:
 
 def roofline(cfg) -> Roofline:
     """The bandwidth behind the prompt's time floors: configured, else the GPU's, else an assumption said so."""
-    from autotune.verify.timing import PEAK_BANDWIDTH_GBPS, peak_bandwidth_gbps  # the checker's table
+    from autotune.verify.timing import PEAK_BANDWIDTH_GBPS, peak_bandwidth_gbps, peak_tflops  # the checker's
 
     given = OmegaConf.select(cfg, "verify.peak_bandwidth_gbps", default=None)
+    given_tflops = OmegaConf.select(cfg, "verify.peak_tflops", default=None)
     if given:
-        return Roofline(float(given), "set by verify.peak_bandwidth_gbps")
+        return Roofline(float(given), "set by verify.peak_bandwidth_gbps",
+                        float(given_tflops) if given_tflops else None)
     gpu = _gpu_name(str(OmegaConf.select(cfg, "device", default="auto")))
     found = peak_bandwidth_gbps(gpu, None) if gpu else None
     if found:
-        return Roofline(found, f"the {gpu}'s peak memory bandwidth")
+        return Roofline(found, f"the {gpu}'s peaks", peak_tflops(gpu, given_tflops))
     assumed = float(PEAK_BANDWIDTH_GBPS[ASSUMED_GPU])
     why = f"{gpu} is not in the checker's table" if gpu else "no GPU was seen here"
-    return Roofline(assumed, f"assumed: an {ASSUMED_GPU}'s, since {why}")
+    return Roofline(assumed, f"assumed: an {ASSUMED_GPU}'s, since {why}", peak_tflops(ASSUMED_GPU, given_tflops))
 
 
 def _gpu_name(device: str) -> str | None:
@@ -88,44 +94,52 @@ def render(template: str, **slots: Any) -> str:
     return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
 
 
-def system_message(example: Path = EXAMPLE) -> str:
+def system_message(example: Path | None = None) -> str:
+    from autotune import targets
     from autotune.verify.policy import ALLOWED_IMPORTS  # the contract as the checker enforces it
 
+    example = example or targets.get(EXAMPLE_TARGET).example_path
     source = example.read_text().rstrip() if example.is_file() else ""
     return render("system.md.j2", allowed_imports=", ".join(f"`{m}`" for m in ALLOWED_IMPORTS),
                   example_name=example.stem if source else "", example_source=source)
 
 
-def task_message(target: Target, hotspot: dict | None, roofline: Roofline, *, index: int, candidates: int,
+def task_message(target: Target, hotspot: Hotspot | None, roofline: Roofline, *, index: int, candidates: int,
                  incumbent: Incumbent | None = None, rejections: Iterable[str] = ()) -> str:
     profile = None
     if hotspot:
-        profile = {"share_pct": _pct(hotspot.get("share")), "calls": f"{int(hotspot.get('calls') or 0):,}",
-                   "total_us": _us(hotspot.get("total_us"))}
+        profile = {"share_pct": _pct(hotspot.share), "calls": f"{hotspot.calls:,}", "total_us": _us(hotspot.total_us)}
     return render("task.md.j2", target=target, signature=target.signature,
                   reference_source=target.reference_source(), profile=profile,
                   shapes=shape_rows(target, hotspot, roofline), roofline=_roofline_slots(roofline),
+                  advice=advice(target, roofline),
+                  edge_shapes=", ".join("x".join(map(str, s)) for s in target.edge_shapes),
                   incumbent=incumbent, rejections=[scrub_paths(r) for r in rejections if r],
                   index=index, candidates=candidates)
 
 
-def shape_rows(target: Target, hotspot: dict | None, roofline: Roofline) -> list[dict[str, str]]:
+def advice(target: Target, roofline: Roofline) -> str:
+    """What makes a kernel for this target fast: its class's advice (prompts/advice/<class>.md.j2), then its own."""
+    text = render(f"advice/{target.op_class.value}.md.j2", target=target, roofline=_roofline_slots(roofline))
+    return text + (f"- {target.advice.strip()}\n" if target.advice else "")
+
+
+def shape_rows(target: Target, hotspot: Hotspot | None, roofline: Roofline) -> list[dict[str, str]]:
     """One row per profiled (shape, dtype): calls, share, bytes moved and the time floor."""
-    if hotspot and hotspot.get("shapes"):
-        entries = hotspot["shapes"]
-        total_us = sum(float(s.get("total_us") or 0.0) for s in entries)
+    profiled = bool(hotspot and hotspot.shapes)
+    if profiled:
+        entries = [(s.shape, s.dtype, s.calls, s.total_us) for s in hotspot.shapes]
     else:
-        entries = [{"shape": list(s), "dtype": str(d).removeprefix("torch."), "calls": None, "total_us": None}
-                   for s in target.default_shapes for d in target.dtypes]
-        total_us = 0.0
+        entries = [(tuple(s), dtype_name(d), None, None) for s in target.default_shapes for d in target.dtypes]
+    total_us = sum(e[3] for e in entries) if profiled else 0.0
     rows = []
-    for s in entries:
-        moved = _bytes_moved(target, s["shape"], s["dtype"])
-        rows.append({"shape": "x".join(str(d) for d in s["shape"]), "dtype": s["dtype"],
-                     "calls": f"{int(s['calls']):,}" if s.get("calls") is not None else "-",
-                     "share": _pct(float(s["total_us"]) / total_us) if total_us and s.get("total_us") else "-",
-                     "bytes": _size(moved) if moved is not None else "?",
-                     "floor": _us(moved / (roofline.bandwidth_gbps * 1e3)) if moved is not None else "?"})
+    for shape, dtype, calls, us in entries:
+        moved = _bytes_moved(target, shape, dtype)
+        floor = _floor_us(target, shape, dtype, roofline)
+        rows.append({"shape": "x".join(str(d) for d in shape), "dtype": dtype,
+                     "calls": f"{calls:,}" if calls is not None else "-",
+                     "share": _pct(us / total_us) if total_us and us else "-",
+                     "bytes": _size(moved) if moved is not None else "?", "floor": _us(floor) if floor else "?"})
     return rows
 
 
@@ -188,7 +202,8 @@ def trim_stderr(text: str, lines: int = STDERR_LINES) -> str:
 
 
 def _roofline_slots(roofline: Roofline) -> dict[str, str]:
-    return {"bandwidth": f"{roofline.bandwidth_gbps:,.0f} GB/s", "source": roofline.source}
+    flop_rate = f"{roofline.tflops:,.0f} TFLOP/s" if roofline.tflops else "an unknown FLOP rate (not counted)"
+    return {"bandwidth": f"{roofline.bandwidth_gbps:,.0f} GB/s", "flop_rate": flop_rate, "source": roofline.source}
 
 
 def _case_slots(case, reason: str) -> dict[str, Any]:
@@ -204,7 +219,15 @@ def _timing_slots(t) -> dict[str, str]:
             "floor": f"{t.pct_of_floor:.0f}%" if t.pct_of_floor is not None else "-"}
 
 
-def _bytes_moved(target: Target, shape: list[int], dtype: str) -> int | None:
+def _floor_us(target: Target, shape: tuple[int, ...], dtype: str, roofline: Roofline) -> float | None:
+    try:
+        return target.floor_us(tuple(int(d) for d in shape), parse_dtype(dtype), roofline.bandwidth_gbps,
+                               roofline.tflops)
+    except (ValueError, TypeError, IndexError):
+        return None
+
+
+def _bytes_moved(target: Target, shape: tuple[int, ...], dtype: str) -> int | None:
     try:
         return int(target.bytes_moved(tuple(int(d) for d in shape), parse_dtype(dtype)))
     except (ValueError, TypeError, IndexError):

@@ -3,11 +3,18 @@
 `autotune profile` builds the model (`model=`), serves `profile.warmup_requests` requests outside the
 profile, then serves the workload (`workload=`) under torch.profiler (CPU, plus CUDA on a GPU) with input
 shapes recorded. It prints the hot spots ranked by share of serving time, with the end-to-end gain a kernel
-`profile.assumed_speedup` times faster could give (Amdahl), and the serving latencies (TTFT, TPOT, tokens/s).
+`profile.assumed_speedup` times faster could give (Amdahl); the share of the time spent in ops that the targets
+cover, with the biggest uncovered ops by name; and the serving latencies (TTFT, TPOT, tokens/s).
 
 `autotune profile trace=PATH` reads an existing torch-profiler trace instead (.json or .json.gz: ours, or
-one written by vLLM or SGLang; record shapes there to get shapes here). Foreign op names map to targets
-through `profile.target_map`; the serving time of a foreign trace is the span of its profiled window.
+one written by vLLM or SGLang: the worker's trace, with shapes recorded). Other engines' op names map to
+targets as each target declares (vLLM's `_C::` and `vllm_ir::` ops, SGLang's `sgl_kernel::` ops, with the
+argument that holds the case and its shape rule); an unfused RMSNorm (aten::pow, mean, add, rsqrt, mul)
+counts as rms_norm / fused_add_rms_norm. Add your own names with a file, `profile.target_map_file=PATH`
+(YAML/JSON `{op name: target}` or `{op name: {target: T, input: K, head_size: J}}`), or on the command line
+with the colons escaped: '+profile.target_map={my_engine\\:\\:rms_norm: rms_norm}'. The serving time of a
+foreign trace is the span of its profiled window. Notes after the table say when shapes were not recorded
+or time hides in torch.compile regions (rerun with --enforce-eager).
 
 Outputs, in `<profile.out_dir>/<run>/` (default traces/, run = e.g. 20261130-043512-ab12):
   trace.json.gz   the trace (open it in https://ui.perfetto.dev); carries the environment and serve report
@@ -23,6 +30,7 @@ A run folder appears only when complete; a failed or interrupted profile leaves 
 Main settings (conf/profile/default.yaml; override as key=value):
   profile.out_dir=traces  profile.warmup_requests=2  profile.assumed_speedup=2.0  profile.top=10
   profile.with_stack=false  profile.nsight=false  profile.nsight_top=3  device=auto|cpu|cuda
+  profile.target_map_file=PATH
   workload.num_requests=16  serve.max_batch_size=8  labels.cluster=NAME (recorded in env.json)
 """
 
@@ -33,6 +41,8 @@ from rich.console import Console
 from rich.table import Table
 
 from autotune.env import Environment
+from autotune.profile.hotspots import hotspots_in
+from autotune.profile.records import Coverage, ProfiledShape
 from autotune.profile.profiler import ProfileResult, profile_serving, profile_trace
 
 
@@ -40,9 +50,13 @@ def main(cfg: DictConfig) -> int:
     result = profile_trace(cfg, cfg.trace) if cfg.trace else profile_serving(cfg)
     console = Console()
     console.print(hotspot_table(result.hotspots, int(cfg.profile.top)))
+    if "coverage" in result.hotspots:
+        console.print(coverage_table(Coverage.from_dict(result.hotspots["coverage"]), int(cfg.profile.top)))
     _print_serving(console, result)
     if result.nsight_note:
         console.print(result.nsight_note)
+    for note in result.notes:
+        console.print(f"note: {note}", soft_wrap=True)
     _print_files(console, result)
     return 0
 
@@ -50,10 +64,9 @@ def main(cfg: DictConfig) -> int:
 _SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
-def _top_shapes(shapes: list[dict], n: int = 2) -> str:
+def _top_shapes(shapes: tuple[ProfiledShape, ...], n: int = 2) -> str:
     """The most-timed shapes, one per line: `8x4096 bf16 ×120`."""
-    lines = [f"{'x'.join(map(str, s['shape']))} {_SHORT_DTYPES.get(s['dtype'], s['dtype'])} ×{s['calls']}"
-             for s in shapes[:n]]
+    lines = [f"{'x'.join(map(str, s.shape))} {_SHORT_DTYPES.get(s.dtype, s.dtype)} ×{s.calls}" for s in shapes[:n]]
     return "\n".join(lines + ([f"(+{len(shapes) - n} more)"] if len(shapes) > n else [])) or "-"
 
 
@@ -66,12 +79,29 @@ def hotspot_table(record: dict, top: int) -> Table:
     for name, justify in (("#", "right"), ("target", "left"), ("share", "right"), ("calls", "right"),
                           ("ms", "right"), ("top shapes ×calls", "left"), ("gain", "right")):
         table.add_column(name, justify=justify, no_wrap=True)
-    for rank, h in enumerate(record["hotspots"][:top], start=1):
-        table.add_row(str(rank), h["target"], f"{100 * h['share']:.1f}%", str(h["calls"]),
-                      f"{h['total_us'] / 1e3:.2f}", _top_shapes(h["shapes"]), f"{100 * h['projected_gain']:.1f}%")
+    for rank, h in enumerate(hotspots_in(record)[:top], start=1):
+        table.add_row(str(rank), h.target, f"{100 * h.share:.1f}%", str(h.calls), f"{h.total_us / 1e3:.2f}",
+                      _top_shapes(h.shapes), f"{100 * h.projected_gain:.1f}%")
     if not record["hotspots"]:
         table.add_row("-", "none found", "", "", "", "foreign op names?", "")
-        table.caption = "no op maps to a target: add the trace's op names to profile.target_map"
+        table.caption = ("no op maps to a target: see the notes below, or add the trace's op names with "
+                         "+profile.target_map or profile.target_map_file=PATH")
+    return table
+
+
+def coverage_table(cov: Coverage, top: int) -> Table:
+    """The share of op time the targets cover, and the biggest uncovered ops: where a new target would pay."""
+    table = Table(title=f"targets cover {100 * cov.share:.1f}% of the time spent in ops "
+                        f"({cov.covered_us / 1e3:.1f} of {cov.ops_us / 1e3:.1f} ms)",
+                  caption="uncovered: the outermost ops that are not targets, by time outside any target op")
+    for name, justify in (("uncovered op", "left"), ("share of op time", "right"), ("ms", "right")):
+        table.add_column(name, justify=justify, no_wrap=True)
+    for op, us in cov.uncovered[:top]:
+        table.add_row(op, f"{100 * us / cov.ops_us:.1f}%", f"{us / 1e3:.2f}")
+    rest = cov.uncovered[top:]
+    if rest:
+        us = sum(t for _, t in rest)
+        table.add_row(f"({len(rest)} more ops)", f"{100 * us / cov.ops_us:.1f}%", f"{us / 1e3:.2f}")
     return table
 
 

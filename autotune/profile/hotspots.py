@@ -7,7 +7,10 @@ that is `s` times faster on a target that takes a share `p` of serving time save
 `hotspots.json` (one per profile run; the checker takes its shapes from the newest one):
     {"run": str, "trace": str, "serving_time_us": float, "assumed_speedup": float, "environment": {...},
      "hotspots": [{"target": str, "share": float, "calls": int, "total_us": float, "projected_gain": float,
-                   "shapes": [{"shape": [int, ...], "dtype": "float32", "calls": int, "total_us": float}]}]}
+                   "shapes": [{"shape": [int, ...], "dtype": "float32", "calls": int, "total_us": float}]}],
+     "coverage": {"share": float, "ops_us": float, "covered_us": float,
+                  "uncovered": [{"op": str, "time_us": float, "share": float}]}}
+Each hot spot reads into a `records.Hotspot` (`hotspots_in`, `hotspot_for`), the coverage into a `records.Coverage`.
 """
 
 from __future__ import annotations
@@ -18,37 +21,31 @@ from typing import Any
 
 import pandas as pd
 
-from autotune import targets
 from autotune.errors import UserError
 from autotune.profile.optable import op_time_us
+from autotune.profile.records import Hotspot, ProfiledShape, amdahl_gain
+
+__all__ = ["FILE", "amdahl_gain", "hotspot_for", "hotspots_in", "hotspots_record", "latest_hotspots",
+           "rank_hotspots", "shapes_for"]
 
 FILE = "hotspots.json"
 
 
-def amdahl_gain(share: float, speedup: float) -> float:
-    """The fraction of end-to-end time saved when a part taking `share` of it runs `speedup` times faster."""
-    return 1.0 - ((1.0 - share) + share / speedup)
-
-
-def _shapes(target: str, rows: pd.DataFrame) -> list[dict]:
+def _shapes(target: str, rows: pd.DataFrame) -> tuple[ProfiledShape, ...]:
     """The target's case shapes with dtype, calls and time each, largest time first."""
-    shape_from_dims = targets.get(target).shape_from_dims
     seen: dict[tuple, dict] = {}
-    for dims, dtype, calls, time_us in zip(rows["input_shapes"], rows["dtype"], rows["calls"], rows["time_us"]):
-        parsed = json.loads(dims) if dims else []
-        if not parsed or not parsed[0]:
-            continue  # recorded without shapes (vLLM's default): nothing to give the checker
-        try:
-            shape = tuple(int(d) for d in shape_from_dims(parsed))
-        except (TypeError, ValueError, IndexError):
-            continue  # a foreign op whose arguments are not laid out as the target's
+    for case, dtype, calls, time_us in zip(rows["case_shape"], rows["dtype"], rows["calls"], rows["time_us"]):
+        if not case:
+            continue  # recorded without shapes (vLLM's default), or not laid out as its mapping says
+        shape = tuple(int(d) for d in json.loads(case))
         entry = seen.setdefault((shape, dtype), {"shape": list(shape), "dtype": dtype, "calls": 0, "total_us": 0.0})
         entry["calls"] += int(calls)
         entry["total_us"] += float(time_us)
-    return sorted(seen.values(), key=lambda s: (-s["total_us"], s["shape"], s["dtype"]))
+    ranked = sorted(seen.values(), key=lambda s: (-s["total_us"], s["shape"], s["dtype"]))
+    return tuple(ProfiledShape.from_dict(s) for s in ranked)
 
 
-def rank_hotspots(ops: pd.DataFrame, serving_time_us: float, assumed_speedup: float) -> list[dict]:
+def rank_hotspots(ops: pd.DataFrame, serving_time_us: float, assumed_speedup: float) -> list[Hotspot]:
     """One entry per target found in the op table, ranked by share of serving time (hotspots.json's list)."""
     if assumed_speedup <= 0:
         raise UserError(f"profile.assumed_speedup={assumed_speedup} must be > 0 (e.g. profile.assumed_speedup=2)")
@@ -57,17 +54,30 @@ def rank_hotspots(ops: pd.DataFrame, serving_time_us: float, assumed_speedup: fl
     for target, rows in mapped.groupby("target", sort=False):
         total_us = float(rows["time_us"].sum())
         share = total_us / serving_time_us if serving_time_us > 0 else 0.0
-        ranked.append({"target": str(target), "share": share, "calls": int(rows["calls"].sum()),
-                       "total_us": total_us, "projected_gain": amdahl_gain(share, assumed_speedup),
-                       "shapes": _shapes(str(target), rows)})
-    return sorted(ranked, key=lambda h: (-h["share"], h["target"]))
+        ranked.append(Hotspot(target=str(target), share=share, calls=int(rows["calls"].sum()), total_us=total_us,
+                              projected_gain=amdahl_gain(share, assumed_speedup), shapes=_shapes(str(target), rows)))
+    return sorted(ranked, key=lambda h: (-h.share, h.target))
 
 
 def hotspots_record(run: str, trace: str, serving_time_us: float, assumed_speedup: float,
-                    environment: dict, hotspots: list[dict]) -> dict[str, Any]:
+                    environment: dict, hotspots: list[Hotspot], coverage: dict | None = None) -> dict[str, Any]:
     """The content of hotspots.json, keys in the documented order."""
-    return {"run": run, "trace": trace, "serving_time_us": float(serving_time_us),
-            "assumed_speedup": float(assumed_speedup), "environment": environment, "hotspots": hotspots}
+    record = {"run": run, "trace": trace, "serving_time_us": float(serving_time_us),
+              "assumed_speedup": float(assumed_speedup), "environment": environment,
+              "hotspots": [h.to_dict(with_profile=False) for h in hotspots]}
+    if coverage is not None:
+        record["coverage"] = coverage
+    return record
+
+
+def hotspots_in(record: dict | None) -> list[Hotspot]:
+    """The ranked hot spots of a hotspots.json record, each with its profile's run, serving time and speedup."""
+    return [Hotspot.from_dict(h).in_profile(record) for h in (record or {}).get("hotspots", [])]
+
+
+def hotspot_for(target: str, record: dict | None) -> Hotspot | None:
+    """The target's hot spot in a hotspots.json record; None when the profile did not see it."""
+    return next((h for h in hotspots_in(record) if h.target == target), None)
 
 
 def latest_hotspots(out_dir: str | Path) -> dict | None:
@@ -85,9 +95,7 @@ def latest_hotspots(out_dir: str | Path) -> dict | None:
     return None
 
 
-def shapes_for(target: str, hotspots: dict | None) -> list[tuple[tuple[int, ...], str, int]]:
-    """(shape, dtype, calls) the profile saw for a target, most time first; [] when it was not seen."""
-    for h in (hotspots or {}).get("hotspots", []):
-        if h["target"] == target:
-            return [(tuple(s["shape"]), s["dtype"], int(s["calls"])) for s in h["shapes"]]
-    return []
+def shapes_for(target: str, hotspots: dict | None) -> list[ProfiledShape]:
+    """The shapes the profile saw for a target, most time first; [] when it was not seen."""
+    found = hotspot_for(target, hotspots)
+    return list(found.shapes) if found else []

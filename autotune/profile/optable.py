@@ -1,6 +1,6 @@
 """A torch-profiler trace (Chrome/Kineto JSON) turned into the op table, one row per (op, input shapes, dtype).
 
-Columns: `op, target, input_shapes, dtype, calls, total_us, self_us, device_us, share`.
+Columns: `op, target, input_shapes, case_shape, dtype, calls, total_us, self_us, device_us, share`.
 - `total_us` is the CPU wall time of the op's calls, children included; `self_us` subtracts the time of the
   ops nested directly inside it. Nesting is computed per (pid, tid): on one thread, an op that starts before
   the enclosing op ends is inside it.
@@ -8,11 +8,14 @@ Columns: `op, target, input_shapes, dtype, calls, total_us, self_us, device_us, 
   included; empty on a CPU-only trace. A kernel joins its launching `cuda_runtime` event through
   `args.correlation`, and that event joins the enclosing cpu_op through `args["External id"]`.
 - `share` is the op's time over the serving time: device time on a GPU trace, CPU time otherwise.
-- `target` is the target the op implements: our dispatch points appear as `autotune::<target>`; other
-  engines' ops map through `profile.target_map`. An op nested inside an op of the same target (vLLM's
-  `vllm::rms_norm` around `_C::rms_norm`, `aten::_softmax` under `autotune::softmax`) is not counted again.
-  A map entry `{target: T, input: K}` says the target's inputs start at argument K (vLLM's `_C::` ops take
-  their output first); such rows list `input_shapes` and `dtype` from argument K on, the target's own view.
+- `target` is the target the op implements (profile/opmap.py: our `autotune::<target>` dispatch points, the
+  targets' declared foreign ops, the user's profile.target_map). An op nested inside an op of the same target
+  (`aten::_softmax` under `autotune::softmax`) is not counted again. An unfused RMSNorm (aten::pow, mean,
+  add, rsqrt, mul, mul side by side; profile/patterns.py) outside any mapped op is one row, its op named
+  after the sequence, e.g. `aten::pow+aten::mean+...`, its time the sum of its ops'.
+- `input_shapes` lists every argument's dims as recorded; `case_shape` is the target's case read from them
+  by the op's mapping (vLLM's rotary: query [T, H*D] at argument 1 -> [T, H, D]), '' when the trace did not
+  record shapes; `dtype` is the case tensor's.
 
 Serving time: the duration of our `autotune::serve` window when the trace has one; for a foreign trace
 (vLLM, SGLang), the span of its profiled window, from the first recorded event's start to the last one's end.
@@ -20,18 +23,22 @@ Serving time: the duration of our `autotune::serve` window when the trace has on
 
 from __future__ import annotations
 
+import collections
 import gzip
 import json
 import zlib
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import pandas as pd
 
+from autotune import targets
 from autotune.errors import UserError
-from autotune.targets import NAMES as TARGET_NAMES
+from autotune.profile.opmap import MappedOp, OpMap, declared_map
+from autotune.profile.patterns import Match, find_rms_norms
+from autotune.profile.records import Coverage
 
-COLUMNS = ["op", "target", "input_shapes", "dtype", "calls", "total_us", "self_us", "device_us", "share"]
+COLUMNS = ["op", "target", "input_shapes", "case_shape", "dtype", "calls", "total_us", "self_us", "device_us", "share"]
 SERVE_SPAN = "autotune::serve"  # the record_function around the profiled serving window
 META_ENVIRONMENT = "autotune_environment"  # trace metadata keys written by `autotune profile`
 META_SERVE = "autotune_serve"
@@ -133,14 +140,15 @@ def _dtype(types: list) -> str:
     return ""
 
 
-def target_of(op: str, target_map: Mapping[str, Any]) -> tuple[str, int]:
-    """(target the op implements or '', index of the argument where the target's inputs start)."""
-    if op.startswith("autotune::") and op.removeprefix("autotune::") in TARGET_NAMES:
-        return op.removeprefix("autotune::"), 0
-    entry = target_map.get(op, "")
-    if isinstance(entry, Mapping):
-        return str(entry["target"]), int(entry.get("input", 0))
-    return str(entry), 0
+def _inside_mapped(parents: list[int], mapped: list[MappedOp | None]) -> list[bool]:
+    """Whether each event is, or is nested in, an op that maps to a target (its implementation's ops)."""
+    inside = [False] * len(parents)
+    for i in range(len(parents)):
+        p = i
+        while p != -1 and not mapped[p]:
+            p = parents[p]
+        inside[i] = p != -1
+    return inside
 
 
 def _targets(parents: list[int], own: list[str]) -> list[str]:
@@ -154,32 +162,60 @@ def _targets(parents: list[int], own: list[str]) -> list[str]:
     return result
 
 
-def _row(e: dict, target: str, first_input: int) -> dict:
+def _case_shape(e: dict, mapped: MappedOp | None) -> str:
+    """The target's case shape (JSON) from the call's recorded arguments; '' when they do not give one."""
+    if mapped is None:
+        return ""
     args = e.get("args", {})
-    return {"op": e["name"], "target": target, "input_shapes": json.dumps(args.get("Input Dims", [])[first_input:]),
-            "dtype": _dtype(args.get("Input type", [])[first_input:]), "total_us": float(e["dur"])}
+    try:
+        shape = mapped.foreign.case_shape(list(args.get("Input Dims") or []), list(args.get("Concrete Inputs") or []),
+                                          targets.get(mapped.target).shape_from_dims)
+    except (TypeError, ValueError, IndexError):
+        return ""  # no shapes recorded, or the call is not laid out as the map says
+    return json.dumps(list(shape))
 
 
-def op_table(trace: Mapping[str, Any], target_map: Mapping[str, Any]) -> pd.DataFrame:
-    """The op table of a trace (columns COLUMNS), sorted by share, largest first."""
+def _row(e: dict, target: str, mapped: MappedOp | None) -> dict:
+    args = e.get("args", {})
+    case_arg = mapped.foreign.case_arg if mapped else 0
+    return {"op": e["name"], "target": target, "input_shapes": json.dumps(args.get("Input Dims", [])),
+            "case_shape": _case_shape(e, mapped) if target else "",
+            "dtype": _dtype(args.get("Input type", [])[case_arg:]), "total_us": float(e["dur"])}
+
+
+def _pattern_row(host: list[dict], match: Match, self_us: list[float], device: list[float]) -> dict:
+    """One row for an unfused sequence: its members' time, the case shape and x's dtype."""
+    return {"op": match.op, "target": match.target, "input_shapes": json.dumps([list(match.shape)]),
+            "case_shape": json.dumps(list(match.shape)),
+            "dtype": _dtype(host[match.dtype_index].get("args", {}).get("Input type", [])),
+            "total_us": sum(float(host[i]["dur"]) for i in match.members),
+            "self_us": sum(self_us[i] for i in match.members), "device_us": sum(device[i] for i in match.members)}
+
+
+def op_table(trace: Mapping[str, Any], op_map: OpMap | None = None) -> pd.DataFrame:
+    """The op table of a trace (columns COLUMNS), sorted by share, largest first; op_map: opmap.build_map()."""
+    op_map = declared_map() if op_map is None else op_map
     events = complete_events(trace)
     host = [e for e in events if e["cat"] in HOST_CATEGORIES]
     parents = _parents(host)
-    child_us = [0.0] * len(host)
+    self_us = [float(e["dur"]) for e in host]
     for i, p in enumerate(parents):
         if p != -1:
-            child_us[p] += host[i]["dur"]
+            self_us[p] -= host[i]["dur"]
     on_gpu = any(e["cat"] in DEVICE_CATEGORIES for e in events)
     device = _device_us(host, parents, events) if on_gpu else [0.0] * len(host)
-    mapped = [target_of(e["name"], target_map) if e["cat"] == "cpu_op" else ("", 0) for e in host]
-    targets = _targets(parents, [t for t, _ in mapped])
-    rows = [{**_row(e, targets[i], mapped[i][1]), "self_us": float(e["dur"]) - child_us[i], "device_us": device[i]}
-            for i, e in enumerate(host) if e["cat"] == "cpu_op"]
+    mapped = [op_map.get(e["name"]) if e["cat"] == "cpu_op" else None for e in host]
+    targets_of = _targets(parents, [m.target if m else "" for m in mapped])
+    matches = find_rms_norms(host, parents, [not x for x in _inside_mapped(parents, mapped)])
+    in_match = {i for m in matches for i in m.members}
+    rows = [{**_row(e, targets_of[i], mapped[i]), "self_us": self_us[i], "device_us": device[i]}
+            for i, e in enumerate(host) if e["cat"] == "cpu_op" and i not in in_match]
+    rows += [_pattern_row(host, m, self_us, device) for m in matches]
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype="float64" if c.endswith(("_us", "share")) else "object")
                              for c in COLUMNS})
     frame = pd.DataFrame(rows)
-    table = (frame.groupby(["op", "target", "input_shapes", "dtype"], sort=False, dropna=False)
+    table = (frame.groupby(["op", "target", "input_shapes", "case_shape", "dtype"], sort=False, dropna=False)
              .agg(calls=("total_us", "size"), total_us=("total_us", "sum"), self_us=("self_us", "sum"),
                   device_us=("device_us", "sum"))
              .reset_index())
@@ -188,6 +224,48 @@ def op_table(trace: Mapping[str, Any], target_map: Mapping[str, Any]) -> pd.Data
     serving = serving_time_us(trace)
     table["share"] = op_time_us(table) / serving if serving > 0 else 0.0
     return table.sort_values(["share", "op"], ascending=[False, True], ignore_index=True)[COLUMNS]
+
+
+def coverage(trace: Mapping[str, Any], op_map: OpMap) -> Coverage:
+    """The share of the time spent in ops that target ops hold, and the uncovered rest by op name (records.Coverage).
+
+    Each op counts once, at its outermost level: an op inside another op is part of the outer one's time. A target
+    op inside a non-target op (vLLM's `_C::rms_norm` under a Python-level wrapper op) covers that much of the
+    outer op's time; the rest of the outer op is listed under the outer op's name."""
+    events = complete_events(trace)
+    host = [e for e in events if e["cat"] in HOST_CATEGORIES]
+    parents = _parents(host)
+    on_gpu = any(e["cat"] in DEVICE_CATEGORIES for e in events)
+    time = _device_us(host, parents, events) if on_gpu else [float(e["dur"]) for e in host]
+    is_op = [e["cat"] == "cpu_op" for e in host]
+    is_target = [op and e["name"] in op_map for e, op in zip(host, is_op)]
+    ops_us, covered_us, outer_of, inside = 0.0, 0.0, {}, collections.Counter()
+    for i in range(len(host)):
+        if not is_op[i]:
+            continue
+        outer, p = i, parents[i]
+        while p != -1:  # the outermost op around this one (user annotations are not ops)
+            outer = p if is_op[p] else outer
+            p = parents[p]
+        outer_of[i] = outer
+    for i, outer in outer_of.items():
+        if i == outer:
+            ops_us += time[i]
+        if is_target[i] and not any(is_target[a] for a in _ancestors(parents, i)):
+            covered_us += time[i]
+            inside[outer] += time[i]
+    rest: collections.Counter = collections.Counter()
+    for i, outer in outer_of.items():
+        if i == outer and not is_target[i]:
+            rest[host[i]["name"]] += max(0.0, time[i] - inside[i])
+    return Coverage(ops_us, covered_us, tuple((op, us) for op, us in rest.most_common() if us > 0))
+
+
+def _ancestors(parents: list[int], i: int) -> Iterator[int]:
+    p = parents[i]
+    while p != -1:
+        yield p
+        p = parents[p]
 
 
 def op_time_us(ops: pd.DataFrame) -> pd.Series:
@@ -200,6 +278,8 @@ def read_op_table(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     frame = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path, keep_default_na=False,
                                                                                  na_values={"device_us": [""]})
-    for c in ("target", "dtype", "input_shapes"):
+    if "case_shape" not in frame:  # a table written before the column existed
+        frame["case_shape"] = ""
+    for c in ("target", "dtype", "input_shapes", "case_shape"):
         frame[c] = frame[c].fillna("").astype(str)
-    return frame
+    return frame[COLUMNS]

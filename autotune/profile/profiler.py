@@ -31,10 +31,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from autotune import env
 from autotune.errors import UserError
-from autotune.profile import nsight
+from autotune.profile import diagnose, nsight
 from autotune.profile.hotspots import FILE as HOTSPOTS_FILE
 from autotune.profile.hotspots import hotspots_record, rank_hotspots
-from autotune.profile.optable import META_ENVIRONMENT, META_SERVE, SERVE_SPAN, op_table, read_trace, serving_time_us
+from autotune.profile.opmap import OpMap, build_map
+from autotune.profile.optable import (META_ENVIRONMENT, META_SERVE, SERVE_SPAN, coverage, op_table, read_trace,
+                                      serving_time_us)
 
 
 @dataclasses.dataclass
@@ -46,6 +48,7 @@ class ProfileResult:
     environment: dict  # the environment that produced the trace
     nsight: list[dict] | None = None  # per-kernel metrics when profile.nsight measured them
     nsight_note: str | None = None  # why nsight did not run (or what it did)
+    notes: list[str] = dataclasses.field(default_factory=list)  # what the trace cannot show (diagnose.notes)
 
 
 def new_run_name() -> str:
@@ -134,6 +137,7 @@ def profile_trace(cfg: DictConfig, path: str | Path) -> ProfileResult:
     check_settings(cfg)
     path = Path(path)
     trace = read_trace(path)
+    diagnose.refuse_frontend(trace, str(path))
     with path.open("rb") as f:
         name = "trace.json.gz" if f.read(2) == b"\x1f\x8b" else "trace.json"  # keep the copy's bytes as given
     out_dir, run = Path(cfg.profile.out_dir), new_run_name()
@@ -154,15 +158,22 @@ def foreign_environment(trace: dict, cfg: DictConfig) -> dict[str, Any]:
             "gpu_count": len(devices), "trace_metadata": metadata, "read_by": reader}
 
 
+def op_map(cfg: DictConfig) -> OpMap:
+    """The op-name mapping: the targets' own names plus profile.target_map and profile.target_map_file."""
+    return build_map(OmegaConf.to_container(cfg.profile.target_map, resolve=True) or {},
+                     cfg.profile.get("target_map_file"))
+
+
 def _analyse(cfg: DictConfig, trace: dict, run_dir: Path, trace_name: str, partial: Path,
              environment: dict, serve_report: dict | None) -> ProfileResult:
     """Op table and hot spots of a trace, written into the partial folder."""
-    target_map = OmegaConf.to_container(cfg.profile.target_map, resolve=True)
-    ops = op_table(trace, target_map)
+    names = op_map(cfg)
+    ops = op_table(trace, names)
     serving_us = serving_time_us(trace)
     speedup = float(cfg.profile.assumed_speedup)
     record = hotspots_record(run_dir.name, str((run_dir / trace_name).resolve()), serving_us, speedup,
-                             environment, rank_hotspots(ops, serving_us, speedup))
+                             environment, rank_hotspots(ops, serving_us, speedup),
+                             coverage(trace, names).to_dict())
     ops.to_csv(partial / "ops.csv", index=False)
     if _has_pyarrow():
         ops.to_parquet(partial / "ops.parquet", index=False)
@@ -170,7 +181,7 @@ def _analyse(cfg: DictConfig, trace: dict, run_dir: Path, trace_name: str, parti
     _write_json(partial / "env.json", environment)
     if serve_report is not None:
         _write_json(partial / "serve.json", serve_report)
-    result = ProfileResult(run_dir, ops, record, serve_report, environment)
+    result = ProfileResult(run_dir, ops, record, serve_report, environment, notes=diagnose.notes(trace))
     if cfg.profile.nsight:
         result.nsight, result.nsight_note = nsight.measure(cfg, record, partial)
     return result

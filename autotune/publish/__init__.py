@@ -18,8 +18,10 @@ backend in `publish.backend`:
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import Any
 
+from autotune.profile.records import Hotspot
 from autotune.verify.verdict import Verdict
 
 
@@ -29,9 +31,8 @@ class ProposalRequest:
 
     candidate: {"id", "agent", "model", "turn", "prompt_tokens", "cached_tokens", "completion_tokens",
         "cost_usd"} (missing keys read as unknown).
-    hotspot: one entry of hotspots.json ({"target", "share", "calls", "total_us", "projected_gain",
-        "shapes": [{"shape", "dtype", "calls", "total_us"}]}) plus "serving_time_us" (and optionally
-        "assumed_speedup", "run"); None without a profile.
+    hotspot: the target's `Hotspot` in the profile (a dict of hotspots.json's form is read into one), with its
+        profile's run, serving time and assumed speedup; None without a profile.
     model_check: {"prompts": int, "new_tokens": int, "tokens_identical": bool, "max_logit_diff": float,
         "logit_tolerance": float | None, "latency": {"before": {metric: value}, "after": {...}} | None
         (GPU only)}; None when not run.
@@ -42,11 +43,26 @@ class ProposalRequest:
     source: str
     verdict: Verdict
     candidate: dict[str, Any]
-    hotspot: dict[str, Any] | None
+    hotspot: Hotspot | None
     model_check: dict[str, Any] | None
     environment: dict[str, Any]
     run_dir: str
     run_id: str
+
+    def __post_init__(self):
+        if isinstance(self.hotspot, dict):
+            self.hotspot = Hotspot.from_dict(self.hotspot)
+
+
+class ProposalStatus(str, enum.Enum):
+    """Where a proposal stands (a str enum: the JSON record holds its value)."""
+
+    OPEN = "open"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+
+    def __str__(self) -> str:  # the value in f-strings and tables, on every Python version
+        return self.value
 
 
 @dataclasses.dataclass
@@ -58,7 +74,7 @@ class Proposal:
     branch: str
     base: str
     commit: str  # the proposal commit on `branch`
-    status: str  # "open" | "approved" | "rejected"
+    status: ProposalStatus
     created_at: str
     pr_url: str | None
     pr_number: int | None
@@ -72,6 +88,9 @@ class Proposal:
     kernel_dir: str = ""  # "kernels/<op>/<short id>"
     merge_commit: str | None = None
     decided_at: str | None = None
+
+    def __post_init__(self):
+        self.status = ProposalStatus(self.status)  # read back from its JSON record as text
 
 
 def publish(request: ProposalRequest, cfg) -> Proposal:
@@ -117,4 +136,5 @@ def reject(cfg, id: str, reason: str) -> Proposal:
 
 def rejection_reasons(cfg, target: str) -> list[str]:
     """Reviewers' reasons for rejecting earlier proposals of `target`, oldest first (for the next prompts)."""
-    return [p.reason for p in list_proposals(cfg) if p.target == target and p.status == "rejected" and p.reason]
+    return [p.reason for p in list_proposals(cfg)
+            if p.target == target and p.status is ProposalStatus.REJECTED and p.reason]

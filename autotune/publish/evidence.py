@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 
 from autotune.env import Environment
+from autotune.profile.records import ProfiledShape, amdahl_gain
 from autotune.verify.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -70,11 +71,6 @@ def _cell(x: Any) -> str:
     return str(x).replace("|", "\\|").replace("\n", " ")
 
 
-def amdahl_gain(share: float, speedup: float) -> float:
-    """Fraction of serving time saved when an op taking `share` of it runs `speedup` times faster."""
-    return 1 - ((1 - share) + share / speedup)
-
-
 def _worst(errors) -> float | None:
     """The largest error, ignoring unknown ones (None, NaN); None when there is none."""
     known = [e for e in errors if e is not None and not math.isnan(e)]
@@ -97,31 +93,28 @@ def case_rows(verdict: Verdict) -> list[dict[str, Any]]:
     return rows
 
 
-def regression_shapes(request: "ProposalRequest") -> list[tuple[tuple[int, ...], str, int]]:
-    """(shape, dtype, calls) for the generated regression test: the profile's most-called shapes (the checker
+def regression_shapes(request: "ProposalRequest") -> list[ProfiledShape]:
+    """The shapes of the generated regression test: the profile's most-called shapes (the checker
     adds its own edge shapes and runs each shape in every dtype). Capped, because on CPU each profile shape
     costs about 1.5 s under the interpreter (measured: 4 shapes x 3 dtypes + edges, 64 cases, 13 s)."""
-    profile = (request.hotspot or {}).get("shapes") or []
-    found = [(tuple(int(d) for d in s["shape"]), str(s["dtype"]), int(s.get("calls") or 0)) for s in profile]
+    found = list(request.hotspot.shapes) if request.hotspot else []
     if not found:  # no profile attached: the non-edge shapes the verdict was judged on
         seen: dict[tuple, str] = {}
         for c in request.verdict.cases:
             if c.source != "edge":
                 seen.setdefault(tuple(c.shape), c.dtype)
-        found = [(shape, dtype, 0) for shape, dtype in seen.items()]
-    return sorted(found, key=lambda s: -s[2])[:REGRESSION_SHAPES]
+        found = [ProfiledShape(shape, dtype, 0) for shape, dtype in seen.items()]
+    return sorted(found, key=lambda s: -s.calls)[:REGRESSION_SHAPES]
 
 
-def _hotspot(hs: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The hotspot entry with every key the page reads (absent ones as None), its shapes cut to HOTSPOT_ROWS."""
-    if not hs:
+def _hotspot(request: "ProposalRequest") -> dict[str, Any] | None:
+    """The hot spot as the page reads it, its shapes cut to HOTSPOT_ROWS and the rest summed up."""
+    if not request.hotspot:
         return None
-    keys = ("run", "share", "calls", "total_us", "serving_time_us", "projected_gain", "assumed_speedup")
-    shapes = [{"shape": s.get("shape", []), "dtype": s.get("dtype", "?"), "calls": s.get("calls") or 0,
-               "total_us": s.get("total_us") or 0.0} for s in hs.get("shapes", [])]
-    rest = shapes[HOTSPOT_ROWS:]
+    page = request.hotspot.to_dict()
+    rest = page["shapes"][HOTSPOT_ROWS:]
     more = {"count": len(rest), "calls": sum(s["calls"] for s in rest), "total_us": sum(s["total_us"] for s in rest)}
-    return {**{k: hs.get(k) for k in keys}, "shapes": shapes[:HOTSPOT_ROWS], "more": more if rest else None}
+    return {**page, "shapes": page["shapes"][:HOTSPOT_ROWS], "more": more if rest else None}
 
 
 def dtype_rows(verdict: Verdict) -> list[dict[str, Any]]:
@@ -166,10 +159,9 @@ def _profile_lines(request: "ProposalRequest") -> dict[str, str]:
     hs, v, t = request.hotspot, request.verdict, request.target
     if not hs:
         return {"profile_line": "unknown (no profile)", "gain_line": "unknown (no profile)", "gain_sentence": ""}
-    share = float(hs.get("share") or 0.0)
-    assumed = hs.get("assumed_speedup")
+    share, assumed = hs.share, hs.assumed_speedup
     at = f"{assumed:g}× faster" if assumed else "at the profile's assumed speedup"
-    projected = f"{_pct(hs.get('projected_gain'))} of serving time if `{t}` ran {at}"
+    projected = f"{_pct(hs.projected_gain)} of serving time if `{t}` ran {at}"
     if v.measured and v.speedup_geomean:
         gain = _pct(amdahl_gain(share, v.speedup_geomean))
         line = f"**{gain}** of serving time at the measured {v.speedup_geomean:.2f}×"
@@ -177,7 +169,7 @@ def _profile_lines(request: "ProposalRequest") -> dict[str, str]:
     else:
         line = f"{projected} (projection; this kernel's speed is not measured: no GPU)"
         sentence = f"Projected: {projected}; this kernel's own speed is not measured (no GPU)"
-    return {"profile_line": f"{_pct(share)} ({hs.get('calls', '?')} calls)", "gain_line": line,
+    return {"profile_line": f"{_pct(share)} ({hs.calls} calls)", "gain_line": line,
             "gain_sentence": sentence + ". Amdahl: gain = 1 − ((1 − share) + share / speedup)."}
 
 
@@ -208,7 +200,7 @@ def render(request: "ProposalRequest", *, proposal_id: str, short_id: str, branc
         cases={"rows": rows, "passed": passed, "total": total, "not_evidence": sum(not c.evidence for c in v.cases),
                "by_dtype": dtype_rows(v)},
         timings=v.timings if v.measured else [], speed_line=_speed_line(v), candidate=cand,
-        tokens_line=_tokens_line(cand), hotspot=_hotspot(request.hotspot), model_check=request.model_check,
+        tokens_line=_tokens_line(cand), hotspot=_hotspot(request), model_check=request.model_check,
         model_line=_model_sentence(request.model_check) if request.model_check else "not run",
         model_sentence=_model_sentence(request.model_check), latency_rows=_latency_rows(request.model_check),
         environment=request.environment or {}, environment_summary=env.summary() if env else "not recorded",
@@ -267,12 +259,13 @@ def provenance(request: "ProposalRequest", *, proposal_id: str, sha256: str, cre
                     "speedup_geomean": v.speedup_geomean, "cases_passed": sum(c.passed for c in v.cases),
                     "cases_total": len(v.cases), "nondeterministic": v.nondeterministic, "policy": list(v.policy),
                     "timings": [t.__dict__ for t in v.timings]},
-        "hotspot": request.hotspot, "model_check": request.model_check, "environment": request.environment,
+        "hotspot": request.hotspot.to_dict() if request.hotspot else None, "model_check": request.model_check,
+        "environment": request.environment,
     }
 
 
 def regression_test(request: "ProposalRequest", *, proposal_id: str, short_id: str) -> str:
-    shapes = regression_shapes(request)
+    shapes = [(s.shape, s.dtype, s.calls) for s in regression_shapes(request)]
     dtypes = sorted({c.dtype for c in request.verdict.cases} | {d for _, d, _ in shapes})
     return _env().get_template("regression_test.py.j2").render(
         target=request.target, short_id=short_id, proposal_id=proposal_id, run_id=request.run_id,

@@ -25,7 +25,7 @@ from omegaconf import OmegaConf
 
 from autotune.errors import UserError
 from autotune.ledger import redact
-from autotune.publish import Proposal, ProposalRequest, evidence, gitops, proposal
+from autotune.publish import Proposal, ProposalRequest, ProposalStatus, evidence, gitops, proposal
 
 BODY_LIMIT = 65_536  # characters GitHub accepts in a pull request body (longer ones get a 422)
 
@@ -143,7 +143,7 @@ def _undo_push(remote: git.Remote, branch: str, previous: str | None) -> None:
 def publish(request: ProposalRequest, cfg) -> Proposal:
     api = client(cfg)
     d = proposal.draft(request, cfg, "github")
-    if d.existing is not None and d.existing.status != "open":
+    if d.existing is not None and d.existing.status is not ProposalStatus.OPEN:
         return d.existing
     branch = d.proposal.branch
     remote = _remote(d.repo, str(cfg.publish.remote))

@@ -9,12 +9,12 @@ the record, from where `rejection_reasons` hands it to the next run's prompts.
 from __future__ import annotations
 
 from autotune.errors import UserError
-from autotune.publish import Proposal, ProposalRequest, gitops, proposal, records
+from autotune.publish import Proposal, ProposalRequest, ProposalStatus, gitops, proposal, records
 
 
 def publish(request: ProposalRequest, cfg) -> Proposal:
     d = proposal.draft(request, cfg, "local")
-    if d.existing is not None and d.existing.status != "open":
+    if d.existing is not None and d.existing.status is not ProposalStatus.OPEN:
         return d.existing
     previous = gitops.set_branch(d.repo, d.proposal.branch, d.commit)
     try:
@@ -27,7 +27,7 @@ def publish(request: ProposalRequest, cfg) -> Proposal:
 def _open_proposal(cfg, proposal_id: str):
     repo = gitops.open_repo(cfg.publish.repo)
     p = records.get(repo, proposal_id)
-    if p.status != "open":
+    if p.status is not ProposalStatus.OPEN:
         when = f" on {p.decided_at}" if p.decided_at else ""
         raise UserError(f"proposal {p.id} was already {p.status}{when} (`autotune review show {p.id}` shows it)")
     return repo, p
@@ -44,7 +44,7 @@ def approve(cfg, proposal_id: str) -> Proposal:
     message = (f"Merge {p.branch}: {p.target} kernel {p.id}\n\n"
                f"Approved with `autotune review approve {p.id}`; the kernel is in {p.kernel_dir}/.\n")
     merge = gitops.merge_no_ff(repo, p.base, p.branch, message, cfg.publish.author)
-    p.status, p.merge_commit, p.decided_at = "approved", merge.hexsha, proposal.now()
+    p.status, p.merge_commit, p.decided_at = ProposalStatus.APPROVED, merge.hexsha, proposal.now()
     records.save(repo, p)
     if gitops.worktree_of(repo, p.branch) is None:
         gitops.delete_branch(repo, p.branch)  # merged: the record keeps its commit
@@ -64,7 +64,7 @@ def reject(cfg, proposal_id: str, reason: str) -> Proposal:
         from autotune.publish import github
 
         github.close(cfg, p)
-    p.status, p.reason, p.decided_at = "rejected", reason, proposal.now()
+    p.status, p.reason, p.decided_at = ProposalStatus.REJECTED, reason, proposal.now()
     records.save(repo, p)
     gitops.delete_branch(repo, p.branch)
     return p

@@ -15,7 +15,7 @@ import git
 
 from autotune import targets
 from autotune.errors import UserError
-from autotune.publish import Proposal, ProposalRequest, evidence, gitops, records
+from autotune.publish import Proposal, ProposalRequest, ProposalStatus, evidence, gitops, records
 
 
 @dataclasses.dataclass
@@ -74,12 +74,12 @@ def draft(request: ProposalRequest, cfg, backend: str) -> Draft:
     }
     v = request.verdict
     proposal = Proposal(
-        id=pid, target=request.target, branch=branch, base=str(pub.base), commit="", status="open",
+        id=pid, target=request.target, branch=branch, base=str(pub.base), commit="", status=ProposalStatus.OPEN,
         created_at=created_at, pr_url=None, pr_number=None, reason=None, evidence_path="",
         verdict_status=v.status.value, speedup=v.speedup_geomean if v.measured else None, backend=backend,
         run_id=request.run_id, sha256=sha256, kernel_dir=kernel_dir)
     d = Draft(repo=repo, proposal=proposal, existing=existing, files=files, evidence=text)
-    if existing is None or existing.status == "open":
+    if existing is None or existing.status is ProposalStatus.OPEN:
         d.commit = gitops.build_commit(repo, base, files, commit_message(request, pid, kernel_dir), pub.author)
         proposal.commit = d.commit.hexsha
     return d

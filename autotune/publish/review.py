@@ -21,6 +21,7 @@ from rich.markdown import Markdown
 from rich.table import Table
 
 from autotune import publish
+from autotune.publish import ProposalStatus
 from autotune.errors import UserError
 
 USAGE = "autotune review list | show ID | approve ID | reject ID --reason TEXT  [key=value ...]"
@@ -75,8 +76,9 @@ def _list(cfg, console: Console) -> int:
         table.add_column(col, no_wrap=col in ("id", "created"))
     for p in proposals:
         speed = f"{p.speedup:.2f}x" if p.speedup else "not measured"
-        where = p.pr_url or (p.branch if p.status == "open" else (p.merge_commit or "")[:10] or p.reason or "")
-        style = {"approved": "green", "rejected": "red"}.get(p.status, "")
+        decided = (p.merge_commit or "")[:10] or p.reason or ""
+        where = p.pr_url or (p.branch if p.status is ProposalStatus.OPEN else decided)
+        style = {ProposalStatus.APPROVED: "green", ProposalStatus.REJECTED: "red"}.get(p.status, "")
         table.add_row(p.id, p.target, f"[{style}]{p.status}[/]" if style else p.status, p.verdict_status, speed,
                       p.created_at.replace("T", " ").removesuffix("+00:00"), where)
     console.print(table)

@@ -51,6 +51,19 @@ def expectations(root: Path) -> list[Expectation]:
     for path in sorted((root / CANDIDATES).glob("*.py")):
         target, expected = listed.get(path.name, (None, None))
         found.append(Expectation(target or entry_target(path), str(CANDIDATES / path.name), expected))
+    return found + _examples(root)
+
+
+def _examples(root: Path) -> list[Expectation]:
+    """Each target's own correct example kernel (Target.example, autotune/targets/examples/)."""
+    from autotune.targets import all_targets
+
+    found = []
+    for t in all_targets():
+        if t.example_path is not None:
+            path = t.example_path.resolve()
+            shown = path.relative_to(root.resolve()) if path.is_relative_to(root.resolve()) else path
+            found.append(Expectation(t.name, str(shown), "unmeasured"))
     return found
 
 

@@ -8,7 +8,9 @@ projections see [T, H] shapes; only attention looks at sequences separately:
   slots, scores [B * heads, 1, L] with the padding masked to -inf;
 - longer segments (prefill chunks) attend one at a time: scores [heads, n, ctx] with a causal mask.
 Scores are explicit QK^T * scale and go through `dispatch.softmax`, so the softmax is a visible,
-replaceable op; GQA groups the query heads of each kv head instead of copying k and v per head.
+replaceable op; GQA groups the query heads of each kv head instead of copying k and v per head. A sliding window
+(Mistral, some Qwen layers) masks keys more than `window - 1` positions behind the query, as
+transformers' sliding_window_overlay does (key > query - window).
 """
 
 from __future__ import annotations
@@ -127,20 +129,23 @@ def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, batch: Batch, k: torc
     v_cache[batch.token_slots, :, batch.positions] = v
 
 
-def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, batch: Batch, scale: float) -> torch.Tensor:
-    """q [T, heads, D] (rotated) against the cache, which already holds this step's keys -> [T, heads * D]."""
+def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, batch: Batch, scale: float,
+           window: int = 0) -> torch.Tensor:
+    """q [T, heads, D] (rotated) against the cache, which already holds this step's keys -> [T, heads * D].
+
+    window > 0: each query sees only the last `window` positions (itself included)."""
     t, heads, d = q.shape
     out = q.new_empty(t, heads * d)
     if batch.single_rows.numel():
-        out[batch.single_rows] = attend_singles(q[batch.single_rows], k_cache, v_cache, batch, scale)
+        out[batch.single_rows] = attend_singles(q[batch.single_rows], k_cache, v_cache, batch, scale, window)
     for c in batch.chunks:
         out[c.row0:c.row1] = attend_chunk(q[c.row0:c.row1], k_cache[c.slot, :, :c.ctx], v_cache[c.slot, :, :c.ctx],
-                                          c.start, scale)
+                                          c.start, scale, window)
     return out
 
 
 def attend_singles(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, batch: Batch,
-                   scale: float) -> torch.Tensor:
+                   scale: float, window: int = 0) -> torch.Tensor:
     """One query token per sequence, padded to the longest context: q [B, heads, D] -> [B, heads * D]."""
     b, heads, d = q.shape
     kv_heads, length = k_cache.shape[1], batch.single_max_ctx
@@ -148,14 +153,18 @@ def attend_singles(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
     k = k_cache[batch.single_slots, :, :length]  # [B, kv_heads, L, D]
     v = v_cache[batch.single_slots, :, :length]
     scores = torch.matmul(q.reshape(b, kv_heads, group, d), k.transpose(-1, -2)) * scale  # [B, kv_heads, group, L]
-    padding = torch.arange(length, device=q.device)[None, :] >= batch.single_ctx[:, None]  # [B, L]
+    key_pos = torch.arange(length, device=q.device)[None, :]
+    padding = key_pos >= batch.single_ctx[:, None]  # [B, L]
+    if window:
+        padding |= key_pos <= batch.single_ctx[:, None] - 1 - window  # the query sits at position ctx - 1
     scores = scores.masked_fill(padding[:, None, None, :], float("-inf"))
     probs = dispatch.softmax(scores.view(b * heads, 1, length))
     out = torch.matmul(probs.reshape(b, kv_heads, group, length), v)  # [B, kv_heads, group, D]
     return out.reshape(b, heads * d)
 
 
-def attend_chunk(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int, scale: float) -> torch.Tensor:
+def attend_chunk(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int, scale: float,
+                 window: int = 0) -> torch.Tensor:
     """n query tokens at positions start.. of one sequence, causal: q [n, heads, D], k/v [kv_heads, ctx, D]."""
     n, heads, d = q.shape
     kv_heads, ctx = k.shape[0], k.shape[1]
@@ -163,7 +172,10 @@ def attend_chunk(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int, 
     qg = q.reshape(n, kv_heads, group, d).permute(1, 2, 0, 3).reshape(kv_heads, group * n, d)
     scores = (torch.matmul(qg, k.transpose(-1, -2)) * scale).view(heads, n, ctx)
     query_pos = torch.arange(start, start + n, device=q.device)
-    future = torch.arange(ctx, device=q.device)[None, :] > query_pos[:, None]  # [n, ctx]
+    key_pos = torch.arange(ctx, device=q.device)[None, :]
+    future = key_pos > query_pos[:, None]  # [n, ctx]
+    if window:
+        future |= key_pos <= query_pos[:, None] - window
     probs = dispatch.softmax(scores.masked_fill(future, float("-inf")))  # [heads, n, ctx]
     out = torch.matmul(probs.reshape(kv_heads, group * n, ctx), v)  # [kv_heads, group * n, D]
     return out.view(kv_heads, group, n, d).permute(2, 0, 1, 3).reshape(n, heads * d)

@@ -1,23 +1,30 @@
-"""Loading and saving the served model in the Hugging Face Llama layout: config.json + *.safetensors.
+"""Loading and saving the served model as a Hugging Face checkpoint folder: config.json + *.safetensors.
 
-`model.checkpoint=PATH` names a local folder (nothing is ever downloaded). Its config.json (LlamaConfig
-keys) replaces the preset's dimensions; the preset keeps its dtype, so `model.dtype` still decides the
-serving precision. Tensors keep their HF names (model.layers.N.self_attn.q_proj.weight, ...); the
-model's merged projections (qkv_proj, gate_up_proj) are filled from, and saved to, row ranges of them.
+`model.checkpoint=PATH` names a local folder (nothing is ever downloaded). Its config.json (read by
+`hf_config`: Llama, Qwen2, Qwen3 or Mistral, transformers 4 or 5 layout) replaces the preset's dimensions;
+the preset keeps its dtype, so `model.dtype` still decides the serving precision. Tensors keep their HF
+names (model.layers.N.self_attn.q_proj.weight, ...); the model's merged projections (qkv_proj,
+gate_up_proj, qkv_bias) are filled from, and saved to, row ranges of them. Sharded checkpoints are read
+through model.safetensors.index.json. Every tensor is accounted for: one the config does not explain
+(a stray q/k/v bias, say) is an error, as is one it needs and the files lack.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from autotune.errors import UserError
+from autotune.serve.hf_config import hf_config, load_json
+from autotune.serve.hf_config import read_config as _read_config
 
-REQUIRED_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
-SUPPORTED_ROPE = {None, "default", "llama3"}
+INDEX = "model.safetensors.index.json"
+# Tensors transformers itself skips on load: RoPE tables some exporters save, recomputed from the config.
+IGNORED = re.compile(r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq")
+MAX_NAMED = 6  # how many tensor names an error lists before "and N more"
 
 
 def _folder(path) -> Path:
@@ -28,52 +35,9 @@ def _folder(path) -> Path:
     return folder
 
 
-def read_config(path, model_cfg) -> dict[str, Any]:
+def read_config(path, model_cfg) -> dict:
     """ModelConfig fields from the folder's config.json, to override the preset `model_cfg` with."""
-    file = _folder(path) / "config.json"
-    try:
-        hf = json.loads(file.read_text())
-    except FileNotFoundError:
-        raise UserError(f"model.checkpoint: {file} is missing (a checkpoint folder needs a HF-style config.json)"
-                        ) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"model.checkpoint: {file} is not valid JSON ({e}); fix or replace the file") from None
-    missing = [k for k in REQUIRED_KEYS if k not in hf]
-    if missing:
-        raise UserError(f"model.checkpoint: {file} lacks {', '.join(missing)} (is it a Llama config.json?)")
-    if hf.get("model_type", "llama") != "llama" or hf.get("attention_bias") or hf.get("mlp_bias"):
-        biased = bool(hf.get("attention_bias") or hf.get("mlp_bias"))
-        raise UserError(f"model.checkpoint: {file} describes a '{hf.get('model_type')}' model (biases: {biased}); "
-                        f"only bias-free Llama checkpoints load")
-    heads = hf["num_attention_heads"]
-    return {
-        "name": file.parent.name,
-        "vocab_size": hf["vocab_size"],
-        "hidden_size": hf["hidden_size"],
-        "intermediate_size": hf["intermediate_size"],
-        "num_layers": hf["num_hidden_layers"],
-        "num_heads": heads,
-        "num_kv_heads": hf.get("num_key_value_heads") or heads,
-        "head_dim": hf.get("head_dim") or hf["hidden_size"] // heads,
-        "rope_theta": float(hf.get("rope_theta", 10000.0)),
-        "rms_norm_eps": float(hf.get("rms_norm_eps", 1e-6)),
-        "tie_embeddings": bool(hf.get("tie_word_embeddings", False)),
-        "max_seq_len": min(int(model_cfg.max_seq_len), int(hf.get("max_position_embeddings", model_cfg.max_seq_len))),
-        "rope_scaling": _rope_scaling(hf.get("rope_scaling"), file),
-    }
-
-
-def _rope_scaling(scaling: dict | None, file: Path) -> dict | None:
-    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type"))
-    if kind not in SUPPORTED_ROPE:
-        raise UserError(f"model.checkpoint: {file} uses rope_scaling '{kind}', which the built-in model does not "
-                        f"implement (supported: llama3, or none)")
-    if kind != "llama3":
-        return None
-    keys = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
-    if any(k not in scaling for k in keys):
-        raise UserError(f"model.checkpoint: {file} rope_scaling needs {', '.join(keys)}")
-    return {k: float(scaling[k]) for k in keys}
+    return _read_config(_folder(path), model_cfg)
 
 
 def layout(model) -> list[tuple[str, str, int, int]]:
@@ -96,39 +60,91 @@ def layout(model) -> list[tuple[str, str, int, int]]:
             (ours + "gate_up_proj", hf + "mlp.up_proj.weight", c.intermediate_size, 2 * c.intermediate_size),
             (ours + "down_proj", hf + "mlp.down_proj.weight", 0, c.hidden_size),
         ]
+        if c.qkv_bias:
+            rows += [(ours + "qkv_bias", hf + "self_attn.q_proj.bias", 0, q),
+                     (ours + "qkv_bias", hf + "self_attn.k_proj.bias", q, q + kv),
+                     (ours + "qkv_bias", hf + "self_attn.v_proj.bias", q + kv, q + 2 * kv)]
+        if c.qk_norm:
+            rows += [(ours + "q_norm", hf + "self_attn.q_norm.weight", 0, c.head_dim),
+                     (ours + "k_norm", hf + "self_attn.k_norm.weight", 0, c.head_dim)]
     return rows
+
+
+def _names(names) -> str:
+    names = sorted(names)
+    more = f" and {len(names) - MAX_NAMED} more" if len(names) > MAX_NAMED else ""
+    return ", ".join(names[:MAX_NAMED]) + more
+
+
+def _keys(file: Path) -> list[str]:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            return list(f.keys())
+    except Exception as e:  # safetensors raises its own error types for truncated or foreign files
+        raise UserError(f"model.checkpoint: cannot read {file} ({e}); re-export or replace it") from None
+
+
+def _shards(folder: Path) -> list[Path]:
+    """The weight files: those model.safetensors.index.json names (each must exist), else every *.safetensors."""
+    if not (folder / INDEX).exists():
+        files = sorted(folder.glob("*.safetensors"))
+        if not files:
+            raise UserError(f"model.checkpoint: no *.safetensors files in {folder} (only safetensors weights load)")
+        return files
+    weight_map = load_json(folder / INDEX, "its weight_map").get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise UserError(f"model.checkpoint: {folder / INDEX} has no weight_map; fix or re-export the checkpoint")
+    files = sorted({folder / name for name in weight_map.values()})
+    absent = [f.name for f in files if not f.is_file()]
+    if absent:
+        raise UserError(f"model.checkpoint: shard {', '.join(absent)} named in {INDEX} is missing from {folder} "
+                        f"(download it again)")
+    return files
 
 
 def _index(folder: Path) -> dict[str, Path]:
     """HF tensor name -> the .safetensors file that holds it."""
-    from safetensors import safe_open
-
-    files = sorted(folder.glob("*.safetensors"))
-    if not files:
-        raise UserError(f"model.checkpoint: no *.safetensors files in {folder} (only safetensors weights load)")
-    where = {}
-    for file in files:
-        try:
-            with safe_open(str(file), framework="pt") as f:
-                where.update({name: file for name in f.keys()})
-        except Exception as e:  # safetensors raises its own error types for truncated or foreign files
-            raise UserError(f"model.checkpoint: cannot read {file} ({e}); re-export or replace it") from None
+    where: dict[str, Path] = {}
+    for file in _shards(folder):
+        for name in _keys(file):
+            if name in where:
+                raise UserError(f"model.checkpoint: tensor {name} is in both {where[name].name} and {file.name}; "
+                                f"keep one copy")
+            where[name] = file
     return where
+
+
+def _account(model, where: dict[str, Path], folder: Path) -> None:
+    """Every tensor the config needs is there, and every tensor there is one the config explains."""
+    c = model.config
+    needed = {hf for _, hf, _, _ in layout(model)}
+    missing = needed - set(where)
+    if missing:
+        raise UserError(f"model.checkpoint: tensor {_names(missing)} is missing from {folder} (the checkpoint does "
+                        f"not match its config.json)")
+    tied_head = {"lm_head.weight"} if c.tie_embeddings else set()  # checked against the embedding after loading
+    spare = {n for n in set(where) - needed - tied_head if not IGNORED.fullmatch(n)}
+    if spare:
+        hint = (" (q/k/v biases: only a qwen2 model_type has them)" if any(n.endswith("_proj.bias") for n in spare)
+                else "")
+        raise UserError(f"model.checkpoint: {folder} holds tensor {_names(spare)} that the {c.family} architecture "
+                        f"of its config.json does not use{hint}; fix config.json or use the matching checkpoint")
 
 
 @torch.no_grad()
 def load_weights(model, path) -> None:
-    """Fill every parameter of `model` from the checkpoint folder; a UserError names any missing or misfit tensor."""
+    """Fill every parameter of `model` from the checkpoint folder; a UserError names any missing, spare or
+    misfit tensor."""
     from safetensors import safe_open
 
     folder = _folder(path)
     where = _index(folder)
+    _account(model, where, folder)
     params = dict(model.named_parameters())
     by_file: dict[Path, list] = {}
     for entry in layout(model):
-        if entry[1] not in where:
-            raise UserError(f"model.checkpoint: tensor {entry[1]} is missing from {folder}/*.safetensors "
-                            f"(the checkpoint does not match its config.json)")
         by_file.setdefault(where[entry[1]], []).append(entry)
     for file, entries in by_file.items():
         with safe_open(str(file), framework="pt") as f:
@@ -139,10 +155,24 @@ def load_weights(model, path) -> None:
                     raise UserError(f"model.checkpoint: {hf_name} in {file.name} has shape {list(tensor.shape)}, "
                                     f"config.json implies {list(target.shape)}")
                 target.copy_(tensor)
+    if model.config.tie_embeddings and "lm_head.weight" in where:
+        _check_tied(model, where["lm_head.weight"])
+
+
+def _check_tied(model, file: Path) -> None:
+    """tie_word_embeddings with an lm_head.weight saved too: transformers uses the embedding; so do we, if the
+    two agree."""
+    from safetensors import safe_open
+
+    with safe_open(str(file), framework="pt") as f:
+        head = f.get_tensor("lm_head.weight")
+    if head.shape != model.embed.shape or not torch.equal(head.to(model.embed.dtype), model.embed):
+        raise UserError(f"model.checkpoint: config.json sets tie_word_embeddings but lm_head.weight in {file.name} "
+                        f"differs from model.embed_tokens.weight; set tie_word_embeddings to false to use it")
 
 
 def save_checkpoint(model, path) -> Path:
-    """Write `model` as config.json + model.safetensors in the HF Llama layout; returns the folder."""
+    """Write `model` as config.json + model.safetensors in the HF layout of its family; returns the folder."""
     from safetensors.torch import save_file
 
     folder = Path(path)
@@ -152,25 +182,3 @@ def save_checkpoint(model, path) -> Path:
     save_file(tensors, str(folder / "model.safetensors"))
     (folder / "config.json").write_text(json.dumps(hf_config(model.config), indent=2) + "\n")
     return folder
-
-
-def hf_config(c) -> dict[str, Any]:
-    config = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "vocab_size": c.vocab_size,
-        "hidden_size": c.hidden_size,
-        "intermediate_size": c.intermediate_size,
-        "num_hidden_layers": c.num_layers,
-        "num_attention_heads": c.num_heads,
-        "num_key_value_heads": c.num_kv_heads,
-        "head_dim": c.head_dim,
-        "rope_theta": c.rope_theta,
-        "rms_norm_eps": c.rms_norm_eps,
-        "tie_word_embeddings": c.tie_embeddings,
-        "max_position_embeddings": c.max_seq_len,
-        "torch_dtype": str(c.dtype).removeprefix("torch."),
-    }
-    if c.rope_scaling:
-        config["rope_scaling"] = {"rope_type": "llama3", **c.rope_scaling}
-    return config

@@ -1,7 +1,8 @@
 """Dispatch points: every op a kernel may replace is called through here, named after its target.
 
-The model calls `dispatch.rms_norm(x, weight, eps)` (and silu_and_mul, fused_add_rms_norm,
-rotary_embedding, softmax). Each is a torch custom op `autotune::<target>` so that torch.profiler
+The model calls `dispatch.rms_norm(x, weight, eps)` (and one such function per target in
+autotune/targets/). Each is a torch custom op `autotune::<target>`, its schema inferred from the
+reference's annotations (`Target.schema`), so that torch.profiler
 records it under exactly that name with its input shapes and dtypes: attribution in the profile is
 exact, not guessed from aten children. By default each op runs the target's PyTorch reference;
 `use(target, fn)` plugs a kernel in without touching the model code. The custom-op layer costs about
@@ -15,39 +16,33 @@ from typing import Callable, Iterator
 
 import torch
 
+from autotune.targets import NAMES
 from autotune.targets import get as get_target
-
-SCHEMAS = {
-    "rms_norm": "rms_norm(Tensor x, Tensor weight, float eps) -> Tensor",
-    "silu_and_mul": "silu_and_mul(Tensor x) -> Tensor",
-    "fused_add_rms_norm": "fused_add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps) -> (Tensor, Tensor)",
-    "rotary_embedding": "rotary_embedding(Tensor x, Tensor cos, Tensor sin) -> Tensor",
-    "softmax": "softmax(Tensor x) -> Tensor",
-}
 
 _impls: dict[str, Callable] = {}
 _library = torch.library.Library("autotune", "FRAGMENT")
 
 
 def _register(name: str) -> None:
-    _impls[name] = get_target(name).reference
-    _library.define(SCHEMAS[name])
+    target = get_target(name)
+    _impls[name] = target.reference
+    _library.define(target.schema)  # inferred from the reference's annotations (Target.schema)
     _library.impl(name, lambda *args: _impls[name](*args), "CompositeExplicitAutograd")
 
 
-for _name in SCHEMAS:
+for _name in NAMES:
     _register(_name)
 
 
 def use(target: str, fn: Callable | None) -> None:
     """Route the dispatch point `target` to `fn` (None restores the PyTorch reference)."""
-    if target not in SCHEMAS:
-        raise KeyError(f"no dispatch point '{target}' (known: {', '.join(SCHEMAS)})")
+    if target not in _impls:
+        raise KeyError(f"no dispatch point '{target}' (known: {', '.join(_impls)})")
     _impls[target] = fn if fn is not None else get_target(target).reference
 
 
 def reset() -> None:
-    for name in SCHEMAS:
+    for name in _impls:
         use(name, None)
 
 
@@ -72,21 +67,9 @@ def using(impls: dict[str, Callable]) -> Iterator[None]:
         _impls.update(saved)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    return torch.ops.autotune.rms_norm(x, weight, eps)
-
-
-def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
-    return torch.ops.autotune.silu_and_mul(x)
-
-
-def fused_add_rms_norm(x, residual, weight, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.ops.autotune.fused_add_rms_norm(x, residual, weight, eps)
-
-
-def rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    return torch.ops.autotune.rotary_embedding(x, cos, sin)
-
-
-def softmax(x: torch.Tensor) -> torch.Tensor:
-    return torch.ops.autotune.softmax(x)
+def __getattr__(name: str) -> Callable:
+    """`dispatch.rms_norm(x, weight, eps)` calls the op `autotune::rms_norm`: one dispatch point per target,
+    none written by hand."""
+    if name in _impls:
+        return getattr(torch.ops.autotune, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

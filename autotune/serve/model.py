@@ -1,5 +1,11 @@
 """The served model: a Llama-style decoder whose replaceable ops all go through `autotune.serve.dispatch`.
 
+`model.family` picks the architecture: llama (Llama 3.x), qwen2 (Qwen2/2.5: q/k/v projections with
+biases), qwen3 (Qwen3: RMSNorm over each head of q and k before RoPE, through the rms_norm dispatch point
+on the [tokens * heads, head_dim] rows) or mistral (Llama's layer with sliding-window attention, which
+a checkpoint's config.json switches on); all four match transformers' modelling code (tests/serve/
+test_peer_transformers.py).
+
 Token embedding, RMSNorm, rotary position embedding (rotate-half, as Hugging Face Llama checkpoints
 expect), grouped-query attention over a KV cache, SwiGLU MLP, LM head. The residual stream is arranged
 as in vLLM's Llama: layer 0 does `residual = h; h = rms_norm(h)`, every later norm is
@@ -25,6 +31,7 @@ from autotune.serve.attention import Batch, KVCache, Segment, attend, write_kv
 from autotune.targets.base import parse_dtype
 
 MODEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +50,17 @@ class ModelConfig:
     tie_embeddings: bool
     dtype: torch.dtype
     init_seed: int = 0
-    rope_scaling: dict[str, Any] | None = None  # Llama 3.x "llama3" frequency scaling, from a checkpoint
+    rope_scaling: dict[str, Any] | None = None  # {"rope_type": "llama3" | "linear", factors...}, from a checkpoint
+    family: str = "llama"
+    attention_windows: tuple[int, ...] | None = None  # per-layer sliding window (0: full), from a checkpoint
+
+    @property
+    def qkv_bias(self) -> bool:
+        return self.family == "qwen2"
+
+    @property
+    def qk_norm(self) -> bool:
+        return self.family == "qwen3"
 
     def __post_init__(self):
         sizes = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
@@ -58,6 +75,11 @@ class ModelConfig:
             raise UserError(f"model.head_dim={self.head_dim} is odd (rotary embedding needs an even head_dim)")
         if self.dtype not in MODEL_DTYPES:
             raise UserError(f"model.dtype {self.dtype} is not supported (use float32, bfloat16 or float16)")
+        if self.family not in FAMILIES:
+            raise UserError(f"model.family '{self.family}' is unknown (use one of {', '.join(FAMILIES)})")
+        if self.attention_windows is not None and len(self.attention_windows) != self.num_layers:
+            raise ValueError(f"attention_windows has {len(self.attention_windows)} entries for "
+                             f"{self.num_layers} layers")
 
     @classmethod
     def from_cfg(cls, model_cfg, **overrides) -> "ModelConfig":
@@ -66,7 +88,7 @@ class ModelConfig:
         values = {k: v for k, v in dict(model_cfg).items() if k in fields}
         values.setdefault("name", "custom")
         values.update(overrides)
-        missing = sorted(fields - set(values) - {"init_seed", "rope_scaling"})
+        missing = sorted(fields - set(values) - {"init_seed", "rope_scaling", "family", "attention_windows"})
         if missing:
             raise UserError(f"the model config lacks {', '.join(missing)} (start from a preset in conf/model/)")
         if not isinstance(values["dtype"], torch.dtype):
@@ -78,19 +100,31 @@ class ModelConfig:
 
 
 def inverse_frequencies(config: ModelConfig) -> torch.Tensor:
-    """RoPE's inv_freq [head_dim / 2] in fp32, with Llama 3.x long-context scaling when the checkpoint has it."""
+    """RoPE's inv_freq [head_dim / 2] in fp32, with the checkpoint's scaling (Llama 3.x "llama3", "linear").
+
+    Computed in fp32 in the order of operations of transformers' rope functions, so that the tables, and
+    the logits, agree with transformers to the last bit of the frequencies."""
     d = config.head_dim
-    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
-    scaling = config.rope_scaling
-    if scaling:
-        # Llama 3.1+: wavelengths longer than the original context are stretched by `factor`, short ones
-        # kept, and the band between them interpolated smoothly.
-        factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
-        original = scaling["original_max_position_embeddings"]
-        wavelength = 2 * math.pi / inv_freq
-        smooth = ((original / wavelength - low) / (high - low)).clamp(0.0, 1.0)
-        inv_freq = (1 - smooth) * inv_freq / factor + smooth * inv_freq
-    return inv_freq.float()
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, d, 2, dtype=torch.int64).float() / d))
+    scaling = config.rope_scaling or {"rope_type": "default"}
+    if scaling["rope_type"] == "linear":
+        return inv_freq / scaling["factor"]
+    if scaling["rope_type"] == "llama3":
+        return _llama3_scaled(inv_freq, scaling)
+    return inv_freq
+
+
+def _llama3_scaled(inv_freq: torch.Tensor, scaling: dict[str, Any]) -> torch.Tensor:
+    """Llama 3.1+: wavelengths longer than original / low_freq_factor are stretched by `factor`, those shorter
+    than original / high_freq_factor kept, and the band between them interpolated smoothly."""
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    original = scaling["original_max_position_embeddings"]
+    wavelength = 2 * math.pi / inv_freq
+    stretched = torch.where(wavelength > original / low, inv_freq / factor, inv_freq)
+    smooth = (original / wavelength - low) / (high - low)
+    smoothed = (1 - smooth) * stretched / factor + smooth * stretched
+    middle = ~(wavelength < original / high) * ~(wavelength > original / low)
+    return torch.where(middle, smoothed, stretched)
 
 
 def rope_tables(config: ModelConfig, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -105,16 +139,19 @@ def _weight(*shape, device, dtype) -> torch.nn.Parameter:
 
 
 class DecoderLayer(torch.nn.Module):
-    def __init__(self, c: ModelConfig, device):
+    def __init__(self, c: ModelConfig, device, window: int = 0):
         super().__init__()
         kw = dict(device=device, dtype=c.dtype)
-        self.c = c
+        self.c, self.window = c, window  # window: sliding-window length, 0 for full attention
         self.input_norm = _weight(c.hidden_size, **kw)
         self.qkv_proj = _weight((c.num_heads + 2 * c.num_kv_heads) * c.head_dim, c.hidden_size, **kw)
         self.o_proj = _weight(c.hidden_size, c.num_heads * c.head_dim, **kw)
         self.post_norm = _weight(c.hidden_size, **kw)
         self.gate_up_proj = _weight(2 * c.intermediate_size, c.hidden_size, **kw)
         self.down_proj = _weight(c.hidden_size, c.intermediate_size, **kw)
+        self.qkv_bias = _weight((c.num_heads + 2 * c.num_kv_heads) * c.head_dim, **kw) if c.qkv_bias else None
+        self.q_norm = _weight(c.head_dim, **kw) if c.qk_norm else None
+        self.k_norm = _weight(c.head_dim, **kw) if c.qk_norm else None
 
     def forward(self, h, residual, cos, sin, batch: Batch, k_cache, v_cache):
         """h, residual [T, hidden] -> (MLP output, residual stream), both [T, hidden]."""
@@ -130,12 +167,15 @@ class DecoderLayer(torch.nn.Module):
 
     def attention(self, h, cos, sin, batch: Batch, k_cache, v_cache):
         c, t = self.c, h.shape[0]
-        q, k, v = F.linear(h, self.qkv_proj).split(
+        q, k, v = F.linear(h, self.qkv_proj, self.qkv_bias).split(
             [c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.num_kv_heads * c.head_dim], dim=-1)
+        if c.qk_norm:  # Qwen3: RMSNorm over each head, as rows of the rms_norm target's [rows, width] contract
+            q = dispatch.rms_norm(q.reshape(t * c.num_heads, c.head_dim), self.q_norm, c.rms_norm_eps)
+            k = dispatch.rms_norm(k.reshape(t * c.num_kv_heads, c.head_dim), self.k_norm, c.rms_norm_eps)
         q = dispatch.rotary_embedding(q.reshape(t, c.num_heads, c.head_dim), cos, sin)
         k = dispatch.rotary_embedding(k.reshape(t, c.num_kv_heads, c.head_dim), cos, sin)
         write_kv(k_cache, v_cache, batch, k, v.reshape(t, c.num_kv_heads, c.head_dim))
-        out = attend(q, k_cache, v_cache, batch, 1.0 / math.sqrt(c.head_dim))
+        out = attend(q, k_cache, v_cache, batch, 1.0 / math.sqrt(c.head_dim), window=self.window)
         return F.linear(out, self.o_proj)
 
 
@@ -147,7 +187,8 @@ class LlamaModel(torch.nn.Module):
         c = self.config = config
         kw = dict(device=device, dtype=c.dtype)
         self.embed = _weight(c.vocab_size, c.hidden_size, **kw)
-        self.layers = torch.nn.ModuleList(DecoderLayer(c, device) for _ in range(c.num_layers))
+        windows = c.attention_windows or (0,) * c.num_layers
+        self.layers = torch.nn.ModuleList(DecoderLayer(c, device, w) for w in windows)
         self.norm = _weight(c.hidden_size, **kw)
         self.lm_head_weight = None if c.tie_embeddings else _weight(c.vocab_size, c.hidden_size, **kw)
         cos, sin = rope_tables(c, device)
@@ -194,12 +235,14 @@ def init_weights(model: LlamaModel, seed: int) -> None:
     into 1- to 4-token loops within a few steps.) Embeddings are N(0, 1), except a tied one: there the
     input embedding reappears in the final hidden state, and at N(0, 1) its dot product with itself
     (~hidden) outweighs every other logit: greedy decoding repeats the last prompt token forever (measured on
-    tiny, tied). N(0, 1/hidden) fixes that.
+    tiny, tied). N(0, 1/hidden) fixes that. Qwen2's q/k/v biases are N(0, 0.1): present, not dominant.
     """
     c = model.config
     gen = torch.Generator(device=model.device).manual_seed(seed)
     for name, p in model.named_parameters():
-        if p.dim() == 1:
+        if name.endswith("qkv_bias"):
+            p.normal_(0.0, 0.1, generator=gen)
+        elif p.dim() == 1:
             p.fill_(1.0)
         elif name == "embed":
             p.normal_(0.0, c.hidden_size ** -0.5 if c.tie_embeddings else 1.0, generator=gen)

@@ -8,14 +8,32 @@ means "does what the model did".
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import inspect
 import random
+from pathlib import Path
 from typing import Callable, Mapping
 
 import torch
 
+from autotune.targets.space import SearchSpace
+
 Shape = tuple[int, ...]
+EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
+
+
+class OpClass(str, enum.Enum):
+    """What bounds an ideal kernel's time: the bytes it must move, the FLOPs it must do, or both in turn.
+    It picks the prompt's advice (prompts/advice/<class>.md) and names the roofline floor that applies."""
+
+    MEMORY_BOUND = "memory-bound"
+    COMPUTE_BOUND = "compute-bound"
+    MIXED = "mixed"
+
+    def __str__(self) -> str:  # the value in f-strings and tables, on every Python version
+        return self.value
+
 
 # Input kinds the checker asks for. "normal": realistic activations; "large": magnitudes in the
 # hundreds (fp16/bf16 accumulation overflows here when a kernel skips fp32); "special": a few NaN
@@ -55,6 +73,40 @@ LAYOUTS = {
 
 
 @dataclasses.dataclass(frozen=True)
+class ForeignOp:
+    """An op of another engine (vLLM, SGLang) that computes a target, and where its case lies in the call.
+
+    A torch-profiler trace records per call, one entry per argument: "Input Dims" (a tensor's shape, [] for a
+    scalar), "Input type" and "Concrete Inputs" (a scalar's value as text). `case_arg` is the argument holding
+    the tensor whose shape and dtype make the target's case; `head_size_arg`, when set, names the integer
+    argument by which that tensor's last dim is split into heads: vLLM's
+    `_C::rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox)` has query [T, H*D] at
+    argument 1 and D at argument 3, so its case is (T, H, D).
+    """
+
+    name: str  # as the trace names it, e.g. "_C::rotary_embedding"
+    case_arg: int = 0
+    head_size_arg: int | None = None
+
+    def __post_init__(self):
+        if not self.name or self.case_arg < 0 or (self.head_size_arg is not None and self.head_size_arg < 0):
+            raise ValueError(f"bad foreign op {self}: a name, and argument positions >= 0")
+
+    def case_shape(self, dims: list, concrete: list, shape_from_dims: Callable[[list], Shape]) -> Shape:
+        """The target's case shape from one call's recorded dims and concrete inputs; ValueError if they do
+        not fit (no shapes recorded, a tensor of another rank, a head size that does not divide the width)."""
+        if len(dims) <= self.case_arg or not dims[self.case_arg]:
+            raise ValueError(f"{self.name}: no shape recorded for argument {self.case_arg}")
+        if self.head_size_arg is None:
+            return tuple(int(d) for d in shape_from_dims(dims[self.case_arg:]))
+        *lead, width = (int(d) for d in dims[self.case_arg])
+        head_size = int(float(concrete[self.head_size_arg])) if len(concrete) > self.head_size_arg else 0
+        if head_size <= 0 or width % head_size:
+            raise ValueError(f"{self.name}: width {width} is not a multiple of head size {head_size}")
+        return (*lead, width // head_size, head_size)
+
+
+@dataclasses.dataclass(frozen=True)
 class Target:
     name: str
     summary: str  # what the op computes, one line
@@ -66,9 +118,21 @@ class Target:
     edge_shapes: tuple[Shape, ...]  # one row, widths not a power of two, widths > 4096, many rows
     dtypes: tuple[torch.dtype, ...] = DTYPES
     tolerances: Mapping[torch.dtype, Tolerance] = dataclasses.field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
-    op_names: tuple[str, ...] = ()  # names of the same op in foreign traces (vLLM, SGLang)
+    foreign_ops: tuple[ForeignOp, ...] = ()  # the same op in other engines' traces (vLLM, SGLang)
     # a profiler "Input Dims" list -> this target's case shape; every target so far: its first input's shape
     shape_from_dims: Callable[[list], Shape] = lambda dims: tuple(dims[0])
+    op_class: OpClass = OpClass.MEMORY_BOUND
+    advice: str = ""  # prompt advice for this target beyond its class's (prompts/advice/<class>.md)
+    search: SearchSpace | None = None  # the `search` agent's template and configurations
+    example: str = ""  # a correct kernel for it, a file in autotune/targets/examples/ (the tests check it passes)
+    # (shape, max rows, max elements) -> the shape run under the CPU interpreter; None limits mean no cut
+    cut_shape: Callable[[Shape, int | None, int | None], Shape] = lambda shape, rows, elements: cut_rows(
+        shape, rows, elements)
+    # shape -> an upper bound on the elements of all inputs / all outputs of one call (the judge sizes the
+    # largest result frame it accepts from these); None: each input, and at most two outputs, no larger than
+    # the case shape, which holds for the row-wise ops
+    input_elements: Callable[[Shape], int] | None = None
+    output_elements: Callable[[Shape], int] | None = None
     # The contract the kernel is deployed under; every case of the checker is drawn from it.
     layouts: tuple[str, ...] = ("contiguous", "offset0")  # names from LAYOUTS this op's callers pass
     mutates: tuple[str, ...] = ()  # arguments the op writes in place (vLLM style); every other input is read-only
@@ -103,6 +167,33 @@ class Target:
     def reference_source(self) -> str:
         return inspect.getsource(self.reference)
 
+    @property
+    def schema(self) -> str:
+        """The dispatch point's torch schema, inferred from the reference's annotations:
+        `rms_norm(Tensor x, Tensor weight, float eps) -> Tensor`; the arguments it `mutates` marked written."""
+        return self.name + torch.library.infer_schema(self.reference, mutates_args=self.mutates)
+
+    @property
+    def example_path(self) -> Path | None:
+        return EXAMPLES_DIR / self.example if self.example else None
+
+    def io_elements(self, shape: Shape) -> tuple[int, int]:
+        """(bound on all inputs' elements, bound on all outputs' elements) of one call on this case shape."""
+        n = numel(shape)
+        inputs = self.input_elements(shape) if self.input_elements else len(self.arg_names) * n
+        return int(inputs), int(self.output_elements(shape) if self.output_elements else 2 * n)
+
+    def floor_us(self, shape: Shape, dtype: torch.dtype, bandwidth_gbps: float | None,
+                 tflops: float | None = None) -> float | None:
+        """The roofline floor in microseconds: the longer of moving `bytes_moved` at the bandwidth and doing
+        `flops` at the peak rate; None when neither rate is known. A kernel measured below it did not do the work."""
+        times = []
+        if bandwidth_gbps:
+            times.append(self.bytes_moved(shape, dtype) / (bandwidth_gbps * 1e3))
+        if tflops:
+            times.append(self.flops(shape, dtype) / (tflops * 1e6))
+        return max(times) if times else None
+
 
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
@@ -122,6 +213,30 @@ def upcast(t: torch.Tensor) -> torch.Tensor:
     """fp32 for fp32/bf16/fp16, fp64 kept: references compute in fp32, and the checker's fp64 golden is
     the same reference run on fp64 inputs, so every reference upcasts with this instead of `.float()`."""
     return t if t.dtype == torch.float64 else t.float()
+
+
+def numel(shape: Shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def cut_rows(shape: Shape, max_rows: int | None, max_elements: int | None = None) -> Shape:
+    """Shrink leading dims, outermost first, until their product is at most max_rows and the whole
+    shape holds at most max_elements (never below one row). The default CPU cut of every target."""
+    if max_rows is None:
+        return tuple(shape)
+    if max_elements is not None:
+        max_rows = max(1, min(max_rows, max_elements // max(1, shape[-1])))
+    dims = list(shape)
+    for i in range(len(dims) - 1):
+        rest = 1
+        for d in dims[i + 1:-1]:
+            rest *= d
+        if rest * dims[i] > max_rows:
+            dims[i] = max(1, max_rows // rest)
+    return tuple(dims)
 
 
 def rows_and_width(shape: Shape) -> tuple[int, int]:

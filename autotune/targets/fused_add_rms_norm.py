@@ -10,11 +10,14 @@ checker's fp64-golden fallback accepts results that round differently but are no
 
 import torch
 
-from autotune.targets.base import Target, activations, norm_weight, quiet_rows, rows_and_width, upcast
+from autotune.targets.base import (ForeignOp, Target, activations, norm_weight, quiet_rows, rows_and_width,
+                                   upcast)
 from autotune.targets.rms_norm import TARGET as RMS_NORM
+from autotune.targets.space import row_space
 
 
-def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
+def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                       eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     s = upcast(x) + upcast(residual)
     y = s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + eps)
     return (y * upcast(weight)).to(x.dtype), s.to(x.dtype)
@@ -53,6 +56,9 @@ TARGET = Target(
     scalar_from_model=RMS_NORM.scalar_from_model,
     model_shapes=RMS_NORM.model_shapes,
     random_shapes=RMS_NORM.random_shapes,
-    op_names=("_C::fused_add_rms_norm", "vllm::fused_add_rms_norm", "sgl_kernel::fused_add_rmsnorm",
-              "fused_add_rms_norm"),
+    # (input, residual, weight, eps) in every engine; vLLM's and SGLang's update input and residual in place
+    foreign_ops=(ForeignOp("vllm_ir::fused_add_rms_norm"), ForeignOp("_C::fused_add_rms_norm"),
+                 ForeignOp("sgl_kernel::fused_add_rmsnorm")),
+    search=row_space("fused_add_rms_norm.py.j2"),
+    example="fused_add_rms_norm.py",
 )

@@ -10,8 +10,9 @@ checker's fp64-golden fallback accepts results that round differently but are no
 
 import torch
 
-from autotune.targets.base import (Target, activations, norm_weight, quiet_rows, random_rows, random_widths,
-                                   rows_and_width, rowwise_shapes, upcast)
+from autotune.targets.base import (ForeignOp, Target, activations, norm_weight, quiet_rows, random_rows,
+                                   random_widths, rows_and_width, rowwise_shapes, upcast)
+from autotune.targets.space import row_space
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -53,10 +54,15 @@ TARGET = Target(
     flops=flops,
     default_shapes=((1, 4096), (64, 4096), (256, 4096)),
     edge_shapes=((1, 128), (7, 1000), (3, 5120), (2, 8192), (1024, 64)),  # 1-D and 3-D: random_shapes
-    op_names=("_C::rms_norm", "vllm::rms_norm", "sgl_kernel::rmsnorm", "rms_norm"),
     layouts=("contiguous", "offset0", "padded"),  # vLLM's rms_norm takes a row stride (input.stride(-2))
     scalar_values={"eps": (1e-6, 1e-5)},
     scalar_from_model={"eps": "rms_norm_eps"},
     model_shapes=rowwise_shapes((("hidden_size", 1),)),
     random_shapes=random_shapes,
+    # vLLM's _C::rms_norm(out, input, weight, eps) and SGLang's sgl_kernel::rmsnorm(out, input, weight, eps, ...)
+    # take their output first; vLLM IR's vllm_ir::rms_norm(x, weight, eps, ...) (ir_enable_torch_wrap) does not.
+    foreign_ops=(ForeignOp("vllm_ir::rms_norm"), ForeignOp("_C::rms_norm", case_arg=1),
+                 ForeignOp("sgl_kernel::rmsnorm", case_arg=1)),
+    search=row_space("rms_norm.py.j2"),
+    example="rms_norm.py",
 )

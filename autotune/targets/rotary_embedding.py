@@ -11,7 +11,8 @@ checker's fp64-golden fallback accepts results that round differently but are no
 
 import torch
 
-from autotune.targets.base import Target, activations, primes, random_rows, upcast
+from autotune.targets.base import ForeignOp, Target, activations, primes, random_rows, upcast
+from autotune.targets.space import POW2, WARPS, Knob, SearchSpace, configs
 
 
 def rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -53,6 +54,18 @@ def flops(shape, dtype):
     return 3 * tokens * heads * head_dim
 
 
+# One token's cos/sin row is loaded once per program and shared by its heads: more heads per
+# program reuse it more (Liger-Kernel's rope takes all of a token's heads), fewer give a decode
+# step with one token more programs. First 16: two programs per token for 32 query heads.
+SEARCH = SearchSpace(
+    template="rotary_embedding.py.j2",
+    knobs=(Knob("heads", tuple(h for h in POW2 if h <= 64), "heads of one token per program"), WARPS),
+    configs=configs(("heads", "warps"), [
+        (16, "auto"), (32, "auto"), (8, "auto"), (4, "auto"), (64, 16), (2, 4), (1, 4), (16, 8),
+    ]),
+)
+
+
 TARGET = Target(
     name="rotary_embedding",
     summary="rotate-half RoPE on x [tokens, heads, head_dim] with fp32 cos/sin [tokens, head_dim/2]",
@@ -62,10 +75,13 @@ TARGET = Target(
     flops=flops,
     default_shapes=((1, 32, 128), (64, 32, 128), (256, 8, 128)),
     edge_shapes=((1, 1, 64), (7, 3, 96), (3, 40, 128), (512, 2, 32)),
-    op_names=("_C::rotary_embedding", "vllm::rotary_embedding", "sgl_kernel::apply_rope_pos_ids_cos_sin_cache",
-              "rotary_embedding"),
     # q and k are views of the fused qkv projection (row stride > heads * head_dim; k at an offset)
     layouts=("contiguous", "offset0", "qkv_q", "qkv_k"),
     model_shapes=model_shapes,
     random_shapes=random_shapes,
+    # vLLM's _C::rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox): query [T, H*D]
+    # at argument 1, D at argument 3 (vLLM 0.32's CPU trace: query [17, 256], head_size 32 -> (17, 8, 32))
+    foreign_ops=(ForeignOp("_C::rotary_embedding", case_arg=1, head_size_arg=3),),
+    search=SEARCH,
+    example="rotary_embedding.py",
 )

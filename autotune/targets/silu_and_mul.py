@@ -10,8 +10,9 @@ checker's fp64-golden fallback accepts results that round differently but are no
 import torch
 import torch.nn.functional as F
 
-from autotune.targets.base import (Target, activations, random_rows, random_widths, rows_and_width, rowwise_shapes,
-                                   upcast)
+from autotune.targets.base import (ForeignOp, Target, activations, random_rows, random_widths, rows_and_width,
+                                   rowwise_shapes, upcast)
+from autotune.targets.space import MAX_TILE, POW2, WARPS, Knob, SearchSpace, configs
 
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
@@ -40,6 +41,19 @@ def flops(shape, dtype):
     return 5 * rows * (width // 2)  # exp, add, div, mul, mul
 
 
+# Elementwise over [rows, I] (Llama: I = 8192 or 14336). A 1-row decode step is launch-bound
+# whatever the block; from 64 rows up, 4096 columns on 8 warps (two 16-byte loads per operand per
+# thread in bf16) give 128+ programs to fill the SMs, and a quarter of the 1024-block programs for the
+# CPU interpreter, which pays about 1 ms per program. Then smaller blocks, and the warp count.
+SEARCH = SearchSpace(
+    template="silu_and_mul.py.j2",
+    knobs=(Knob("block", tuple(b for b in POW2 if 16 <= b <= MAX_TILE), "output columns per program"), WARPS),
+    configs=configs(("block", "warps"), [
+        (4096, 8), (2048, 8), (1024, 4), (4096, 16), (2048, 4), (8192, 16), (512, 4), (256, 2),
+    ]),
+)
+
+
 TARGET = Target(
     name="silu_and_mul",
     summary="SwiGLU gate: silu(x[..., :I]) * x[..., I:] for x of width 2*I, fp32 math, output in x's dtype",
@@ -49,8 +63,11 @@ TARGET = Target(
     flops=flops,
     default_shapes=((1, 28672), (64, 28672), (256, 28672)),
     edge_shapes=((1, 256), (5, 2000), (3, 11008), (1024, 128)),  # 1-D and 3-D: random_shapes
-    op_names=("_C::silu_and_mul", "vllm::silu_and_mul", "sgl_kernel::silu_and_mul", "silu_and_mul"),
     layouts=("contiguous", "offset0"),  # the model passes the gate_up projection's dense output
     model_shapes=rowwise_shapes((("intermediate_size", 2),)),
     random_shapes=random_shapes,
+    # vLLM's _C::silu_and_mul(out, input) and SGLang's sgl_kernel::silu_and_mul(out, input) take the output first
+    foreign_ops=(ForeignOp("_C::silu_and_mul", case_arg=1), ForeignOp("sgl_kernel::silu_and_mul", case_arg=1)),
+    search=SEARCH,
+    example="silu_and_mul.py",
 )

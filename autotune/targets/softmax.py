@@ -10,7 +10,8 @@ checker's fp64-golden fallback accepts results that round differently but are no
 
 import torch
 
-from autotune.targets.base import Target, activations, random_rows, random_widths, rows_and_width, upcast
+from autotune.targets.base import ForeignOp, Target, activations, random_rows, random_widths, rows_and_width, upcast
+from autotune.targets.space import row_space
 
 
 def softmax(x: torch.Tensor) -> torch.Tensor:
@@ -58,8 +59,10 @@ TARGET = Target(
     flops=flops,
     default_shapes=((32, 1, 1024), (32, 128, 128), (8, 512, 512)),
     edge_shapes=((1, 1, 1), (1, 7, 1000), (2, 1, 5000), (1, 1024, 64)),
-    op_names=("aten::_softmax", "aten::softmax", "softmax"),
     layouts=("contiguous", "offset0"),  # the model passes dense scores (views of a matmul's output)
     model_shapes=model_shapes,
     random_shapes=random_shapes,
+    foreign_ops=(ForeignOp("aten::_softmax"),),  # what torch.softmax runs in any engine's trace
+    search=row_space("softmax.py.j2"),
+    example="softmax.py",
 )

@@ -5,7 +5,7 @@
     verdict.status, verdict.reason                                    # Status.UNMEASURED, "correct on ..."
 
 `autotune verify --help` (autotune/verify/command.py) explains the command; judge.py the order of the
-checks; sandbox.py the isolated runner (`run_isolated`) that other stages reuse. Importing this package
+checks; `autotune.sandbox` the isolated runner (`run_isolated`) that other stages reuse. Importing this package
 imports nothing heavy: the candidate's worker process imports parts of it and must not pull in the judge.
 
 What the checker guarantees (each point has a test in tests/verify/):
@@ -17,12 +17,17 @@ What the checker guarantees (each point has a test in tests/verify/):
   refill that gives the new answer, on the profile's (or default) and edge shapes in fp32/bf16/fp16,
   with realistic, large and NaN/Inf inputs; degenerate cases do not count as evidence;
 - its math runs in Triton: a static scan of the source, a launch count and a record of the aten ops
-  its Python runs at call time; no file, process, network, FFI or exec tricks in the source;
-- the candidate runs in a fresh process: own session (killed whole, and by its private uid), scrubbed
-  environment, private directory and caches, time/memory/file/process limits, and where root: no
-  network, /tmp, /var/tmp, /dev/shm, /root and /home covered, an unprivileged uid, not dumpable.
-What it does not: no seccomp filter (a candidate may still read world-readable files such as the
-installed packages); without root the namespaces and the uid drop are skipped (the verdict says so);
+  its Python runs at import and at call time; no file, process, network, FFI or exec tricks in the source;
+- the candidate runs in a fresh process (autotune.sandbox): own session, scrubbed environment, private
+  directory and caches, time/memory/file/process limits, and where root: own PID and IPC namespaces
+  (nothing it starts or creates outlives the verdict), no network, only the system directories, the Python
+  installation and its private directory visible, a fresh /proc, an unprivileged uid, not dumpable;
+- inside it, an audit hook armed before the import denies files, processes, sockets, ctypes, frames and
+  new imports outside an allow-list; modules are frozen and the worker's sealed (autotune.sandbox.audit);
+- a passing verdict keeps no stderr; a failing one a bounded tail with secrets masked, in the reason too.
+What it does not: no seccomp filter (the hook is Python-level; reachable objects can still be mutated;
+world-readable system files stay visible); without root the namespaces and the uid drop are skipped (the
+verdict says so);
 on CPU shapes are cut for the interpreter and nothing is timed; the GPU timing path has not yet run on
 a GPU in this project's tests.
 """

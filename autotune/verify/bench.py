@@ -5,7 +5,7 @@ Mode "candidate" imports the candidate file (as the worker does); mode "baseline
 reference and times it eager and under torch.compile; the same harness times both, so that neither
 side's numbers come from a different protocol.
 
-The protocol, per shape and function (reliability.md §2.3):
+The protocol, per shape and function (the practice of triton.testing.do_bench, made stricter):
 - compile, autotune and the first calls happen in a warm-up that is not timed;
 - three input sets stay alive (pointers differ between iterations) and before every timed call, outside
   the timed window, the activations get fresh random contents and a buffer of twice the L2 size is
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from autotune.verify.sandbox import child_main
+from autotune.sandbox.runner import child_main
 
 SETS = 3  # input sets kept alive at once
 SAMPLES = 3  # timed calls whose inputs and outputs are checked again by the judge

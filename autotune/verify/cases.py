@@ -39,7 +39,10 @@ from omegaconf import OmegaConf
 
 from autotune.config import conf_dir
 from autotune.errors import UserError
-from autotune.targets.base import Shape, Target, dtype_name, parse_dtype, random_rows
+from autotune.profile.records import ProfiledShape
+from autotune.targets.base import Shape, Target, cut_rows, dtype_name, parse_dtype, random_rows
+
+__all__ = ["Case", "CaseData", "cut_rows", "make_data", "plan"]  # cut_rows: the default cut, from base
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
 AT_OFFSET_ZERO = ("offset0", "qkv_q")  # layouts whose inputs start at storage offset 0
@@ -99,33 +102,16 @@ class CaseData:
     refill_written_golden: tuple = ()
 
 
-def cut_rows(shape: Shape, max_rows: int | None, max_elements: int | None = None) -> Shape:
-    """Shrink leading dims, outermost first, until their product is at most max_rows and the whole
-    shape holds at most max_elements (never below one row)."""
-    if max_rows is None:
-        return tuple(shape)
-    if max_elements is not None:
-        max_rows = max(1, min(max_rows, max_elements // max(1, shape[-1])))
-    dims = list(shape)
-    for i in range(len(dims) - 1):
-        rest = 1
-        for d in dims[i + 1:-1]:
-            rest *= d
-        if rest * dims[i] > max_rows:
-            dims[i] = max(1, max_rows // rest)
-    return tuple(dims)
-
-
 def select_profile_shapes(shapes, limit: int) -> list:
-    """At most `limit` of the profile's (shape, dtype, calls): the smallest and the largest, then the most
+    """At most `limit` of the profile's shapes (ProfiledShape): the smallest and the largest, then the most
     called. A served model's profile holds a shape per batch size and prefill length (16 for rms_norm in the
     default tiny run), which checks the same code paths again and again at a cost per shape."""
-    shapes = list(shapes)
+    shapes = [ProfiledShape.of(s) for s in shapes]  # (shape, dtype, calls) tuples are read too
     if limit <= 0 or len(shapes) <= limit:
         return shapes
-    by_size = sorted(shapes, key=lambda s: _numel(tuple(s[0])))
+    by_size = sorted(shapes, key=lambda s: _numel(s.shape))
     chosen = [by_size[0], by_size[-1]]
-    for s in sorted(shapes, key=lambda s: -int(s[2])):
+    for s in sorted(shapes, key=lambda s: -s.calls):
         if len(chosen) >= limit:
             break
         if s not in chosen:
@@ -135,12 +121,12 @@ def select_profile_shapes(shapes, limit: int) -> list:
 
 def selection_note(shapes, limit: int) -> str:
     """One line saying which profile shapes were checked, when not all of them were."""
-    shapes = list(shapes or [])
+    shapes = [ProfiledShape.of(s) for s in shapes or []]
     chosen = select_profile_shapes(shapes, limit)
     if len(chosen) == len(shapes):
         return ""
-    total = sum(int(s[2]) for s in shapes) or 1
-    covered = sum(int(s[2]) for s in chosen) / total
+    total = sum(s.calls for s in shapes) or 1
+    covered = sum(s.calls for s in chosen) / total
     return (f"profile shapes: {len(chosen)} of {len(shapes)} checked (the smallest, the largest and the most "
             f"called; {covered:.0%} of the profiled calls; verify.max_profile_shapes={limit})")
 
@@ -185,11 +171,11 @@ def primary_shapes(target: Target, shapes, limit: int = 0,
     defaults, then the edges, the model presets' shapes and the run's random ones."""
     found = []
     if shapes:
-        for shape, dtype, calls in select_profile_shapes(shapes, limit):
+        for s in select_profile_shapes(shapes, limit):
             try:
-                found.append((tuple(int(d) for d in shape), "profile", int(calls), parse_dtype(str(dtype))))
+                found.append((s.shape, "profile", s.calls, parse_dtype(s.dtype)))
             except ValueError:
-                raise UserError(f"profile shape {list(shape)} has dtype '{dtype}', which the checker does not know "
+                raise UserError(f"profile shape {list(s.shape)} has dtype '{s.dtype}', which the checker does not know "
                                 "(re-profile, or run with verify.shapes=default)") from None
     else:
         found += [(tuple(s), "default", 0, None) for s in target.default_shapes]
@@ -202,7 +188,8 @@ def primary_shapes(target: Target, shapes, limit: int = 0,
 def plan(target: Target, shapes, cfg_verify, on_gpu: bool, salt: bytes = b"") -> list[Case]:
     """Every case to run, cheapest shapes first (a candidate that crashes, crashes early). The layouts and
     scalar values the target declares take turns over the cases, so each is met many times."""
-    dtypes = [parse_dtype(str(d)) for d in cfg_verify.dtypes]
+    dtypes = target_dtypes(target, cfg_verify)
+    cut_rows = target.cut_shape  # the target's own CPU cut; the default cuts leading dims (base.cut_rows)
     elements = int(cfg_verify.max_interpreter_elements)
     main = (None, None) if on_gpu else (int(cfg_verify.max_interpreter_rows), elements)
     extra = (None, None) if on_gpu else (int(cfg_verify.max_interpreter_rows_extra), elements // 4)
@@ -238,6 +225,18 @@ def plan(target: Target, shapes, cfg_verify, on_gpu: bool, salt: bytes = b"") ->
                           requested_shape=requested, calls=calls, repeat=checks, refill=checks, layout=layout,
                           scalars=scalars[(i // len(layouts)) % len(scalars)]))
     return cases
+
+
+def target_dtypes(target: Target, cfg_verify) -> list[torch.dtype]:
+    """The target's own dtypes, narrowed to `verify.dtypes` when that is set (null: all of the target's)."""
+    wanted = cfg_verify.get("dtypes")
+    if not wanted:
+        return list(target.dtypes)
+    narrowed = [d for d in target.dtypes if d in {parse_dtype(str(w)) for w in wanted}]
+    if not narrowed:
+        raise UserError(f"verify.dtypes={list(wanted)} leaves no dtype of {target.name}, which runs in "
+                        f"{', '.join(dtype_name(d) for d in target.dtypes)}: name one of those, or verify.dtypes=null")
+    return narrowed
 
 
 def _numel(shape: Shape) -> int:
@@ -338,7 +337,7 @@ def cut_note(target: Target, shapes, cfg_verify, on_gpu: bool, salt: bytes = b""
     limit = int(cfg_verify.get("max_profile_shapes") or 0)
     notes = [selection_note(shapes, limit)]
     limits = (int(cfg_verify.max_interpreter_rows), int(cfg_verify.max_interpreter_elements))
-    cut = [(s, cut_rows(s, *limits)) for s, *_ in primary_shapes(target, shapes, limit, salt)]
+    cut = [(s, target.cut_shape(s, *limits)) for s, *_ in primary_shapes(target, shapes, limit, salt)]
     cut = list(dict.fromkeys((a, b) for a, b in cut if a != b))
     if cut and not on_gpu:
         pairs = ", ".join(f"{list(a)} -> {list(b)}" for a, b in cut)

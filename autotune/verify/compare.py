@@ -1,6 +1,6 @@
 """Judging one case: the candidate's outputs (received from its process) against the judge's own answers.
 
-The gate, per output (reliability.md §3.5):
+The gate, per output (the rules of torch.testing and torch._dynamo named below, no new ones):
 1. structure: a plain tensor of exactly the reference's shape and dtype (no broadcasting, no casting);
 2. NaN and Inf: NaN exactly where the reference has NaN, +-Inf exactly where it has +-Inf (so a NaN is
    neither invented nor swallowed, and an fp16/bf16 accumulator that overflows on inputs in the

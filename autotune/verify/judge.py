@@ -24,11 +24,12 @@ from pathlib import Path
 import torch
 
 from autotune.errors import UserError
+from autotune.profile.records import ProfiledShape
 from autotune.targets.base import Target
 from autotune.verify import cases as case_plan
 from autotune.verify import policy
 from autotune.verify.compare import judge_case
-from autotune.verify.sandbox import SandboxResult, run_isolated
+from autotune.sandbox import Limits, SandboxResult, run_isolated
 from autotune.verify.verdict import CaseResult, Status, Verdict
 
 
@@ -58,10 +59,23 @@ class _Session:
         elif kind == "case_error":
             self.case_error = frame
             return True
+        elif kind == "import_ops":  # recorded while the candidate's module was imported
+            return self._on_import(frame)
         elif kind == "setup_error":
             self.setup_error = str(frame.get("error", ""))
             return True
         return False
+
+    def _on_import(self, frame: dict) -> bool:
+        ops = frame.get("torch_ops")
+        if not isinstance(ops, dict) or not all(isinstance(k, str) and isinstance(v, int) for k, v in ops.items()):
+            self.protocol = "a malformed record of the import"
+            return True
+        torch_math = policy.runtime_violations(ops)
+        if torch_math:
+            self.runtime_policy.append(f"torch math while the candidate was imported: {', '.join(torch_math)} "
+                                       "(a module may define kernels and constants, not compute answers)")
+        return bool(torch_math)
 
     def _on_result(self, frame: dict) -> bool:
         i = frame.get("index")
@@ -94,12 +108,18 @@ class _Session:
 
     def conclude(self, run: SandboxResult, timeout_s: float) -> tuple[Status, str]:
         failed = next((r for _, r in sorted(self.results.items()) if not r.passed), None)
+        denied = _denied(self.compile_error or str((self.case_error or {}).get("error", "")))
+        if denied:
+            return Status.POLICY_VIOLATION, f"{denied} (while {self.running_label()})"
         if self.compile_error:
             return Status.COMPILE_ERROR, f"the candidate failed to import: {one_line(self.compile_error)}"
         if self.runtime_policy:
             return Status.POLICY_VIOLATION, self.runtime_policy[0]
         if failed is not None:
             return Status.INCORRECT, f"case {_label(failed)}: {failed.note}"
+        if self.case_error is not None and self.case_error.get("tampered"):  # launch counter or op recorder gone
+            error = one_line(str(self.case_error.get("error", "")))
+            return Status.POLICY_VIOLATION, f"{error} ({self.running_label()})"
         if self.case_error is not None:
             error = one_line(str(self.case_error.get("error", "")))
             if self.case_error.get("compile"):
@@ -143,6 +163,12 @@ def _well_formed(frame: dict) -> bool:
     return pairs_ok and counts_ok and isinstance(launches, list) and all(isinstance(n, int) for n in launches)
 
 
+def _denied(error: str) -> str:
+    """The run-time defence's refusal (autotune.sandbox.audit) if that is what the candidate died of."""
+    last = one_line(error) if error.strip() else ""
+    return last if "not allowed in the sandbox" in last else ""
+
+
 def _label(r: CaseResult) -> str:
     extra = "".join(f" {k}={v:g}" for k, v in r.scalars.items())
     extra += f" {r.layout}" if r.layout != "contiguous" else ""
@@ -163,10 +189,12 @@ def one_line(error: str) -> str:
 
 def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, device: str = "cpu",
           environment: dict | None = None, scan: bool = True, salt: bytes | None = None) -> Verdict:
-    """The whole judgement of one candidate. `scan=False` skips the static policy (tests of the deeper
+    """The whole judgement of one candidate. shapes: the profile's `ProfiledShape`s (or `(shape, dtype, calls)`
+    tuples), None for the target's defaults. `scan=False` skips the static policy (tests of the deeper
     defences use it; the CLI and the loop never do). `salt`: the secret the case inputs and the run's random
     sizes are drawn with, new for every run unless given (to replay a verdict's `inputs_salt`)."""
     started = time.monotonic()
+    shapes = [ProfiledShape.of(s) for s in shapes] if shapes else None
     verdict = Verdict(status=Status.RUNTIME_ERROR, reason="", target=target.name, candidate=str(path),
                       candidate_sha256=hashlib.sha256(source.encode()).hexdigest(), environment=environment or {})
     try:
@@ -178,14 +206,15 @@ def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, de
         if verdict.policy:
             return _finish(verdict, Status.POLICY_VIOLATION, verdict.policy[0], started)
     on_gpu = device == "cuda"
+    limits = Limits.from_config(cfg_verify)
     salt = salt or secrets.token_bytes(16)  # never sent to the candidate's process: it gets tensors, not seeds
     plan = case_plan.plan(target, shapes, cfg_verify, on_gpu, salt)
     with _one_thread():
         session = _Session(target, plan, [])
-        run = _run_worker(target, source, plan, cfg_verify, device, session, salt)
+        run = _run_worker(target, source, plan, limits, device, session, salt)
     if session.setup_error:
         raise UserError(f"the isolated worker could not start its work: {session.setup_error}")
-    status, reason = session.conclude(run, float(cfg_verify.timeout_s))
+    status, reason = session.conclude(run, limits.timeout_s)
     # Recorded only now that the candidate's process is gone: a salt is drawn for one run and useless for the
     # next, and with it a failing case can be made again (judge(..., salt=bytes.fromhex(inputs_salt))).
     verdict.inputs_salt = salt.hex()
@@ -206,7 +235,7 @@ def _record(verdict: Verdict, session: _Session, run: SandboxResult, cut_note: s
     verdict.nondeterministic = session.nondeterministic
     verdict.sandbox = run.isolation
     verdict.stderr_tail = (session.compile_error or str((session.case_error or {}).get("error", ""))
-                           or run.stderr_tail)[-3000:]
+                           or run.stderr_tail)
     verdict.notes = [n for n in (cut_note, "non-deterministic: two calls on the same inputs differed bitwise"
                                  if session.nondeterministic else "") if n]
     if nsight:
@@ -215,7 +244,7 @@ def _record(verdict: Verdict, session: _Session, run: SandboxResult, cut_note: s
                              "for the references")
 
 
-def _run_worker(target, source, plan, cfg_verify, device, session: _Session, salt: bytes) -> SandboxResult:
+def _run_worker(target, source, plan, limits: Limits, device, session: _Session, salt: bytes) -> SandboxResult:
     def payload() -> dict:  # made while the worker starts up; the session needs the data before any result
         session.data.extend(case_plan.make_data(target, c, salt) for c in plan)
         return {"source": source, "entry": target.name, "device": device, "cases": [
@@ -224,18 +253,20 @@ def _run_worker(target, source, plan, cfg_verify, device, session: _Session, sal
             for c, d in zip(plan, session.data)]}
 
     with tempfile.TemporaryDirectory(prefix="autotune-verify-", ignore_cleanup_errors=True) as tmp:
-        return run_isolated("autotune.verify.worker", payload, timeout_s=float(cfg_verify.timeout_s),
-                            memory_mb=int(cfg_verify.memory_mb), workdir=Path(tmp) / "work",
-                            gpu=device == "cuda", file_mb=int(cfg_verify.max_file_mb), on_event=session.on_event,
+        return run_isolated("autotune.verify.worker", payload, limits=limits,
+                            workdir=Path(tmp) / "work", gpu=device == "cuda", on_event=session.on_event,
                             max_frame_bytes=_largest_frame(target, plan))
 
 
 def _largest_frame(target: Target, plan) -> int:
     """A bound on an honest case_result frame: the inputs as each of three calls left them and three calls'
-    outputs (at most two, each no larger than the largest input, for every target), plus room for framing."""
-    largest = max(c.shape_numel * torch.empty((), dtype=c.dtype).element_size() for c in plan)
-    arity = len(target.arg_names)
-    return (3 * arity + 3 * 2) * largest + (1 << 20)
+    outputs (each bounded by the target's declared `Target.io_elements`), twice over, plus room for the
+    framing."""
+    def frame_bytes(case) -> int:
+        inputs, outputs = target.io_elements(case.shape)
+        return 3 * (inputs + outputs) * torch.empty((), dtype=case.dtype).element_size()
+
+    return 2 * max(frame_bytes(c) for c in plan) + (1 << 20)
 
 
 _threads_lock = threading.Lock()
@@ -263,6 +294,7 @@ def _one_thread():
 
 def _finish(verdict: Verdict, status: Status, reason: str, started: float) -> Verdict:
     verdict.status, verdict.reason = status, reason
+    verdict.seal()
     verdict.duration_s = round(time.monotonic() - started, 3)
     return verdict
 

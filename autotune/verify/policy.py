@@ -1,48 +1,33 @@
-"""The candidate policy: a static scan of the source (ast only, never executed) and the run-time op rule.
+"""The candidate policy: a static scan of the source against an allow-list (ast only, never executed), and
+the run-time op rule.
 
-A candidate is one file that launches `@triton.jit` kernels doing the target's math. Outside kernels it
-may allocate (`torch.empty*`, `torch.zeros*`), reshape and view, make contiguous, and ask shapes,
-strides, dtypes and devices; nothing else in torch. It imports only torch, triton, triton.language,
-math, typing, functools and __future__, and it does not reach for processes, the network, the file
-system, FFI, or dynamic import/exec/introspection tricks. Every finding is reported, the first one is the
-verdict's reason.
+A candidate is one file: imports, constants, `@triton.jit` kernels (optionally under @triton.autotune /
+@triton.heuristics) and plain-Python launchers. Every name, attribute and call in it must be listed in
+`autotune.verify.allowlist` for where it appears (kernel or launcher) and how it is used. On top of that:
+no dunder names or attributes at all; no attribute assignment (patching a library, or a tensor's
+`.data`); no aliasing of listed functions or modules (`f = torch.empty`, `t = torch`), so that every call
+the scan accepts is one it saw; no try/with/global/class/nested def; no string formatting outside error
+messages (the repr of a kernel object tells the interpreter from a GPU); `.device` only passed along as an
+argument, never in a condition. Every finding is reported; the first is the verdict's reason.
 
-The scan is advisory in the sense that it is not what keeps the machine safe (the sandbox is), and it
-cannot see through operators (`x * w` on tensors): the run-time rule catches those, from the aten ops
-the worker records during each call (`runtime_violations`).
+The scan cannot see through operators (`x * w` on tensors): the run-time rule catches those, from the
+aten ops the worker records during each call (`runtime_violations`). What Triton's compiler would
+reject (a module-level float in a kernel, a non-jit helper called from one) is left to the compiler,
+which the worker runs on every kernel before the interpreter (autotune.verify.frontend).
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import threading
 
 from autotune.targets.base import Target
+from autotune.verify.allowlist import (ALLOWED_IMPORTS, ATTRIBUTES, BUILTINS, CONVERSIONS, IMPORTS,
+                                       KERNEL_ATTRIBUTES, KERNEL_BUILTINS, KERNEL_MATH, KERNEL_TL, METHODS, NAMES,
+                                       Use)
 
-ALLOWED_IMPORTS = ("torch", "triton", "triton.language", "math", "typing", "functools", "__future__")
-TORCH_ALLOWED = {
-    "empty", "empty_like", "empty_strided", "zeros", "zeros_like",  # allocation
-    "Tensor", "Size", "dtype", "device", "finfo", "iinfo", "float32", "float16", "bfloat16", "float64", "float",
-    "half", "double", "int8", "int16", "int32", "int64", "uint8", "bool", "long", "int", "cuda",
-}
-TORCH_CUDA_ALLOWED = {"is_available", "current_device", "device_count", "get_device_properties",
-                      "get_device_capability"}
-TRITON_ALLOWED = {"jit", "autotune", "heuristics", "Config", "cdiv", "next_power_of_2", "language", "constexpr"}
-# Methods a launcher may call: tensor structure (views, allocation, shape queries, copies) and
-# plain-Python container/string methods. Anything else (sum, mul, exp, float, item, tolist, ...) is math
-# or a host read of tensor values that belongs in the kernel.
-LAUNCHER_METHODS = {
-    "view", "view_as", "reshape", "reshape_as", "contiguous", "size", "stride", "numel", "dim", "element_size",
-    "is_contiguous", "data_ptr", "storage_offset", "new_empty", "new_zeros", "new_empty_strided", "flatten",
-    "unflatten", "squeeze", "unsqueeze", "transpose", "permute", "t", "expand", "expand_as", "narrow", "unbind",
-    "split", "chunk", "select", "zero_", "copy_", "clone", "detach", "to", "get_device", "is_floating_point",
-    "append", "extend", "insert", "get", "items", "keys", "values", "pop", "setdefault", "update", "format",
-    "join", "startswith", "endswith", "index", "count",
-}
-CONVERSIONS = {"float", "half", "bfloat16", "double", "int", "long", "short", "bool", "type", "type_as"}
-BANNED_BUILTINS = {"open", "exec", "eval", "compile", "__import__", "getattr", "setattr", "delattr", "globals",
-                   "locals", "vars", "breakpoint", "input", "exit", "quit", "help", "memoryview", "type", "dir", "id"}
-ALLOWED_DUNDERS = {"__name__", "__doc__", "__file__"}
+__all__ = ["ALLOWED_IMPORTS", "RUNTIME_ALLOWED_OPS", "parse", "runtime_violations", "scan"]
 
 # Aten ops a candidate's Python may run at call time, outside what its kernels do.
 RUNTIME_ALLOWED_OPS = {
@@ -55,6 +40,12 @@ RUNTIME_ALLOWED_OPS = {
     "aten.set_",  # the interpreter re-views its host copies of the arguments with set_
     "aten.sym_size", "aten.sym_stride", "aten.sym_numel", "aten.sym_storage_offset", "aten.is_contiguous",
 }
+
+_KERNEL_DECORATORS = ("triton.jit", "triton.autotune", "triton.heuristics")
+_MODULE_STATEMENTS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.Assign, ast.AnnAssign)
+_BODY_STATEMENTS = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.If, ast.For, ast.While, ast.Break,
+                    ast.Continue, ast.Pass, ast.Expr, ast.Assert, ast.Raise, ast.Delete)
+_PYTHON_BUILTINS = frozenset(dir(builtins))
 
 
 def runtime_violations(ops: dict[str, int]) -> list[str]:
@@ -75,25 +66,24 @@ def parse(source: str, filename: str = "<candidate>") -> ast.Module:
 
 def scan(tree: ast.Module, target: Target) -> list[str]:
     """Every policy finding, as 'line N: what and what to do instead'; [] when the file is clean."""
-    visitor = _Scanner()
-    visitor.visit(tree)
-    findings = visitor.findings
-    findings += _entry_findings(tree, target, visitor)
-    if not visitor.kernels:
+    scanner = _Scanner(tree)
+    scanner.run()
+    findings = scanner.findings + _entry_findings(tree, target, scanner.kernels)
+    if not scanner.kernels:
         findings.append("no @triton.jit kernel: the math must happen in a Triton kernel the entry function launches")
-    return sorted(set(findings), key=_line_of)
+    return sorted(dict.fromkeys(findings), key=_line_of)  # stable: on one line, the order they were found
 
 
-def _line_of(finding: str) -> tuple[int, str]:
+def _line_of(finding: str) -> int:
     head = finding.split(":", 1)[0]
-    return (int(head.split()[1]), finding) if head.startswith("line ") else (10**9, finding)
+    return int(head.split()[1]) if head.startswith("line ") else 10**9
 
 
-def _entry_findings(tree: ast.Module, target: Target, visitor: "_Scanner") -> list[str]:
+def _entry_findings(tree: ast.Module, target: Target, kernels: set[str]) -> list[str]:
     entry = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == target.name), None)
     if entry is None:
         return [f"no entry function: define `{target.signature}` at the top level of the file"]
-    if entry.name in visitor.kernels:
+    if entry.name in kernels:
         return [f"line {entry.lineno}: the entry function `{target.name}` must be a plain Python launcher, "
                 "not a @triton.jit kernel"]
     a = entry.args
@@ -106,155 +96,373 @@ def _entry_findings(tree: ast.Module, target: Target, visitor: "_Scanner") -> li
     return []
 
 
-class _Scanner(ast.NodeVisitor):
-    def __init__(self):
+class _Scanner:
+    """One pass over the tree. `mode` is where the node sits: 'kernel', 'launcher' or 'annotation'."""
+
+    def __init__(self, tree: ast.Module):
+        self.tree = tree
         self.findings: list[str] = []
-        self.aliases: dict[str, str] = {}  # local name -> dotted module or module attribute
-        self.kernels: set[str] = set()
-        self.in_kernel = False
-        self.params: list[set[str]] = []  # parameter names of the enclosing functions (they shadow builtins)
+        self.parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        self.aliases: dict[str, str] = {}  # import-bound name -> dotted path
+        self.kernels: set[str] = set()  # top-level functions decorated with @triton.jit
+        self.functions: set[str] = set()  # top-level plain functions
+        self.globals: set[str] = set()  # every other name bound at the top level
+        self.scopes: list[set[str]] = []  # names bound in the enclosing functions and lambdas
 
     def flag(self, node: ast.AST, message: str) -> None:
         self.findings.append(f"line {getattr(node, 'lineno', 0)}: {message}")
 
-    # imports -----------------------------------------------------------------------------------
-    def visit_Import(self, node: ast.Import) -> None:
-        for a in node.names:
-            if not _import_allowed(a.name):
-                self.flag(node, f"imports `{a.name}` (allowed: {', '.join(ALLOWED_IMPORTS)})")
-            self.aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+    def run(self) -> None:
+        for stmt in self.tree.body:
+            if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                self.imports(stmt)
+            elif isinstance(stmt, ast.FunctionDef):
+                jit = bool(stmt.decorator_list) and self.dotted(_callee(stmt.decorator_list[-1])) == "triton.jit"
+                (self.kernels if jit else self.functions).add(stmt.name)
+            elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+                self.globals |= _bound_names(stmt)
+        for stmt in self.tree.body:
+            if isinstance(stmt, ast.FunctionDef):
+                self.function(stmt)
+            elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+                self.walk(stmt, "launcher")
+            elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
+                continue  # the docstring
+            elif isinstance(stmt, ast.ClassDef):
+                self.flag(stmt, f"defines class `{stmt.name}`: a kernel file needs none (a tensor subclass can defer "
+                                "work past the check)")
+            elif not isinstance(stmt, _MODULE_STATEMENTS):
+                self.walk(stmt, "launcher")  # first: what it does is the more useful finding (`open`, ...)
+                self.flag(stmt, f"a top-level `{type(stmt).__name__.lower()}` statement: the top level of a kernel "
+                                "file holds imports, constants and functions only")
 
-    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+    # imports -----------------------------------------------------------------------------------
+    def imports(self, node: ast.Import | ast.ImportFrom) -> None:
+        allowed = ", ".join(ALLOWED_IMPORTS)
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name not in IMPORTS:
+                    self.flag(node, f"imports `{a.name}` (allowed: {allowed})")
+                elif a.asname:
+                    self.aliases[a.asname] = a.name
+                else:  # `import triton.language` binds `triton`
+                    self.aliases[a.name.split(".")[0]] = a.name.split(".")[0]
+            return
         module = node.module or ""
-        if node.level or not _import_allowed(module):
-            self.flag(node, f"imports from `{'.' * node.level}{module}` (allowed: {', '.join(ALLOWED_IMPORTS)})")
+        if node.level or module not in IMPORTS:
+            self.flag(node, f"imports from `{'.' * node.level}{module}` (allowed: {allowed})")
             return
         for a in node.names:
             dotted = f"{module}.{a.name}"
-            problem = _dotted_problem(dotted) if a.name != "*" else None
-            if problem:
-                self.flag(node, problem)
-            self.aliases[a.asname or a.name] = dotted
+            if a.name == "*" or (dotted not in NAMES and dotted not in IMPORTS):
+                self.flag(node, f"imports `{dotted}`, which is not on the allow-list")
+            else:
+                self.aliases[a.asname or a.name] = dotted
 
-    # definitions -------------------------------------------------------------------------------
-    def visit_ClassDef(self, node: ast.ClassDef) -> None:
-        self.flag(node, f"defines class `{node.name}`: a kernel file needs none (a tensor subclass can defer "
-                        "work past the check)")
-        self.generic_visit(node)
+    # functions ---------------------------------------------------------------------------------
+    def function(self, node: ast.FunctionDef) -> None:
+        self.decorators(node)
+        for default in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
+            self.walk(default, "launcher")
+        for arg in _all_args(node.args):
+            if arg.annotation is not None:
+                self.walk(arg.annotation, "annotation")
+        if node.returns is not None:
+            self.walk(node.returns, "annotation")
+        mode = "kernel" if node.name in self.kernels else "launcher"
+        self.scopes.append(_param_names(node.args) | _locals(node))
+        for stmt in node.body:
+            self.statement(stmt, mode)
+        self.scopes.pop()
 
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
-        for d in node.decorator_list:
-            self.visit(d)
-        self.visit(node.args)  # defaults and annotations belong to the enclosing scope
-        is_kernel = any(self._is_jit(d) for d in node.decorator_list)
-        if is_kernel:
-            self.kernels.add(node.name)
-        outer, self.in_kernel = self.in_kernel, self.in_kernel or is_kernel
-        self.params.append(_param_names(node.args))
-        for child in node.body:
-            self.visit(child)
-        self.params.pop()
-        self.in_kernel = outer
+    def decorators(self, node: ast.FunctionDef) -> None:
+        for i, d in enumerate(node.decorator_list):
+            name = self.dotted(_callee(d))
+            if name not in _KERNEL_DECORATORS:
+                self.flag(d, f"decorator `{ast.unparse(_callee(d))}` (allowed: @triton.jit, under @triton.autotune or "
+                             "@triton.heuristics)")
+            elif name != "triton.jit" and self.dotted(_callee(node.decorator_list[-1])) != "triton.jit":
+                self.flag(d, f"`@{name}` wraps a function that is not @triton.jit: put @triton.jit innermost")
+            if isinstance(d, ast.Call):
+                for arg in [*d.args, *(k.value for k in d.keywords)]:
+                    self.walk(arg, "launcher")
 
-    visit_AsyncFunctionDef = visit_FunctionDef
+    def statement(self, stmt: ast.stmt, mode: str) -> None:
+        if isinstance(stmt, (ast.Global, ast.Nonlocal)):
+            self.flag(stmt, "declares a global: a candidate keeps no state between calls")
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            self.flag(stmt, f"defines `{stmt.name}` inside a function: define kernels and helpers at the top level "
+                            "(and no classes: a tensor subclass can defer work past the check)")
+        elif not isinstance(stmt, _BODY_STATEMENTS):
+            self.walk(stmt, mode)
+            self.flag(stmt, f"a `{type(stmt).__name__.lower()}` statement: no try/with/import inside functions (a "
+                            "fallback path would run differently on the interpreter and on a GPU)")
+        else:
+            self.walk(stmt, mode)
 
-    def visit_Lambda(self, node: ast.Lambda) -> None:
-        self.visit(node.args)
-        self.params.append(_param_names(node.args))
-        self.visit(node.body)
-        self.params.pop()
+    # expressions -------------------------------------------------------------------------------
+    def walk(self, root: ast.AST, mode: str) -> None:
+        """Check every node under root; statements nested in if/for/while go through `statement`."""
+        nodes = [root] if not isinstance(root, ast.stmt) else list(ast.iter_child_nodes(root))
+        if isinstance(root, ast.AnnAssign):
+            self.walk(root.annotation, "annotation")
+            nodes = [n for n in (root.target, root.value) if n is not None]
+        for node in nodes:
+            if isinstance(node, ast.stmt):
+                self.statement(node, mode)
+            elif isinstance(node, ast.Lambda):
+                self.scopes.append(_param_names(node.args) | _locals(node))
+                self.walk(node.body, "launcher")
+                self.scopes.pop()
+            else:
+                self.node(node, mode)
+                if not (isinstance(node, ast.Attribute) and self.dotted(node) is not None):
+                    for child in ast.iter_child_nodes(node):
+                        self.walk(child, mode)
+        if isinstance(root, ast.stmt):
+            self.stored(root)
 
-    def _is_jit(self, decorator: ast.AST) -> bool:
-        target = decorator.func if isinstance(decorator, ast.Call) else decorator
-        return self._resolve(target) in ("triton.jit", "triton.runtime.jit.jit")
+    def node(self, node: ast.AST, mode: str) -> None:
+        if isinstance(node, ast.Name):
+            self.name(node, mode)
+        elif isinstance(node, ast.Attribute):
+            self.attribute(node, mode)
+        elif isinstance(node, ast.Call):
+            self.call(node, mode)
+        elif isinstance(node, ast.JoinedStr) or (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod)
+                                                 and isinstance(node.left, ast.Constant)
+                                                 and isinstance(node.left.value, str)):
+            if not self.inside(node, (ast.Raise, ast.Assert)):
+                self.flag(node, "formats a string outside an error message (the text of a kernel object differs "
+                                "between the interpreter and a GPU)")
+        elif isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr)):
+            self.flag(node, f"uses `{type(node).__name__}`: a launcher is a plain function")
 
-    # names and attributes ----------------------------------------------------------------------
-    def visit_Name(self, node: ast.Name) -> None:
-        if node.id in BANNED_BUILTINS and not isinstance(node.ctx, ast.Load):
-            self.flag(node, f"rebinds the builtin name `{node.id}`")
-        elif node.id in BANNED_BUILTINS and node.id not in self.aliases and not any(node.id in p for p in self.params):
-            self.flag(node, f"uses `{node.id}` (no file, process, exec or introspection access in a candidate)")
-        elif _dunder(node.id) and node.id not in ALLOWED_DUNDERS:
-            self.flag(node, f"uses `{node.id}`")
-        elif self.in_kernel and self.aliases.get(node.id, "").startswith("torch"):
-            self.flag(node, f"uses torch (`{node.id}`) inside a Triton kernel")
-
-    def visit_Attribute(self, node: ast.Attribute) -> None:
-        if _dunder(node.attr) and node.attr not in ALLOWED_DUNDERS:
-            self.flag(node, f"accesses `.{node.attr}` (introspection of objects and modules is not allowed)")
-        dotted = self._resolve(node)
-        if dotted is None:
-            self.generic_visit(node)
+    def name(self, node: ast.Name, mode: str) -> None:
+        if _dunder(node.id):
+            self.flag(node, f"uses `{node.id}` (no interpreter internals)")
             return
-        problem = _dotted_problem(dotted)
-        if problem:
-            self.flag(node, problem)
-        if self.in_kernel and dotted.startswith("torch"):
-            self.flag(node, f"uses `{dotted}` inside a Triton kernel")
-        if isinstance(node.ctx, (ast.Store, ast.Del)):
-            self.flag(node, f"assigns to `{dotted}` (patching a library)")
+        if not isinstance(node.ctx, ast.Load) or any(node.id in s for s in self.scopes):
+            return
+        if node.id in self.aliases:
+            parent = self.parents.get(node)
+            if not (isinstance(parent, ast.Attribute) and parent.value is node):
+                self.dotted_use(node, self.aliases[node.id], mode)
+        elif node.id in self.kernels:
+            self.kernel_use(node, mode)
+        elif node.id in self.functions or node.id in self.globals:
+            return
+        elif mode == "annotation" and node.id in ("int", "float", "bool", "str", "tuple", "list", "dict"):
+            return
+        elif node.id in _PYTHON_BUILTINS:  # names Python does not have are left to it (a NameError on import)
+            table = KERNEL_BUILTINS if mode == "kernel" else BUILTINS
+            self.use(node, node.id, table.get(node.id), f"the builtin `{node.id}`", ", ".join(sorted(table)))
 
-    def _resolve(self, node: ast.AST) -> str | None:
+    def kernel_use(self, node: ast.Name, mode: str) -> None:
+        parent = self.parents.get(node)
+        launched = isinstance(parent, ast.Subscript) and isinstance(self.parents.get(parent), ast.Call) \
+            and self.parents[parent].func is parent
+        called = isinstance(parent, ast.Call) and parent.func is node
+        if mode == "kernel" and called:
+            return  # a @triton.jit helper called from a kernel
+        if not launched:
+            self.flag(node, f"uses the kernel `{node.id}` other than launching it: write `{node.id}[grid](...)`")
+
+    def attribute(self, node: ast.Attribute, mode: str) -> None:
+        if _dunder(node.attr):
+            self.flag(node, f"accesses `.{node.attr}` (introspection of objects and modules is not allowed)")
+            return
+        if not isinstance(node.ctx, ast.Load):
+            self.flag(node, f"assigns to `{ast.unparse(node)}`: a candidate sets no attributes "
+                            "(patching a library, or swapping a tensor's data)")
+            return
+        dotted = self.dotted(node)
+        if dotted is not None:
+            self.dotted_use(node, dotted, mode)
+        elif mode == "kernel":
+            self.use(node, node.attr, KERNEL_ATTRIBUTES.get(node.attr), f"`.{node.attr}` in a kernel",
+                     "Triton tensor members")
+        elif node.attr in CONVERSIONS or (node.attr == "to" and not _device_only(self.parents.get(node))):
+            self.flag(node, f"converts a dtype with `.{node.attr}{'(...)' if node.attr == 'to' else '()'}` outside "
+                            "a kernel: load and convert inside the kernel")
+        elif node.attr == "device" and not self.passed_on(node):
+            self.flag(node, "reads `.device` other than to pass it on: a candidate may not choose its path by the "
+                            "device it runs on")
+        else:
+            entry = METHODS.get(node.attr) or ATTRIBUTES.get(node.attr)
+            called = isinstance(self.parents.get(node), ast.Call) and self.parents[node].func is node
+            self.use(node, node.attr, entry, f"`.{node.attr}{'()' if called else ''}` outside a kernel",
+                     "allocation, views/reshapes, contiguity and shape/stride/dtype queries; the math goes in the kernel")
+
+    def dotted_use(self, node: ast.AST, dotted: str, mode: str) -> None:
+        if mode == "kernel" and dotted.split(".")[0] == "torch":
+            self.flag(node, f"uses torch (`{dotted}`) inside a Triton kernel")
+            return
+        entry = NAMES.get(dotted)
+        if entry is None and mode == "kernel" and dotted.startswith("triton.language."):
+            entry = _kernel_tl(dotted)
+            if entry is None and not _exists(dotted):
+                return  # a typo like tl.lod: Triton's compiler reports it (compile_error)
+        if mode == "annotation" and entry is not None and entry[0] in (Use.ANNOTATION, Use.VALUE, Use.MODULE):
+            return
+        self.use(node, dotted, entry, f"`{dotted}`", "see autotune/verify/allowlist.py")
+
+    def use(self, node: ast.AST, name: str, entry: tuple[Use, str] | None, what: str, allowed: str) -> None:
+        """Whether a listed name is used the way its entry allows."""
+        if entry is None:
+            self.flag(node, f"uses {what}, which is not on the allow-list (allowed: {allowed})")
+            return
+        parent = self.parents.get(node)
+        called = isinstance(parent, ast.Call) and parent.func is node
+        use = entry[0]
+        if use is Use.CALL and not called:
+            self.flag(node, f"takes {what} without calling it: call listed functions directly (no aliases)")
+        elif use is Use.MODULE and not (isinstance(parent, ast.Attribute) and parent.value is node):
+            self.flag(node, f"uses the module {what} as a value: reach only listed names through it")
+        elif use is Use.DECORATOR and not self.decorating(node):
+            self.flag(node, f"uses {what} other than as a decorator")
+        elif use is Use.ANNOTATION and not self.inside_annotation(node):
+            self.flag(node, f"uses {what} other than in an annotation")
+
+    def call(self, node: ast.Call, mode: str) -> None:
+        func = node.func
+        if isinstance(func, (ast.Name, ast.Attribute)):
+            if isinstance(func, ast.Name) and any(func.id in s for s in self.scopes):
+                self.flag(node, f"calls `{func.id}`, a value: call only functions this file defines or the "
+                                "allow-list names")
+            return  # names and attributes are checked where they are visited
+        is_launch = isinstance(func, ast.Subscript) and isinstance(func.value, ast.Name) \
+            and func.value.id in self.kernels and mode == "launcher"
+        if not is_launch:
+            self.flag(node, f"calls `{ast.unparse(func)}`: the only computed call is a launch, `kernel[grid](...)`")
+
+    def stored(self, stmt: ast.stmt) -> None:
+        for target in _targets(stmt):
+            for n in ast.walk(target):
+                if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load) and (
+                        n.id in self.aliases or n.id in _PYTHON_BUILTINS):
+                    kind = "imported" if n.id in self.aliases else "builtin"
+                    self.flag(n, f"rebinds the {kind} name `{n.id}`")
+                elif isinstance(n, ast.Subscript) and self.dotted(n.value) is not None:
+                    self.flag(n, f"assigns into `{ast.unparse(n.value)}` (patching a library)")
+
+    # helpers -----------------------------------------------------------------------------------
+    def dotted(self, node: ast.AST) -> str | None:
         """`tl.load` -> 'triton.language.load' for chains rooted at an imported name, else None."""
         parts = []
         while isinstance(node, ast.Attribute):
             parts.append(node.attr)
             node = node.value
-        if not isinstance(node, ast.Name) or node.id not in self.aliases:
+        if not isinstance(node, ast.Name) or node.id not in self.aliases or any(node.id in s for s in self.scopes):
             return None
         return ".".join([self.aliases[node.id], *reversed(parts)])
 
-    # calls -------------------------------------------------------------------------------------
-    def visit_Call(self, node: ast.Call) -> None:
-        func = node.func
-        if not self.in_kernel and isinstance(func, ast.Attribute) and self._resolve(func) is None:
-            self._check_method(node, func.attr)
-        self.generic_visit(node)
+    def passed_on(self, node: ast.Attribute) -> bool:
+        """`x.device` as `device=` of an allocation or `.to(...)`, or the argument of `.to(...)`."""
+        parent = self.parents.get(node)
+        call = self.parents.get(parent) if isinstance(parent, ast.keyword) and parent.arg == "device" else parent
+        if not isinstance(call, ast.Call) or call.func is node:
+            return False
+        func = call.func
+        if isinstance(parent, ast.keyword):
+            name = self.dotted(func) or (func.attr if isinstance(func, ast.Attribute) else "")
+            return name.startswith("torch.") or name in ("to", "new_empty", "new_zeros", "new_empty_strided")
+        return isinstance(func, ast.Attribute) and func.attr == "to"
 
-    def _check_method(self, node: ast.Call, name: str) -> None:
-        if name in CONVERSIONS:
-            self.flag(node, f"converts a dtype with `.{name}()` outside a kernel: load and convert inside the kernel")
-        elif name == "to" and not _device_only(node):
-            self.flag(node, "converts a dtype with `.to(...)` outside a kernel: load and convert inside the kernel")
-        elif name not in LAUNCHER_METHODS:
-            self.flag(node, f"calls `.{name}()` outside a Triton kernel: outside kernels a candidate may only "
-                            "allocate, view/reshape, make contiguous and query shapes; the math goes in the kernel")
+    def inside(self, node: ast.AST, kinds: tuple) -> bool:
+        while node in self.parents:
+            node = self.parents[node]
+            if isinstance(node, kinds):
+                return True
+        return False
+
+    def decorating(self, node: ast.AST) -> bool:
+        parent = self.parents.get(node)
+        if isinstance(parent, ast.Call) and parent.func is node:
+            node, parent = parent, self.parents.get(parent)
+        return isinstance(parent, ast.FunctionDef) and node in parent.decorator_list
+
+    def inside_annotation(self, node: ast.AST) -> bool:
+        while node in self.parents:
+            parent = self.parents[node]
+            if (isinstance(parent, ast.arg) and parent.annotation is node) or (
+                    isinstance(parent, ast.FunctionDef) and parent.returns is node):
+                return True
+            node = parent
+        return False
 
 
-def _import_allowed(module: str) -> bool:
-    return module in ALLOWED_IMPORTS or module.startswith("triton.language.")
-
-
-def _dotted_problem(dotted: str) -> str | None:
-    """Why a dotted name rooted at an allowed module is not allowed, or None."""
-    parts = dotted.split(".")
-    if parts[0] == "torch" and len(parts) > 1:
-        if parts[1] not in TORCH_ALLOWED or (parts[1] == "cuda" and len(parts) > 2
-                                              and parts[2] not in TORCH_CUDA_ALLOWED):
-            return (f"uses `{dotted}`: outside kernels only torch.empty*/zeros*, dtypes and device queries are "
-                    "allowed; do the math in Triton")
-    if parts[0] == "triton" and len(parts) > 1 and parts[1] not in TRITON_ALLOWED:
-        return f"uses `{dotted}` (allowed from triton: {', '.join(sorted(TRITON_ALLOWED))})"
+def _kernel_tl(dotted: str) -> tuple[Use, str] | None:
+    parts = dotted.split(".")[2:]
+    if len(parts) == 1:
+        return KERNEL_TL.get(parts[0])
+    if len(parts) == 2 and parts[0] == "math":
+        return KERNEL_MATH.get(parts[1])
     return None
 
 
+def _exists(dotted: str) -> bool:
+    """Whether triton.language has this attribute chain (imported only for names off the allow-list)."""
+    import importlib
+
+    missing = object()
+    obj = importlib.import_module("triton.language")
+    for part in dotted.split(".")[2:]:
+        obj = getattr(obj, part, missing)
+        if obj is missing:
+            return False
+    return True
+
+
+def _callee(node: ast.AST) -> ast.AST:
+    return node.func if isinstance(node, ast.Call) else node
+
+
+def _all_args(args: ast.arguments) -> list[ast.arg]:
+    return [a for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a is not None]
+
+
 def _param_names(args: ast.arguments) -> set[str]:
-    every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
-    return {a.arg for a in every if a is not None}
+    return {a.arg for a in _all_args(args)}
+
+
+def _locals(fn: ast.AST) -> set[str]:
+    """Names a function or lambda binds (assignments, loop and comprehension targets), not in nested scopes."""
+    found: set[str] = set()
+    stack = list(ast.iter_child_nodes(fn))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            found.add(node.id)
+        stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _bound_names(stmt: ast.stmt) -> set[str]:
+    return {n.id for t in _targets(stmt) for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def _targets(stmt: ast.stmt) -> list[ast.AST]:
+    if isinstance(stmt, ast.Assign):
+        return list(stmt.targets)
+    if isinstance(stmt, (ast.AugAssign, ast.AnnAssign, ast.For)):
+        return [stmt.target]
+    if isinstance(stmt, ast.Delete):
+        return list(stmt.targets)
+    return []
 
 
 def _dunder(name: str) -> bool:
     return name.startswith("__") and name.endswith("__")
 
 
-def _device_only(call: ast.Call) -> bool:
+def _device_only(call: ast.AST | None) -> bool:
     """`.to(x.device)`, `.to("cuda")`, `.to(device=...)`: a move, not a conversion."""
+    if not isinstance(call, ast.Call):
+        return False
     if any(k.arg not in ("device", "non_blocking") for k in call.keywords):
         return False
-    for a in call.args:
-        is_device = (isinstance(a, ast.Attribute) and a.attr == "device") or (
-            isinstance(a, ast.Constant) and isinstance(a.value, str))
-        if not is_device:
-            return False
-    return True
-
+    return all((isinstance(a, ast.Attribute) and a.attr == "device")
+               or (isinstance(a, ast.Constant) and isinstance(a.value, str)) for a in call.args)

@@ -3,9 +3,10 @@
 Runs only when a GPU is present (judge.py calls `measure` for a candidate proven correct). The candidate
 is timed in one isolated process and the baselines (eager reference, torch.compile of it) in another
 that never imported the candidate, both by bench.py's protocol. Then, per shape:
-speedup = best baseline time / candidate time; a time below the bandwidth floor (bytes moved / peak
-bandwidth of the GPU) is implausible: the kernel cannot have moved its data that fast, so the number is
-not trusted and the candidate is not accepted. The outputs of the last timed calls are checked against
+speedup = best baseline time / candidate time; a time below the roofline floor (`Target.floor_us`: the
+longer of bytes moved / peak bandwidth and FLOPs / peak FLOP rate of the GPU) is implausible: the kernel
+cannot have moved its data or done its math that fast, so the number is not trusted and the candidate is
+not accepted. The outputs of the last timed calls are checked against
 the reference again. Status: `accepted` when the geometric mean of the speedups, weighted by the
 profile's call counts, beats 1 + verify.noise_margin; else `slower`.
 
@@ -20,10 +21,11 @@ import secrets
 import tempfile
 from pathlib import Path
 
-from autotune.targets.base import Target, parse_dtype
-from autotune.verify.cases import answers, generator
+from autotune.profile.records import ProfiledShape
+from autotune.targets.base import Target, dtype_name, parse_dtype
+from autotune.verify.cases import answers, generator, target_dtypes
 from autotune.verify.compare import compare_all
-from autotune.verify.sandbox import SandboxResult, run_isolated
+from autotune.sandbox import Limits, SandboxResult, run_isolated
 from autotune.verify.verdict import ShapeTiming, Status, Verdict
 
 # Peak DRAM bandwidth in GB/s by GPU name fragment (vendor datasheets); the longest match wins.
@@ -33,23 +35,38 @@ PEAK_BANDWIDTH_GBPS = {
     "L40S": 864, "L40": 864, "L4": 300, "A10G": 600, "A10": 600, "T4": 320, "V100": 900,
     "RTX 4090": 1008, "RTX 3090": 936, "MI300X": 5300,
 }
+# Peak dense bf16/fp16 tensor-core rate in TFLOP/s (vendor datasheets, without sparsity), for the FLOP side of
+# the roofline floor of compute-bound targets; the same name matching as the bandwidth table.
+PEAK_TFLOPS = {
+    "H200": 989, "H100 SXM": 989, "H100 NVL": 835, "H100 PCIe": 756, "H100": 989, "GH200": 989,
+    "B200": 2250, "A100": 312, "L40S": 362, "L40": 181, "L4": 121, "A10G": 70, "A10": 125, "T4": 65,
+    "V100": 125, "RTX 4090": 165, "RTX 3090": 71, "MI300X": 1307,
+}
 SETS = 3
 
 
-def peak_bandwidth_gbps(gpu_name: str, override) -> float | None:
+def _lookup(table: dict, gpu_name: str, override) -> float | None:
     if override is not None:
         return float(override)
-    matches = [k for k in PEAK_BANDWIDTH_GBPS if k.lower() in gpu_name.lower()]
-    return float(PEAK_BANDWIDTH_GBPS[max(matches, key=len)]) if matches else None
+    matches = [k for k in table if k.lower() in gpu_name.lower()]
+    return float(table[max(matches, key=len)]) if matches else None
 
 
-def timing_shapes(target: Target, shapes, cfg_verify) -> list[tuple[tuple, str, int]]:
-    """(shape, dtype, calls): the profile's, or the target's defaults in bf16 (the served dtype) with equal weight."""
+def peak_bandwidth_gbps(gpu_name: str, override) -> float | None:
+    return _lookup(PEAK_BANDWIDTH_GBPS, gpu_name, override)
+
+
+def peak_tflops(gpu_name: str, override=None) -> float | None:
+    return _lookup(PEAK_TFLOPS, gpu_name, override)
+
+
+def timing_shapes(target: Target, shapes, cfg_verify) -> list[ProfiledShape]:
+    """The profile's shapes, or the target's defaults in bf16 (the served dtype) with equal weight."""
     if shapes:
-        return [(tuple(s), str(d), int(c)) for s, d, c in shapes]
-    dtypes = [str(d) for d in cfg_verify.dtypes]
+        return [ProfiledShape.of(s) for s in shapes]
+    dtypes = [dtype_name(d) for d in target_dtypes(target, cfg_verify)]
     dtype = "bfloat16" if "bfloat16" in dtypes else dtypes[0]
-    return [(tuple(s), dtype, 1) for s in target.default_shapes]
+    return [ProfiledShape(tuple(s), dtype, 1) for s in target.default_shapes]
 
 
 def weighted_geomean(speedups: list[float], calls: list[int]) -> float:
@@ -58,11 +75,11 @@ def weighted_geomean(speedups: list[float], calls: list[int]) -> float:
 
 
 def shape_timing(target: Target, shape, dtype: str, calls: int, cand: dict, base: dict,
-                 peak_gbps: float | None) -> ShapeTiming:
+                 peak_gbps: float | None, tflops: float | None = None) -> ShapeTiming:
     eager, compiled = base.get("eager", {}).get("median_us"), base.get("compile", {}).get("median_us")
     best = min(t for t in (eager, compiled) if t is not None) if (eager or compiled) else None
     us = cand["median_us"]
-    floor = target.bytes_moved(shape, parse_dtype(dtype)) / (peak_gbps * 1e3) if peak_gbps else None
+    floor = target.floor_us(tuple(shape), parse_dtype(dtype), peak_gbps, tflops)
     return ShapeTiming(shape=list(shape), dtype=dtype, candidate_us=us, candidate_spread_us=cand["spread_us"],
                        eager_us=eager, compile_us=compiled, speedup=best / us if best and us > 0 else None,
                        floor_us=floor, pct_of_floor=100.0 * floor / us if floor and us > 0 else None, calls=calls,
@@ -72,7 +89,7 @@ def shape_timing(target: Target, shape, dtype: str, calls: int, cand: dict, base
 def _payload(target: Target, todo, cfg_verify, mode: str, source: str) -> dict:
     shapes = []
     salt = secrets.token_bytes(16)  # timing inputs are rechecked; a candidate must not be able to predict them
-    for shape, dtype, _ in todo:
+    for shape, dtype in ((s.shape, s.dtype) for s in todo):
         sets = [list(target.make_inputs(shape, parse_dtype(dtype), generator(target, shape, parse_dtype(dtype),
                                                                                f"timing{k}", 0, salt), "normal"))
                 for k in range(SETS)]
@@ -84,9 +101,8 @@ def _payload(target: Target, todo, cfg_verify, mode: str, source: str) -> dict:
 
 def _bench(payload: dict, cfg_verify) -> SandboxResult:
     with tempfile.TemporaryDirectory(prefix="autotune-bench-", ignore_cleanup_errors=True) as tmp:
-        return run_isolated("autotune.verify.bench", payload, timeout_s=float(cfg_verify.timeout_s) * 3,
-                            memory_mb=int(cfg_verify.memory_mb), workdir=Path(tmp) / "work", gpu=True,
-                            file_mb=int(cfg_verify.max_file_mb))
+        return run_isolated("autotune.verify.bench", payload, limits=Limits.from_config(cfg_verify).scaled(time=3),
+                            workdir=Path(tmp) / "work", gpu=True)
 
 
 def _failure(run: SandboxResult, who: str) -> tuple[Status, str] | None:
@@ -103,7 +119,7 @@ def _failure(run: SandboxResult, who: str) -> tuple[Status, str] | None:
 
 def _recheck(target: Target, todo, samples_per_shape: list[list[dict]]) -> str | None:
     """The outputs produced while timing, against the reference for the inputs they came from."""
-    for (shape, dtype, _), samples in zip(todo, samples_per_shape):
+    for (shape, dtype), samples in zip(((s.shape, s.dtype) for s in todo), samples_per_shape):
         tol = target.tolerances[parse_dtype(dtype)]
         for sample in samples:
             reference, golden = answers(target, tuple(sample["args"]))
@@ -128,8 +144,9 @@ def measure(target: Target, source: str, shapes, cfg_verify, verdict: Verdict) -
     if wrong:
         return Status.INCORRECT, wrong
     peak = peak_bandwidth_gbps(cand.result["gpu"], cfg_verify.peak_bandwidth_gbps)
-    verdict.timings = [shape_timing(target, shape, dtype, calls, c["candidate"], b, peak)
-                       for (shape, dtype, calls), c, b in zip(todo, cand.result["shapes"], base.result["shapes"])]
+    tflops = peak_tflops(cand.result["gpu"], cfg_verify.get("peak_tflops"))
+    verdict.timings = [shape_timing(target, s.shape, s.dtype, s.calls, c["candidate"], b, peak, tflops)
+                       for s, c, b in zip(todo, cand.result["shapes"], base.result["shapes"])]
     verdict.measured = True
     if peak is None:
         verdict.notes.append(f"no bandwidth floor: unknown peak bandwidth for {cand.result['gpu']} "
@@ -141,8 +158,9 @@ def decide(timings: list[ShapeTiming], noise_margin: float, verdict: Verdict) ->
     implausible = next((t for t in timings if t.implausible), None)
     if implausible is not None:
         return Status.INCORRECT, (f"implausible timing: {implausible.candidate_us:.2f} us at {implausible.shape} "
-                                  f"{implausible.dtype} is below the bandwidth floor of {implausible.floor_us:.2f} us "
-                                  "(bytes moved / peak bandwidth); the measurement cannot be trusted")
+                                  f"{implausible.dtype} is below the roofline floor of {implausible.floor_us:.2f} us "
+                                  "(bytes moved / peak bandwidth, FLOPs / peak FLOP rate); the measurement "
+                                  "cannot be trusted")
     if any(t.speedup is None for t in timings):
         return Status.UNMEASURED, "correct; no baseline time to compare with"
     verdict.speedup_geomean = weighted_geomean([t.speedup for t in timings], [t.calls for t in timings])

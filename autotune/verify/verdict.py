@@ -9,7 +9,33 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 from typing import Any
+
+STDERR_TAIL_CHARS = 3000  # what a failing verdict keeps of the candidate's stderr
+MASK = "[masked]"
+# What looks like a secret. The candidate cannot see the parent's environment or other processes where the
+# sandbox applied its namespaces; this is the last line, for the text it does hand back (stderr, errors).
+_TOKENS = re.compile(
+    r"\b(?:sk-[A-Za-z0-9_-]{8,}"  # OpenAI / Anthropic-style API keys (sk-..., sk-proj-..., sk-ant-...)
+    r"|gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{16,}"  # GitHub tokens
+    r"|hf_[A-Za-z0-9]{16,}|xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}"  # Hugging Face, Slack, AWS
+    r"|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,})")  # JWTs
+# A name that ends in one of these words (api_key, GITHUB_TOKEN, --api-key, DB_PASSWORD; not max_tokens, keyword)
+_SECRET_NAME = r"[A-Za-z0-9_.-]*?(?:key|token|secret|passw(?:or)?d|credentials?)(?![A-Za-z0-9_.-])"
+# `--api-key=v`, `--token v` (NUL-separated as in /proc/<pid>/cmdline too), `OPENAI_API_KEY=v`, `"api_key": "v"`
+_FLAG = re.compile(rf"(--?{_SECRET_NAME})([=\s\x00]+)([^\s\x00]+)", re.IGNORECASE)
+_ASSIGNMENT = re.compile(rf"(\b{_SECRET_NAME}['\"]?\s*[=:]\s*)(['\"]?)([^\s'\",\x00]+)", re.IGNORECASE)
+_BEARER = re.compile(r"(\bBearer\s+)([A-Za-z0-9._~+/=-]{8,})")
+
+
+def mask_secrets(text: str) -> str:
+    """`text` with anything that looks like a secret (API keys, tokens, the values of `--api-key=...` arguments
+    and of `NAME=value` for names with KEY, TOKEN, SECRET or PASSWORD in them) replaced by [masked]."""
+    text = _TOKENS.sub(MASK, text)
+    text = _BEARER.sub(lambda m: m.group(1) + MASK, text)
+    text = _FLAG.sub(lambda m: m.group(1) + m.group(2) + MASK, text)
+    return _ASSIGNMENT.sub(lambda m: m.group(1) + m.group(2) + MASK, text)
 
 
 class Status(str, enum.Enum):
@@ -93,6 +119,14 @@ class Verdict:
     @property
     def passed(self) -> bool:
         return self.status.passed
+
+    def seal(self) -> None:
+        """Make the candidate-controlled text safe to store and show: a passing verdict keeps no stderr, a
+        failing one a bounded tail; secrets are masked in it, in the reason and in the policy findings."""
+        tail = "" if self.status.passed else self.stderr_tail[-STDERR_TAIL_CHARS:]
+        self.stderr_tail = mask_secrets(tail)
+        self.reason = mask_secrets(self.reason)
+        self.policy = [mask_secrets(p) for p in self.policy]
 
     def failing_case(self) -> CaseResult | None:
         return next((c for c in self.cases if not c.passed), None)

@@ -9,8 +9,14 @@ Before the candidate is imported:
 - fresh allocations read as NaN (`use_deterministic_algorithms` + `fill_uninitialized_memory`), so an
   output the kernel never wrote (too few programs, skipped rows) cannot pass as a stale right answer;
 - Triton launches are counted (JITFunction.run on a GPU, InterpretedFunction.run under the interpreter);
-- a TorchDispatchMode records every aten op the candidate's Python runs during a call (kernel launches
-  included, so that math hidden in a grid function is seen too).
+- a TorchDispatchMode records every aten op the candidate's Python runs during its import (reported as
+  `import_ops`) and during a call (kernel launches included, so that math hidden in a grid function is
+  seen too);
+- the run-time defence (`_arm`): an audit hook that denies files outside the private directory and the
+  Python installation, processes, sockets, ctypes, frames and new imports outside an allow-list
+  (autotune.sandbox.audit); every plain module loaded so far is frozen, and this module and the runner's
+  are sealed: the candidate cannot reach or replace `run_case`, the launch counter or the channel.
+  The launch counter and the op recorder are checked to still be in place after every call.
 
 Each floating input sits, with the strides and storage offset of the case's layout, in a NaN-filled
 buffer with a guard band after it (and before it, unless the case wants storage offset 0): reading past
@@ -28,6 +34,7 @@ from __future__ import annotations
 import collections
 import functools
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -35,29 +42,54 @@ import torch
 # A TorchDispatchMode imports torch._dynamo on first use (0.9 s); imported here, it overlaps the judge's set-up.
 import torch._dynamo  # noqa: F401
 import triton  # noqa: F401 - imported before the candidate so that its launchers can be wrapped
+# What Triton imports lazily on a kernel's first launch (measured: 0.5 s), imported before the audit hook is
+# armed: the gluon import runs typing.TypeVar, which reads its caller's frame, which the hook denies.
+import triton.compiler.code_generator  # noqa: F401
+import triton.experimental.gluon._runtime  # noqa: F401
+import triton.language.extra.libdevice  # noqa: F401
 from torch.utils._python_dispatch import TorchDispatchMode
 from triton.runtime import autotuner as triton_autotuner
 from triton.runtime import interpreter as triton_interpreter
 from triton.runtime import jit as triton_jit
 
-from autotune.verify.sandbox import child_main, trim_traceback
+from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+from autotune.sandbox import audit, confine
+from autotune.sandbox.runner import child_main, trim_traceback
+from autotune.verify import interp
+from autotune.verify.frontend import FrontEnd
 
 MODULE_NAME = "candidate"
-_launches = [0]
 
 
-def _counting(run):
-    @functools.wraps(run)
-    def run_counted(self, *args, grid, warmup, **kwargs):
-        if not warmup:
-            _launches[0] += 1
-        return run(self, *args, grid=grid, warmup=warmup, **kwargs)
+def _launch_counter():
+    """Count Triton launches (JITFunction.run on a GPU, InterpretedFunction.run under the interpreter); the
+    count lives in this closure, not in a module global. Returns (reset, read, still_installed)."""
+    count = [0]
 
-    return run_counted
+    def counting(run):
+        @functools.wraps(run)
+        def run_counted(self, *args, grid, warmup, **kwargs):
+            if not warmup:
+                count[0] += 1
+            return run(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+        return run_counted
+
+    wrappers = {cls: counting(cls.run) for cls in (triton_jit.JITFunction, triton_interpreter.InterpretedFunction)}
+    for cls, wrapper in wrappers.items():
+        cls.run = wrapper
+
+    def reset() -> None:
+        count[0] = 0
+
+    def installed() -> bool:
+        return all(cls.__dict__.get("run") is wrapper for cls, wrapper in wrappers.items())
+
+    return reset, lambda: count[0], installed
 
 
-triton_jit.JITFunction.run = _counting(triton_jit.JITFunction.run)
-triton_interpreter.InterpretedFunction.run = _counting(triton_interpreter.InterpretedFunction.run)
+_reset_launches, _read_launches, _counter_installed = _launch_counter()
 
 
 def _rotating_bench(self, *args, config, **meta) -> list[float]:
@@ -73,6 +105,7 @@ def _rotating_bench(self, *args, config, **meta) -> list[float]:
 
 if triton.knobs.runtime.interpret:
     triton_autotuner.Autotuner._bench = _rotating_bench
+    interp.permute_programs()  # a kernel that needs its programs in order fails on the CPU too
 
 
 class _AtenOps(TorchDispatchMode):
@@ -97,25 +130,38 @@ def _label(func, args, kwargs) -> str:
     return name
 
 
-def load(source: str, entry: str, workdir: Path):
-    """Write the candidate into the private directory and import it; its entry function."""
+def load(source: str | None, entry: str, workdir: Path, import_ops: collections.Counter | None = None):
+    """Write the candidate into the private directory and import it (recording the aten ops its import
+    runs into `import_ops`); its entry function."""
     path = workdir / f"{MODULE_NAME}.py"
-    path.write_text(source)
+    if source is not None:  # None: written before the run-time defence was armed
+        path.write_text(source)
     spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[MODULE_NAME] = module
-    spec.loader.exec_module(module)
+    with _AtenOps() as ops:
+        spec.loader.exec_module(module)
+    if import_ops is not None:
+        import_ops.update(ops.seen)
     fn = getattr(module, entry, None)
     if not callable(fn):
         raise NameError(f"the candidate defines no function `{entry}`")
     return fn
 
 
+class Tampered(RuntimeError):
+    """The candidate removed the launch counter or the op recorder: its evidence cannot be trusted."""
+
+
 def _call(fn, args: list) -> tuple[list, int, collections.Counter]:
-    _launches[0] = 0
+    _reset_launches()
     with _AtenOps() as ops:
         out = fn(*args)
-    return (list(out) if isinstance(out, (tuple, list)) else [out]), _launches[0], ops.seen
+        recording = _get_current_dispatch_mode() is ops
+    if not recording or not _counter_installed():
+        raise Tampered("the candidate removed the checker's " + ("op recorder" if not recording else
+                                                                 "Triton launch counter"))
+    return (list(out) if isinstance(out, (tuple, list)) else [out]), _read_launches(), ops.seen
 
 
 def _snapshot(outs: list) -> tuple[list, list[str]]:
@@ -273,21 +319,63 @@ def work(payload: dict, send) -> dict:
         send("setup_error", error="no GPU is visible inside the isolated process (check /dev/nvidia* permissions "
                                   "for an unprivileged uid, or run with device=cpu)")
         return {"cases_run": 0}
+    Path(candidate_file).write_text(payload["source"])
+    FrontEnd.write(payload["source"], workdir)
+    before_each_launch = interp.before_each_launch  # read before the seal makes the module unreadable
+    denied: set[str] | None = set() if payload.get("audit_log") else None
+    guard = _arm(workdir, denied)
+    import_ops: collections.Counter = collections.Counter()
     try:
-        fn = load(payload["source"], payload["entry"], workdir)
+        fn = load(None, payload["entry"], workdir, import_ops)
+        if triton.knobs.runtime.interpret:  # on a GPU the real compiler runs at the first launch
+            before_each_launch(_trusted(guard, FrontEnd.load(workdir).check))
     except BaseException as e:  # noqa: BLE001 - whatever the import raises is the candidate's compile error
-        send("compile_error", error=trim_traceback(e, keep_files=(candidate_file,)))
+        with guard.trusted():  # formatting a traceback reads its frames
+            send("compile_error", error=trim_traceback(e, keep_files=(candidate_file,)))
         return {"cases_run": 0}
+    send("import_ops", torch_ops=dict(import_ops))
     for n, case in enumerate(payload["cases"]):
         send("case_start", index=case["index"])
         try:
             frame = run_case(fn, case, payload["device"])
         except BaseException as e:  # noqa: BLE001 - a failing call is the candidate's runtime error
-            send("case_error", index=case["index"], compile=_is_compile_error(e),
-                 error=trim_traceback(e, keep_files=(candidate_file,)))
+            with guard.trusted():
+                send("case_error", index=case["index"], compile=_is_compile_error(e), tampered=isinstance(e, Tampered),
+                     error=trim_traceback(e, keep_files=(candidate_file,)))
             return {"cases_run": n}
         send("case_result", **frame)
+    if denied is not None:
+        send("audit_log", denied=sorted(denied))
     return {"cases_run": len(payload["cases"])}
+
+
+# The modules of the code that reports on the candidate: sealed once it is imported (autotune.sandbox.audit).
+_SEALED = ("__main__", "autotune.verify.worker", "autotune.sandbox", "autotune.sandbox.runner",
+           "autotune.sandbox.channel", "autotune.sandbox.audit", "autotune.sandbox.confine",
+           "autotune.sandbox.namespaces", "autotune.sandbox.limits", "autotune.verify.interp",
+           "autotune.verify.frontend")
+
+
+def _trusted(guard: audit.Guard, check):
+    """Triton's front end is the checker's code, run on the candidate's AST (it executes none of the
+    candidate's Python): it may use what the hook denies the candidate (sys._getframe)."""
+    def run(*args, **kwargs):
+        with guard.trusted():
+            return check(*args, **kwargs)
+
+    return run
+
+
+def _arm(workdir: Path, log: set[str] | None) -> audit.Guard:
+    """The run-time defence, armed right before the candidate is imported: reads only of the private directory
+    and the Python installation, writes only into the Triton/Inductor caches and the private tmp (a GPU compile
+    writes there); every loaded module frozen, this one and the runner's sealed. `log`: measure, deny nothing."""
+    writable = [os.environ.get(k, "") for k in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TMPDIR")]
+    guard = audit.Guard(read=[str(workdir), *confine.python_paths()], write=writable, gpu=torch.cuda.is_available())
+    audit.freeze_modules()
+    audit.seal_modules(_SEALED)
+    guard.arm(log)
+    return guard
 
 
 if __name__ == "__main__":

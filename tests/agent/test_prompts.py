@@ -5,11 +5,12 @@ from pathlib import Path
 from autotune import targets
 from autotune.agent import prompts
 from autotune.config import compose
+from autotune.profile.records import Hotspot, ProfiledShape
 from autotune.verify.verdict import CaseResult, ShapeTiming, Status, Verdict
 
-HOTSPOT = {"target": "rms_norm", "share": 0.083, "calls": 1234, "total_us": 4567.0, "projected_gain": 0.04,
-           "shapes": [{"shape": [1, 2048], "dtype": "bfloat16", "calls": 1000, "total_us": 3000.0},
-                      {"shape": [37, 2048], "dtype": "bfloat16", "calls": 234, "total_us": 1567.0}]}
+HOTSPOT = Hotspot("rms_norm", share=0.083, calls=1234, total_us=4567.0, projected_gain=0.04,
+                  shapes=(ProfiledShape((1, 2048), "bfloat16", 1000, 3000.0),
+                          ProfiledShape((37, 2048), "bfloat16", 234, 1567.0)))
 ROOF = prompts.Roofline(2000.0, "test figure")
 
 

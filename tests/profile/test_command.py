@@ -83,9 +83,15 @@ def test_profile_writes_a_complete_run_whose_trace_carries_its_environment(profi
     assert record["run"] == run.name and Path(record["trace"]) == (run / "trace.json.gz").resolve()
     assert record["environment"] == environment and record["assumed_speedup"] == 2.0
     ops = read_op_table(run / "ops.csv")
-    assert list(ops.columns) == ["op", "target", "input_shapes", "dtype", "calls", "total_us", "self_us",
+    assert list(ops.columns) == ["op", "target", "input_shapes", "case_shape", "dtype", "calls", "total_us", "self_us",
                                  "device_us", "share"]
     assert ops["device_us"].isna().all() == (not torch.cuda.is_available())
+    cover = record["coverage"]  # the targets' share of op time, and the rest by op name
+    targets_us = sum(h["total_us"] for h in record["hotspots"])
+    assert cover["covered_us"] == pytest.approx(targets_us) and 0 < cover["share"] < 1
+    assert cover["ops_us"] == pytest.approx(cover["covered_us"] + sum(u["time_us"] for u in cover["uncovered"]))
+    assert "aten::linear" in [u["op"] for u in cover["uncovered"]]  # the model's projections are no target yet
+    assert f"targets cover {100 * cover['share']:.1f}% of the time spent in ops" in stdout.replace("\n", " ")
     for words in ("hot spots", "rms_norm", "silu_and_mul", "TTFT", "TPOT", "tokens/s", str(run)):
         assert words in stdout.replace("\n", ""), words
 

@@ -10,7 +10,9 @@ import torch
 from autotune.config import compose
 from autotune.errors import UserError
 from autotune.profile import nsight
-from autotune.profile.hotspots import amdahl_gain, latest_hotspots, rank_hotspots, shapes_for
+from autotune.profile.hotspots import (amdahl_gain, hotspot_for, hotspots_record, latest_hotspots, rank_hotspots,
+                                       shapes_for)
+from autotune.profile.records import Hotspot, ProfiledShape
 from autotune.profile.optable import op_table, read_trace, serving_time_us
 from autotune.profile.profiler import building
 
@@ -26,17 +28,18 @@ def test_amdahl_gain():
 
 def test_ranking_of_the_gpu_fixture_matches_the_hotspots_schema():
     trace = read_trace(FIXTURES / "kineto_gpu.json")
-    hot = rank_hotspots(op_table(trace, dict(compose([]).profile.target_map)), serving_time_us(trace), 4.0)
-    assert [h["target"] for h in hot] == ["rms_norm", "silu_and_mul"]
+    hot = rank_hotspots(op_table(trace), serving_time_us(trace), 4.0)
+    assert [h.target for h in hot] == ["rms_norm", "silu_and_mul"]
     rms = hot[0]
-    assert set(rms) == {"target", "share", "calls", "total_us", "projected_gain", "shapes"}
-    assert (rms["calls"], rms["total_us"], rms["share"]) == (2, 23.0, pytest.approx(0.023))
-    assert rms["projected_gain"] == pytest.approx(0.023 * (1 - 1 / 4))
-    assert rms["shapes"] == [{"shape": [8, 4096], "dtype": "bfloat16", "calls": 1, "total_us": 20.0},
-                             {"shape": [1, 4096], "dtype": "bfloat16", "calls": 1, "total_us": 3.0}]
-    json.dumps(hot)  # plain JSON types only
+    assert (rms.calls, rms.total_us, rms.share) == (2, 23.0, pytest.approx(0.023))
+    assert rms.projected_gain == pytest.approx(0.023 * (1 - 1 / 4))
+    assert rms.shapes == (ProfiledShape((8, 4096), "bfloat16", 1, 20.0), ProfiledShape((1, 4096), "bfloat16", 1, 3.0))
+    entry = json.loads(json.dumps(hotspots_record("r", "t", 1000.0, 4.0, {}, hot)))["hotspots"][0]  # plain JSON
+    assert set(entry) == {"target", "share", "calls", "total_us", "projected_gain", "shapes"}
+    assert entry["shapes"][0] == {"shape": [8, 4096], "dtype": "bfloat16", "calls": 1, "total_us": 20.0}
+    assert Hotspot.from_dict(entry) == rms  # hotspots.json's entry reads back into the same record
     with pytest.raises(UserError, match="assumed_speedup"):
-        rank_hotspots(op_table(trace, {}), 1000.0, 0.0)
+        rank_hotspots(op_table(trace), 1000.0, 0.0)
 
 
 def _run(out: Path, name: str, targets: dict, hidden: bool = False) -> None:
@@ -55,7 +58,9 @@ def test_latest_hotspots_takes_the_newest_complete_run(tmp_path):
     (tmp_path / "20261130-130000-dddd").mkdir()  # no hotspots.json: not a complete run
     latest = latest_hotspots(tmp_path)
     assert latest["run"] == "20261130-090000-bbbb"
-    assert shapes_for("rms_norm", latest) == [((7, 128), "float32", 5), ((1, 128), "float32", 2)]
+    assert shapes_for("rms_norm", latest) == [ProfiledShape((7, 128), "float32", 5),
+                                              ProfiledShape((1, 128), "float32", 2)]
+    assert hotspot_for("rms_norm", latest).run == "20261130-090000-bbbb"  # with its profile's run
     assert shapes_for("softmax", latest) == [] and shapes_for("rms_norm", None) == []
 
 

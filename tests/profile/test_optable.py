@@ -1,4 +1,4 @@
-"""The op table: trace reading, nesting and self time, the GPU kernel join, foreign op names, bad traces."""
+"""The op table: trace reading, nesting and self time, the GPU kernel join, real vLLM traces, bad traces."""
 
 import gzip
 import json
@@ -8,13 +8,14 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from autotune.config import compose
 from autotune.errors import UserError
-from autotune.profile.optable import SERVE_SPAN, op_table, read_op_table, read_trace, serving_time_us
+from autotune.profile.opmap import build_map
+from autotune.profile.optable import SERVE_SPAN, coverage, op_table, read_op_table, read_trace, serving_time_us
+from autotune.profile.records import Coverage
 from autotune.serve import dispatch
 
 FIXTURES = Path(__file__).parent / "fixtures"
-TARGET_MAP = dict(compose([]).profile.target_map)
+OP_MAP = build_map()
 
 
 def _row(ops, op, shapes):
@@ -25,7 +26,7 @@ def _row(ops, op, shapes):
 
 def test_gpu_ops_take_the_time_of_the_kernels_they_and_their_children_launched():
     trace = read_trace(FIXTURES / "kineto_gpu.json")
-    ops = op_table(trace, TARGET_MAP)
+    ops = op_table(trace, OP_MAP)
     big = _row(ops, "autotune::rms_norm", [[8, 4096], [4096], []])
     # aten::pow's kernel (7) + aten::mean's (9) + the one rms_norm launched itself (4)
     assert big.device_us == 20 and big.total_us == 100 and big.self_us == 50
@@ -40,18 +41,48 @@ def test_gpu_ops_take_the_time_of_the_kernels_they_and_their_children_launched()
     assert big.share == pytest.approx(20 / 1000)
 
 
-def test_foreign_names_map_without_counting_a_wrapped_op_twice():
-    trace = read_trace(FIXTURES / "vllm_cpu.json")
-    ops = op_table(trace, TARGET_MAP)
-    assert serving_time_us(trace) == 300  # first event's start (100) to last event's end (400)
+def test_real_vllm_eager_trace_maps_rotary_with_its_heads_and_the_unfused_rms_norms():
+    # 3 steps of vLLM 0.32's CPU worker (tiny Llama: 4 layers, hidden 256, 8 heads of 32; fixtures/make_slices.py)
+    trace = read_trace(FIXTURES / "vllm_eager_worker.json.gz")
+    ops = op_table(trace, OP_MAP)
+    mapped = ops[ops["target"] != ""]
+    calls = mapped.groupby(["target", "case_shape"])["calls"].sum().to_dict()
+    # _C::rotary_embedding(positions [T], query [T, 256], key, head_size=32, ...): case (T, 8, 32), not (T,)
+    assert {k: v for k, v in calls.items() if k[0] == "rotary_embedding"} == {
+        ("rotary_embedding", "[5, 8, 32]"): 4, ("rotary_embedding", "[17, 8, 32]"): 4,
+        ("rotary_embedding", "[130, 8, 32]"): 4}
+    # RMSNorm as plain aten ops: per step the final norm and layer 0's input norm, plus 7 with the residual add
+    for t in (5, 17, 130):
+        assert calls[("fused_add_rms_norm", f"[{t}, 256]")] == 8 and calls[("rms_norm", f"[{t}, 256]")] == 1
+    assert set(mapped["dtype"]) == {"float32"}
+    rotary = mapped[(mapped["op"] == "_C::rotary_embedding") & (mapped["case_shape"] == "[17, 8, 32]")].iloc[0]
+    assert json.loads(rotary.input_shapes) == [[17], [17, 256], [17, 64], [], [2048, 32], [], [], []]
+    # the sequence's ops are one row each; no aten::pow is left over to count on its own
+    assert "aten::pow" not in set(ops["op"]) and (mapped["total_us"] > 0).all()
+
+
+def test_real_vllm_irwrap_trace_maps_both_vllm_ir_rms_norms():
+    ops = op_table(read_trace(FIXTURES / "vllm_irwrap_worker.json.gz"), OP_MAP)
+    mapped = ops[ops["target"] != ""]
+    by_op = mapped.groupby(["op", "target"])["calls"].sum().to_dict()
+    assert by_op == {("vllm_ir::fused_add_rms_norm", "fused_add_rms_norm"): 24, ("vllm_ir::rms_norm", "rms_norm"): 3,
+                     ("_C::rotary_embedding", "rotary_embedding"): 12}
+    assert set(mapped[mapped["target"] == "rms_norm"]["case_shape"]) == {"[5, 256]", "[17, 256]", "[130, 256]"}
+    # the aten ops inside vllm_ir::rms_norm are its implementation, not a second, unfused RMSNorm
+    assert not ops["op"].str.contains(r"\+").any()
+
+
+def test_unfused_rms_norm_inside_our_own_dispatch_point_is_not_counted_twice(tmp_path):
+    x, w = torch.randn(6, 48), torch.ones(48)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        with record_function(SERVE_SPAN):
+            dispatch.rms_norm(x, w, 1e-5)  # the reference: pow, mean, add, rsqrt, mul, mul inside autotune::rms_norm
+            y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w  # the same formula, outside any op
+    prof.export_chrome_trace(str(tmp_path / "t.json"))
+    ops = op_table(read_trace(tmp_path / "t.json"), OP_MAP)
     rms = ops[ops["target"] == "rms_norm"]
-    assert sorted(rms["op"]) == ["_C::rms_norm", "vllm::rms_norm"]  # the one on another thread, and the wrapper
-    assert rms["total_us"].sum() == 60  # not 100: the _C::rms_norm inside vllm::rms_norm is not counted again
-    # vLLM's _C ops take their output first: the target's shape comes from the input
-    assert _row(ops, "_C::silu_and_mul", [[4, 256]]).target == "silu_and_mul"
-    assert _row(ops, "aten::_softmax", [[4, 32], [], []]).target == "softmax"
-    assert _row(ops, "aten::linear", [[4, 64], [256, 64], []]).target == ""
-    assert ops["device_us"].isna().all()
+    assert sorted(rms["op"]) == ["aten::pow+aten::mean+aten::add+aten::rsqrt+aten::mul+aten::mul", "autotune::rms_norm"]
+    assert set(rms["case_shape"]) == {"[6, 48]"} and y.shape == x.shape
 
 
 def test_real_trace_of_dispatch_points_gives_shapes_calls_and_self_time(tmp_path):
@@ -64,7 +95,7 @@ def test_real_trace_of_dispatch_points_gives_shapes_calls_and_self_time(tmp_path
             dispatch.softmax(scores)
     prof.export_chrome_trace(str(tmp_path / "t.json.gz"))
     trace = read_trace(tmp_path / "t.json.gz")
-    ops = op_table(trace, TARGET_MAP)
+    ops = op_table(trace, OP_MAP)
     assert _row(ops, "autotune::rms_norm", [[5, 96], [96], []]).calls == 4
     assert _row(ops, "autotune::silu_and_mul", [[3, 80]]).calls == 4
     softmax = ops[ops["target"] == "softmax"]
@@ -81,7 +112,7 @@ def test_real_trace_of_dispatch_points_gives_shapes_calls_and_self_time(tmp_path
 def test_op_table_round_trips_through_csv_and_parquet(tmp_path, name):
     if name.endswith(".parquet"):
         pytest.importorskip("pyarrow")  # parquet is written only when pyarrow is installed (the test extra has it)
-    ops = op_table(read_trace(FIXTURES / "vllm_cpu.json"), TARGET_MAP)
+    ops = op_table(read_trace(FIXTURES / "vllm_eager_worker.json.gz"), OP_MAP)
     path = tmp_path / name
     ops.to_csv(path, index=False) if name.endswith(".csv") else ops.to_parquet(path, index=False)
     assert read_op_table(path).equals(ops), name
@@ -90,7 +121,8 @@ def test_op_table_round_trips_through_csv_and_parquet(tmp_path, name):
 @pytest.mark.parametrize("content, says", [
     (None, "not found"),
     (b"\x1f\x8b\x08\x00garbage", "not a readable gzip file"),
-    (gzip.compress(b'{"traceEvents": [ {"ph": '), "not valid JSON"),
+    # mtime=0: the same bytes, so the same test id, in every xdist worker
+    (gzip.compress(b'{"traceEvents": [ {"ph": ', mtime=0), "not valid JSON"),
     (b"\xff\xfe not text", "not valid JSON"),
     (json.dumps({"schemaVersion": 1}).encode(), "has no traceEvents"),
     (json.dumps([{"ph": "X"}]).encode(), "has no traceEvents"),
@@ -107,3 +139,36 @@ def test_missing_or_corrupt_traces_are_one_line_user_errors(tmp_path, content, s
 def test_a_directory_is_not_a_trace(tmp_path):
     with pytest.raises(UserError, match="is a directory"):
         read_trace(tmp_path)
+
+
+def test_coverage_counts_each_op_once_at_its_outermost_level():
+    # GPU: kernel time of the outermost ops (rms_norm 20 + 3, silu_and_mul 17, mm 80, copy_ 2); the graph-launched
+    # kernel belongs to no op and is not op time
+    gpu = coverage(read_trace(FIXTURES / "kineto_gpu.json"), OP_MAP)
+    assert (gpu.ops_us, gpu.covered_us) == (122, 40) and gpu.share == pytest.approx(40 / 122)
+    assert gpu.uncovered == (("aten::mm", 80), ("aten::copy_", 2))
+    # CPU, the real vLLM slice: of the named ops only _C::rotary_embedding is a target op (its RMSNorms are aten runs)
+    trace = read_trace(FIXTURES / "vllm_eager_worker.json.gz")
+    cpu, ops = coverage(trace, OP_MAP), op_table(trace, OP_MAP)
+    assert cpu.covered_us == pytest.approx(ops.loc[ops["op"] == "_C::rotary_embedding", "total_us"].sum())
+    assert 0 < cpu.covered_us < cpu.ops_us and "_C::onednn_mm" in dict(cpu.uncovered)
+    assert Coverage.from_dict(json.loads(json.dumps(cpu.to_dict()))) == cpu
+
+
+def test_coverage_of_a_target_inside_another_op_is_taken_out_of_that_op(tmp_path):
+    lib = torch.library.Library("coverage_test", "FRAGMENT")  # a real op that calls a dispatch point inside it
+    lib.define("outer(Tensor x, Tensor w) -> Tensor")
+    lib.impl("outer", lambda x, w: dispatch.rms_norm(x @ x.T @ x, w, 1e-5), "CompositeExplicitAutograd")
+    x, w = torch.randn(64, 96), torch.ones(96)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with record_function(SERVE_SPAN):
+            for _ in range(3):
+                torch.ops.coverage_test.outer(x, w)
+    prof.export_chrome_trace(str(tmp_path / "t.json"))
+    trace = read_trace(tmp_path / "t.json")
+    cov = coverage(trace, OP_MAP)
+    ops = op_table(trace, OP_MAP)
+    outer_us = ops.loc[ops["op"] == "coverage_test::outer", "total_us"].sum()
+    rms_us = ops.loc[ops["target"] == "rms_norm", "total_us"].sum()
+    assert rms_us > 0 and cov.ops_us == pytest.approx(outer_us) and cov.covered_us == pytest.approx(rms_us)
+    assert cov.uncovered == (("coverage_test::outer", pytest.approx(outer_us - rms_us)),)

@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from autotune.profile.records import ProfiledShape
 from autotune.publish import evidence
 from autotune.verify.verdict import ShapeTiming, Status
 
@@ -44,15 +45,15 @@ def test_the_pull_request_title_says_what_it_brings(measured, make_request):
 
 def test_many_profile_shapes_stay_readable_and_the_regression_test_takes_the_most_called(make_request):
     req = make_request()
-    req.hotspot["shapes"] = [{"shape": [n, 1000], "dtype": "float32", "calls": n % 7, "total_us": 10.0 * n}
-                             for n in range(1, 15)]
+    req.hotspot = dataclasses.replace(req.hotspot, shapes=tuple(ProfiledShape((n, 1000), "float32", n % 7, 10.0 * n)
+                                                                for n in range(1, 15)))
     text = evidence.render(req, proposal_id="rms_norm-abc123", short_id="abc123", branch="b", base="main",
                            backend="local", sha256="0" * 64)
     assert "| 12×1000 | float32 | 5 | 120 |" in text and "| 13×1000 |" not in text
     assert "| 2 more shapes | | 6 | 270 |" in text  # 13 and 14 rows: calls 6 + 0, 130 + 140 µs
     assert "| float32 | 4/4 | 2.4e-07 | 3.1e-07 | 1.3e-06, 1.0e-05 |" in text
-    assert evidence.regression_shapes(req) == [((6, 1000), "float32", 6), ((13, 1000), "float32", 6),
-                                               ((5, 1000), "float32", 5), ((12, 1000), "float32", 5)]
+    assert [(s.shape, s.dtype, s.calls) for s in evidence.regression_shapes(req)] == [
+        ((6, 1000), "float32", 6), ((13, 1000), "float32", 6), ((5, 1000), "float32", 5), ((12, 1000), "float32", 5)]
     test_source = evidence.regression_test(req, proposal_id="rms_norm-abc123", short_id="abc123")
     compile(test_source, "test_rms_norm_abc123.py", "exec")
     assert "((6, 1000), \"float32\", 6)," in test_source and "verify.dtypes=[bfloat16,float32]" in test_source

@@ -10,7 +10,7 @@ from safetensors.torch import load_file, save_file
 from autotune.config import compose
 from autotune.errors import UserError
 from autotune.serve import build_model, check_prompts, greedy_generate
-from autotune.serve.checkpoint import save_checkpoint
+from autotune.serve.checkpoint import read_config, save_checkpoint
 from autotune.serve.model import ModelConfig, inverse_frequencies
 
 
@@ -63,7 +63,7 @@ def test_hf_config_fields_are_read(saved, tmp_path):
 
 def test_llama3_rope_scaling_stretches_only_long_wavelengths():
     base = ModelConfig.from_cfg(compose(["model=llama3_8b"]).model)
-    scaled = dataclass_with(base, rope_scaling={"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    scaled = dataclass_with(base, rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                                 "original_max_position_embeddings": 8192.0})
     plain, stretched = inverse_frequencies(base), inverse_frequencies(scaled)
     wavelength = 2 * math.pi / plain
@@ -94,11 +94,11 @@ def test_bad_checkpoints_are_user_errors(saved, tmp_path):
     wider = copy_checkpoint(saved, tmp_path / "b", edit_config=lambda c: c.update(intermediate_size=400))
     with pytest.raises(UserError, match=r"gate_proj\.weight in model\.safetensors has shape \[352, 128\]"):
         load(wider)
-    other = copy_checkpoint(saved, tmp_path / "c", edit_config=lambda c: c.update(model_type="qwen2"))
-    with pytest.raises(UserError, match="'qwen2' model"):
+    other = copy_checkpoint(saved, tmp_path / "c", edit_config=lambda c: c.update(model_type="gpt2", architectures=None))
+    with pytest.raises(UserError, match="model_type 'gpt2'.*does not serve .*Qwen2ForCausalLM"):
         load(other)
     yarn = copy_checkpoint(saved, tmp_path / "d", edit_config=lambda c: c.update(rope_scaling={"rope_type": "yarn"}))
-    with pytest.raises(UserError, match="rope_scaling 'yarn'"):
+    with pytest.raises(UserError, match="rope type 'yarn'.*supported: default, linear, llama3"):
         load(yarn)
     broken = copy_checkpoint(saved, tmp_path / "e")
     (broken / "config.json").write_text("{")
@@ -111,3 +111,106 @@ def test_bad_checkpoints_are_user_errors(saved, tmp_path):
     (truncated / "model.safetensors").write_bytes(b"\x10\x00\x00")
     with pytest.raises(UserError, match="cannot read .*model.safetensors"):
         load(truncated)
+
+
+def shard(saved, folder, drop_file=False):
+    """The checkpoint split into two shards with a model.safetensors.index.json, as save_pretrained writes it."""
+    folder.mkdir()
+    (folder / "config.json").write_text((saved / "config.json").read_text())
+    tensors = load_file(saved / "model.safetensors")
+    names = sorted(tensors)
+    parts = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    for file, part in parts.items():
+        save_file({n: tensors[n] for n in part}, str(folder / file))
+    weight_map = {n: file for file, part in parts.items() for n in part}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return folder
+
+
+def test_sharded_checkpoints_load_through_their_index(saved, tmp_path, tiny):
+    loaded = load(shard(saved, tmp_path / "sharded"))
+    for (name, a), (_, b) in zip(tiny.named_parameters(), loaded.named_parameters()):
+        assert torch.equal(a, b), name
+    (tmp_path / "sharded" / "model-00002-of-00002.safetensors").unlink()
+    with pytest.raises(UserError, match="shard model-00002-of-00002.safetensors named in model.safetensors.index.json "
+                                        "is missing"):
+        load(tmp_path / "sharded")
+
+
+def test_every_tensor_is_accounted_for(saved, tmp_path):
+    def add(name):
+        return lambda t: t.update({name: torch.zeros(t["model.layers.0.self_attn.q_proj.weight"].shape[0])})
+
+    stray = copy_checkpoint(saved, tmp_path / "a", edit_tensors=add("model.layers.0.self_attn.q_proj.bias"))
+    with pytest.raises(UserError, match=r"holds tensor model\.layers\.0\.self_attn\.q_proj\.bias that the llama "
+                                        r"architecture .* does not use \(q/k/v biases: only a qwen2"):
+        load(stray)
+    extra = copy_checkpoint(saved, tmp_path / "b", edit_tensors=add("model.visual.proj"))
+    with pytest.raises(UserError, match=r"holds tensor model\.visual\.proj that"):
+        load(extra)
+    # transformers skips saved RoPE tables, and so do we
+    table = copy_checkpoint(saved, tmp_path / "c", edit_tensors=add("model.layers.1.self_attn.rotary_emb.inv_freq"))
+    load(table)
+    # a Qwen2 config needs the biases a Llama checkpoint lacks: all of them are named
+    qwen2 = copy_checkpoint(saved, tmp_path / "d",
+                            edit_config=lambda c: c.update(model_type="qwen2", architectures=None))
+    with pytest.raises(UserError, match=r"tensor model\.layers\.0\.self_attn\.k_proj\.bias, model\.layers\.0\.self_attn"
+                                        r"\.q_proj\.bias, .*, model\.layers\.1\.self_attn\.v_proj\.bias is missing"):
+        load(qwen2)
+
+
+def test_tied_checkpoint_with_a_different_lm_head_is_refused(saved, tmp_path):
+    tied = copy_checkpoint(saved, tmp_path / "a", edit_config=lambda c: c.update(tie_word_embeddings=True))
+    with pytest.raises(UserError, match="tie_word_embeddings but lm_head.weight .* differs"):
+        load(tied)
+    same = copy_checkpoint(saved, tmp_path / "b", edit_config=lambda c: c.update(tie_word_embeddings=True),
+                           edit_tensors=lambda t: t.update({"lm_head.weight": t["model.embed_tokens.weight"].clone()}))
+    assert load(same).config.tie_embeddings
+
+
+@pytest.mark.parametrize("edit, message", [
+    (dict(rope_parameters={"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0}), "rope type 'yarn'"),
+    (dict(rope_parameters={"rope_type": "dynamic", "factor": 2.0}), "rope type 'dynamic'"),
+    (dict(rope_parameters={"full_attention": {"rope_type": "default"}}), "rope_parameters per layer type"),
+    (dict(rope_parameters={"rope_type": "llama3", "factor": 8.0}), "rope type 'llama3' needs low_freq_factor"),
+    (dict(partial_rotary_factor=0.5), "partial_rotary_factor"),
+    (dict(hidden_act="gelu"), "hidden_act 'gelu'"),
+    (dict(attention_bias=True), "attention_bias"),
+    (dict(model_type="mistral", architectures=["LlamaForCausalLM"]), r"model_type 'mistral', architectures"),
+    (dict(model_type=None, architectures=["GPT2LMHeadModel"]), "model_type 'None'"),
+])
+def test_configs_the_model_does_not_implement_are_refused(saved, tmp_path, edit, message):
+    with pytest.raises(UserError, match=message):
+        load(copy_checkpoint(saved, tmp_path / "m", edit_config=lambda c: c.update(edit)))
+
+
+def test_rope_parameters_come_first_and_top_level_keys_are_the_fallback(saved, tmp_path):
+    nested = copy_checkpoint(saved, tmp_path / "a", edit_config=lambda c: c.update(
+        rope_theta=10000.0, rope_parameters={"rope_type": "linear", "rope_theta": 500000.0, "factor": 2.0}))
+    config = load(nested).config
+    assert config.rope_theta == 500000.0 and config.rope_scaling == {"rope_type": "linear", "factor": 2.0}
+    flat = copy_checkpoint(saved, tmp_path / "b", edit_config=lambda c: c.update(
+        rope_theta=250000.0, rope_scaling={"type": "linear", "factor": 4.0}))
+    config = load(flat).config
+    assert config.rope_theta == 250000.0 and config.rope_scaling == {"rope_type": "linear", "factor": 4.0}
+    unscaled = inverse_frequencies(dataclass_with(config, rope_scaling=None))
+    torch.testing.assert_close(inverse_frequencies(config) * 4, unscaled)
+
+
+def test_sliding_windows_that_cannot_matter_are_dropped(saved, tmp_path):
+    preset = compose([]).model  # max_seq_len 512
+
+    def windows(**edit):
+        folder = copy_checkpoint(saved, tmp_path / str(len(list(tmp_path.iterdir()))), edit_config=lambda c: c.update(
+            max_position_embeddings=4096, architectures=None, **edit))
+        return read_config(folder, preset)["attention_windows"]
+
+    assert windows(model_type="mistral", sliding_window=512) is None  # never masks within 512 positions
+    assert windows(model_type="mistral", sliding_window=64) == (64, 64)
+    assert windows(model_type="mistral", sliding_window=None) is None
+    # Qwen2.5's config.json names a window but does not use it; with use_sliding_window, from max_window_layers on
+    assert windows(model_type="qwen2", sliding_window=32, use_sliding_window=False) is None
+    assert windows(model_type="qwen2", sliding_window=32, use_sliding_window=True, max_window_layers=1) == (0, 32)
+    assert windows(model_type="qwen3", sliding_window=32, use_sliding_window=True,
+                   layer_types=["sliding_attention", "full_attention"]) == (32, 0)
+    assert windows(model_type="llama", sliding_window=32) is None

@@ -48,7 +48,7 @@ def test_every_dispatch_point_is_called_with_the_step_shapes(tiny):
 
     cache = tiny.new_cache(max_slots=2, max_len=32)
     tiny([Segment(0, 0, (1, 2, 3))], cache)
-    with dispatch.using({name: recording(name) for name in dispatch.SCHEMAS}):
+    with dispatch.using({name: recording(name) for name in dispatch.NAMES}):
         tiny([Segment(0, 3, (4,)), Segment(1, 0, (5, 6, 7, 8, 9))], cache)  # a decode + a 5-token prefill: T = 6
     t, h = 6, c.hidden_size
     expected = [("rms_norm", [(t, h), (h,)])]

@@ -72,16 +72,18 @@ def test_a_write_outside_the_private_directory_is_stopped_twice(tmp_path):
     if os.geteuid() != 0:
         pytest.skip("without root the sandbox has no private file system to show")
     deep = judge(get("rms_norm"), source, "write_outside.py", CFG, scan=False)
-    assert deep.status is Status.COMPILE_ERROR, deep.reason  # the open() fails inside the sandbox
+    assert deep.status is Status.POLICY_VIOLATION, deep.reason  # the worker's audit hook denies the open()
+    assert "not allowed in the sandbox: open" in deep.reason
     assert not marker.exists()
 
 
-# The same attacks with the static scan off: what stops them then.
+# The same attacks with the static scan off: what stops them then (tests/verify/test_runtime_defence.py has more).
 DEEP = [
-    ("patch_compare.py", Status.INCORRECT, "values differ"),  # the comparison runs in the judge's process
-    ("gc_hunt.py", Status.INCORRECT, "values differ"),  # the expected answer is not in the worker's memory
+    # torch's modules are frozen in the worker (and the comparison runs in the judge's process anyway)
+    ("patch_compare.py", Status.POLICY_VIOLATION, "not allowed in the sandbox: replacing torch.testing.assert_close"),
+    ("gc_hunt.py", Status.POLICY_VIOLATION, "not allowed in the sandbox: gc.get_objects"),  # the audit hook
     ("reference_spy.py", Status.INCORRECT, "NaN at"),  # no judge module in the worker (else: runtime_error)
-    ("kill_self.py", Status.RUNTIME_ERROR, "died with SIGKILL while running case"),
+    ("kill_self.py", Status.POLICY_VIOLATION, "not allowed in the sandbox: os.kill"),
     ("torch_fallback.py", Status.POLICY_VIOLATION, "aten.rsqrt"),  # the run-time op record
 ]
 

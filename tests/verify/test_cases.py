@@ -170,12 +170,13 @@ def test_every_target_makes_data_for_every_planned_case_kind():
 
 
 def test_profile_shapes_are_capped_to_the_extremes_and_the_most_called():
+    from autotune.profile.records import ProfiledShape
     from autotune.verify.cases import select_profile_shapes, selection_note
 
     calls = {1: 50, 2: 40, 3: 30, 7: 9, 9: 8, 11: 7, 13: 6, 17: 1, 64: 5, 100: 2}
-    shapes = [((rows, 128), "float32", c) for rows, c in calls.items()]
+    shapes = [ProfiledShape((rows, 128), "float32", c) for rows, c in calls.items()]
     chosen = select_profile_shapes(shapes, 4)
-    assert [s[0][0] for s in chosen] == [1, 2, 3, 100]  # smallest and largest, then the most called
+    assert [s.shape[0] for s in chosen] == [1, 2, 3, 100]  # smallest and largest, then the most called
     assert select_profile_shapes(shapes, 0) == shapes and select_profile_shapes(shapes, 10) == shapes
     note = selection_note(shapes, 4)
     assert "4 of 10" in note and f"{(50 + 40 + 30 + 2) / 158:.0%}" in note

@@ -9,6 +9,8 @@ fp32 and one seed (the failure does not depend on the dtype), so each stops afte
 import hashlib
 import os
 import secrets
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,8 +72,22 @@ def _old_generator(target, shape, dtype, kind, seed, salt):
     return torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(text).digest()[:8], "little"))
 
 
+IN_PROCESS_SALT_TEST = "test_a_file_that_rebuilds_the_inputs_is_right_only_without_the_salt"
+
+
+def test_the_in_process_salt_test_runs_in_a_fresh_interpreter():
+    """The test below runs kernels in the test's own process, which needs TRITON_INTERPRET=1 before triton is
+    imported (and imports the worker, which patches Triton for the run): it gets a Python of its own."""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                          f"{__file__}::{IN_PROCESS_SALT_TEST}"], capture_output=True, text=True, env=env,
+                         cwd=Path(__file__).resolve().parents[2], timeout=600)
+    assert run.returncode == 0 and "1 passed" in run.stdout, run.stdout[-3000:] + run.stderr[-3000:]
+
+
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
-                    reason="runs kernels in this process: needs TRITON_INTERPRET=1 set before triton is imported")
+                    reason="runs kernels in this process: needs TRITON_INTERPRET=1 set before triton is imported "
+                           "(test_the_in_process_salt_test_runs_in_a_fresh_interpreter runs it so)")
 def test_a_file_that_rebuilds_the_inputs_is_right_only_without_the_salt(monkeypatch, tmp_path):
     """Run in this process (the same worker code, no sandbox) on the first default and edge cases: with the
     old public seeds its table answers every one; with the run's secret salt it answers none."""

@@ -5,24 +5,22 @@ from pathlib import Path
 import pytest
 
 from autotune.config import compose
+from autotune.targets import all_targets
 from autotune.verify import verify
 from autotune.verify.verdict import Status
 
 CANDIDATES = Path(__file__).parent / "candidates"
-CORRECT = [
-    ("rms_norm", "rms_norm_rowwise.py"),  # one row per program
-    ("rms_norm", "rms_norm_chunked.py"),  # loops over wide rows in blocks of 1024
-    ("rms_norm", "rms_norm_autotuned.py"),  # @triton.autotune: on CPU the configs take turns
-    ("silu_and_mul", "silu_and_mul.py"),
-    ("fused_add_rms_norm", "fused_add_rms_norm.py"),  # two outputs, each compared
-    ("rotary_embedding", "rotary_embedding.py"),
-    ("softmax", "softmax.py"),  # -inf masked rows
+# Every target's own example kernel (Target.example, autotune/targets/examples/), then other designs of one target.
+CORRECT = [(t.name, t.example_path) for t in all_targets()] + [
+    ("rms_norm", CANDIDATES / "rms_norm_rowwise.py"),  # one row per program
+    ("rms_norm", CANDIDATES / "rms_norm_chunked.py"),  # loops over wide rows in blocks of 1024
+    ("rms_norm", CANDIDATES / "rms_norm_autotuned.py"),  # @triton.autotune: on CPU the configs take turns
 ]
 
 
-@pytest.mark.parametrize("target, name", CORRECT, ids=[c[1] for c in CORRECT])
-def test_correct_kernels_are_unmeasured_on_cpu(target, name):
-    v = verify(target, CANDIDATES / name, compose([]))
+@pytest.mark.parametrize("target, path", CORRECT, ids=[f"{c[0]}:{c[1].name}" for c in CORRECT])
+def test_correct_kernels_are_unmeasured_on_cpu(target, path):
+    v = verify(target, path, compose([]))
     assert v.status is Status.UNMEASURED, v.reason
     assert v.passed and v.reason.endswith("timing: not measured (no GPU)")
     assert v.cases and all(c.passed for c in v.cases)

@@ -7,19 +7,23 @@ the report itself is always checked.
 import os
 import socket
 import stat
+import sys
+import time
 import uuid
+from pathlib import Path
 
 import pytest
 import torch
 
-from autotune.verify.sandbox import _processes, child_env, run_isolated
+from autotune.sandbox import Limits
+from autotune.sandbox.runner import _processes, child_env, run_isolated
 
-PROBE = "autotune.verify.probe"
+PROBE = "autotune.sandbox.probe"
 
 
 def run_probe(tmp_path, payload, **kwargs):
-    kwargs.setdefault("timeout_s", 60)
-    return run_isolated(PROBE, payload, memory_mb=4096, workdir=tmp_path / "work", **kwargs)
+    limits = Limits(timeout_s=kwargs.pop("timeout_s", 60), memory_mb=4096)
+    return run_isolated(PROBE, payload, limits=limits, workdir=tmp_path / "work", **kwargs)
 
 
 def applied(result, step: str) -> bool:
@@ -101,3 +105,54 @@ def test_a_forged_pickle_frame_is_refused_without_being_unpickled(tmp_path):
     assert "malformed result frame" in r.channel_error
     assert not r.ok and r.result is None
     assert not marker.exists()
+
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def _alive_with(marker: str) -> list[int]:
+    """Host pids of live processes whose command line holds `marker`."""
+    found = []
+    for pid, _ in _processes():
+        try:
+            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def test_a_chain_of_processes_in_new_sessions_does_not_outlive_the_run(tmp_path):
+    marker = f"autotune-chain-{uuid.uuid4().hex}"
+    r = run_probe(tmp_path, {"fork_chain": marker, "sleep_s": 1.5})
+    assert r.ok, r
+    if not applied(r, "processes"):
+        pytest.skip(f"no PID namespace here: {r.isolation['processes']}")
+    for _ in range(3):  # a survivor keeps the chain going: look more than once
+        assert not _alive_with(marker)
+        time.sleep(0.3)
+
+
+def test_no_system_v_shared_memory_outlives_the_run(tmp_path):
+    key = 0x5A000000 + int(uuid.uuid4().hex[:6], 16)
+    r = run_probe(tmp_path, {"shm_key": key})
+    assert r.ok, r
+    if not applied(r, "processes"):
+        pytest.skip(f"no IPC namespace here: {r.isolation['processes']}")
+    keys = [line.split()[0] for line in Path("/proc/sysvipc/shm").read_text().splitlines()[1:]]
+    assert str(key) not in keys
+
+
+def test_the_child_sees_no_other_process_and_not_the_checkout(tmp_path):
+    r = run_probe(tmp_path, {"read": [str(CHECKOUT / "pyproject.toml")], "list": [str(CHECKOUT), "/home", "/root"]})
+    assert r.ok, r
+    if not applied(r, "proc"):
+        pytest.skip(f"no fresh /proc here: {r.isolation['proc']}")
+    assert not any("pytest" in c for c in r.result["processes"]), r.result["processes"]
+    assert len(r.result["processes"]) <= 3  # the namespace's init, the probe (and the process that started it)
+    assert r.result["read"][str(CHECKOUT / "pyproject.toml")].startswith("blocked")
+    assert "pyproject.toml" not in (r.result["listed"][str(CHECKOUT)] or [])
+    python = {Path(p).relative_to(top).parts[0] for top in ("/home", "/root") for p in (sys.prefix, sys.base_prefix)
+              if p.startswith(top + "/")}  # the Python installation may live in a home directory
+    for top in ("/home", "/root"):
+        assert set(r.result["listed"][top] or []) <= python, r.result["listed"][top]

@@ -9,6 +9,7 @@ from autotune.config import compose
 from autotune.targets import get
 from autotune.verify import verify
 from autotune.verify.bench import activations, percentile
+from autotune.profile.records import ProfiledShape
 from autotune.verify.timing import decide, peak_bandwidth_gbps, shape_timing, timing_shapes, weighted_geomean
 from autotune.verify.verdict import Status, Verdict
 
@@ -51,12 +52,12 @@ def test_decision_accepts_only_beyond_the_noise_margin_and_never_the_implausible
     assert decide([timing(9.8)], 0.03, v)[0] is Status.SLOWER  # 2% faster: inside the noise margin
     assert decide([timing(12.0)], 0.03, v)[0] is Status.SLOWER
     status, reason = decide([timing(9.0), timing(0.05)], 0.03, v)
-    assert status is Status.INCORRECT and "below the bandwidth floor" in reason
+    assert status is Status.INCORRECT and "below the roofline floor" in reason
 
 
 def test_timing_shapes_come_from_the_profile_or_the_defaults_in_bf16():
-    assert timing_shapes(RMS, [((8, 4096), "float16", 7)], CFG) == [((8, 4096), "float16", 7)]
-    assert timing_shapes(RMS, None, CFG) == [(tuple(s), "bfloat16", 1) for s in RMS.default_shapes]
+    assert timing_shapes(RMS, [((8, 4096), "float16", 7)], CFG) == [ProfiledShape((8, 4096), "float16", 7)]
+    assert timing_shapes(RMS, None, CFG) == [ProfiledShape(tuple(s), "bfloat16", 1) for s in RMS.default_shapes]
 
 
 def test_bench_helpers():

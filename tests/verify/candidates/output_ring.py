@@ -1,4 +1,4 @@
-"""Wrong: returns one of three output buffers it keeps per (shape, dtype), in turn. Reuse used to be
+"""Wrong: returns one of three output buffers it keeps (kept while the size stays), in turn. Reuse used to be
 checked only across the three calls of one case, where the ring never comes back round; a caller that
 holds the fourth output sees the first one overwritten."""
 
@@ -6,7 +6,7 @@ import torch
 import triton
 import triton.language as tl
 
-RING = {}
+RING = [None, None, None]
 TURN = [0]
 
 
@@ -23,9 +23,11 @@ def _rms_norm_kernel(x_ptr, w_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr):
 
 def rms_norm(x, weight, eps):
     x2 = x.reshape(-1, x.shape[-1]).contiguous()
-    key = (x2.shape[0], x2.shape[1], x2.dtype)
-    ring = RING.setdefault(key, [torch.empty_like(x2), torch.empty_like(x2), torch.empty_like(x2)])
-    y = ring[TURN[0] % 3]
+    slot = TURN[0] % 3
     TURN[0] += 1
+    y = RING[slot]
+    if y is None or y.shape != x2.shape or y.dtype != x2.dtype:  # a new size: a new buffer in this slot
+        y = torch.empty_like(x2)
+        RING[slot] = y
     _rms_norm_kernel[(x2.shape[0],)](x2, weight, y, x2.shape[1], eps, BLOCK=triton.next_power_of_2(x2.shape[1]))
     return y.view(x.shape)

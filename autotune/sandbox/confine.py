@@ -8,10 +8,13 @@ Steps, in order:
 - resource limits: no core dumps, a file-size limit, a process/thread limit, open files, and on CPU an
   address-space limit (not with CUDA: the driver reserves huge virtual ranges and fails under RLIMIT_AS);
 - a new network namespace (no network: not even the host's 127.0.0.1);
-- a new mount namespace in which the world-writable directories (/tmp, /var/tmp, /dev/shm, /run/lock)
-  and the home directories (/root, /home: API keys, tokens, ssh keys) are covered by fresh read-only
-  tmpfs mounts, with the child's private working directory and the Python installation re-exposed
-  (open_tree + move_mount, Linux >= 5.2);
+- a new mount namespace in which every top-level directory but the system's (/usr, /etc, /dev, /sys and
+  the /bin and /lib links) is covered by a fresh read-only tmpfs, and /dev/shm too: /home, /root, /tmp,
+  /var, /run, /opt, /srv, /mnt and the project checkout wherever it lives. Re-exposed as they are: the
+  child's private working directory (its Triton cache is inside), the Python installation (prefixes and
+  every directory on sys.path, but of the project checkout only the autotune package) and the paths the
+  caller names (open_tree + move_mount, Linux >= 5.2). In its own PID namespace (namespaces.py) it also
+  gets a fresh /proc: other processes, and their command lines, are not there;
 - no_new_privs, then a drop to an unprivileged uid/gid that owns only the private directory;
 - not dumpable, so that other processes of the same uid cannot ptrace it or read its /proc/<pid>/mem.
 
@@ -30,14 +33,17 @@ from pathlib import Path
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
-MS_NOSUID, MS_NODEV, MS_REC, MS_PRIVATE = 2, 4, 16384, 1 << 18
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
 OPEN_TREE_CLONE, AT_RECURSIVE, AT_FDCWD, MOVE_MOUNT_F_EMPTY_PATH = 1, 0x8000, -100, 4
 SYS_OPEN_TREE, SYS_MOVE_MOUNT = 428, 429  # the same numbers on x86_64 and aarch64 (asm-generic)
 PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS = 4, 38
 MNT_DETACH = 2
 
-# Covered with an empty read-only tmpfs: places any user can write, and places secrets live.
-COVERED = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock", "/root", "/home")
+# Left visible: programs, libraries, configuration, devices. Every other top-level directory is covered with
+# an empty read-only tmpfs (home directories, checkouts, /tmp, /var, /run ...), and /dev/shm: world-writable.
+SYSTEM = ("/usr", "/etc", "/dev", "/proc", "/sys", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+ALSO_COVERED = ("/dev/shm", "/dev/mqueue")
+PACKAGE = str(Path(__file__).resolve().parents[1])  # the autotune package: the child runs its modules
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -47,18 +53,23 @@ def _errno_text() -> str:
 
 
 def confine(workdir: str, *, uid: int | None, memory_mb: int, file_mb: int, gpu: bool, nproc: int = 256,
-            readable=()) -> dict:
+            readable=(), own_pid_namespace: bool = False) -> dict:
     """Apply every step that is possible; return {step: "applied ..." | "not applied: why"}. `readable`:
-    further paths to keep visible under the covered directories (a model checkpoint, say)."""
+    further paths to keep visible under the covered directories (a model checkpoint, say).
+    `own_pid_namespace`: this process is in a PID namespace of its own, so a fresh /proc can be mounted."""
     report = {"rlimits": _limit_resources(memory_mb, file_mb, gpu, nproc)}
     root = os.geteuid() == 0
     report["network"] = _isolate_network() if root else "not applied: not root (the network is reachable)"
     report["filesystem"] = _private_filesystem(workdir, list(readable)) if root else "not applied: not root"
+    if report["filesystem"].startswith("applied"):
+        report["proc"] = _fresh_proc() if own_pid_namespace else "not applied: no PID namespace of its own"
+    else:
+        report["proc"] = "not applied: no mount namespace of its own (other processes are visible in /proc)"
     if not root:
         report["user"] = f"not applied: already unprivileged (uid {os.getuid()})"
     elif uid is None:
         report["user"] = "not applied: no uid given"
-    elif not _readable_by_others(_python_paths()):  # e.g. Python under /root with no mount namespace
+    elif not _readable_by_others(python_paths()):  # e.g. Python under /root with no mount namespace
         report["user"] = "not applied: the Python installation would not be readable by another uid"
     else:
         report["user"] = _drop_privileges(workdir, uid)
@@ -91,12 +102,21 @@ def _isolate_network() -> str:
     return "applied: own network namespace (no interfaces up, no route to the host)"
 
 
-def _python_paths() -> list[str]:
-    """What the child must still read: the interpreter, its libraries, site-packages, this package."""
+def python_paths() -> list[str]:
+    """What the child must still read: the interpreter, its libraries, everything on sys.path (where an
+    entry is the project checkout, an editable install, only the autotune package in it)."""
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-             str(Path(__file__).resolve().parents[1])}  # the autotune package
-    paths.update(site.getsitepackages())
+             PACKAGE, *site.getsitepackages()}
+    checkout = os.path.dirname(PACKAGE)
+    paths.update(os.path.realpath(p) for p in sys.path if p and os.path.realpath(p) != checkout)
+    paths.update(p for p in os.environ.get("LD_LIBRARY_PATH", "").split(":") if p)  # CUDA in containers
     return sorted(p for p in paths if os.path.isdir(p))
+
+
+def _covers() -> list[str]:
+    """The directories to cover: every top-level one but the system's, and the world-writable ones in /dev."""
+    top = [e.path for e in os.scandir("/") if e.is_dir(follow_symlinks=False) and e.path not in SYSTEM]
+    return sorted(top) + [d for d in ALSO_COVERED if os.path.isdir(d) and not os.path.islink(d)]
 
 
 def _private_filesystem(workdir: str, readable: list[str]) -> str:
@@ -104,8 +124,8 @@ def _private_filesystem(workdir: str, readable: list[str]) -> str:
         return f"not applied: unshare(CLONE_NEWNS) failed ({_errno_text()})"
     if _libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
         return f"not applied: making mounts private failed ({_errno_text()})"
-    covers = [c for c in COVERED if os.path.isdir(c) and not os.path.islink(c)]
-    keep = [p for p in [workdir, *_python_paths(), *readable]
+    covers = _covers()
+    keep = [p for p in [workdir, *python_paths(), *readable]
             if os.path.exists(p) and any(_under(p, c) for c in covers)]
     keep = [p for p in keep if not any(q != p and _under(p, q) for q in keep)]  # outermost only
     trees = {}
@@ -121,7 +141,14 @@ def _private_filesystem(workdir: str, readable: list[str]) -> str:
             done = f"; {', '.join(covered)} covered" if covered else ""
             return f"partly applied: own mount namespace{done}; {problem}"
         covered.append(c)
-    return f"applied: own mount namespace; {', '.join(covered)} covered read-only, the private directory kept"
+    return (f"applied: own mount namespace; {', '.join(covered)} covered read-only; the private directory, the "
+            f"Python installation{' and ' + ', '.join(readable) if readable else ''} kept")
+
+
+def _fresh_proc() -> str:
+    if _libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None) != 0:
+        return f"not applied: mounting a fresh /proc failed ({_errno_text()})"
+    return "applied: a fresh /proc that shows only the processes of its own PID namespace"
 
 
 def _cover(directory: str, trees: dict[str, int]) -> str:

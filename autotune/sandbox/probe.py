@@ -1,8 +1,8 @@
 """A sandbox self-test: run inside `run_isolated`, it tries what a hostile candidate would and reports.
 
-    from autotune.verify.sandbox import run_isolated
-    r = run_isolated("autotune.verify.probe", {"write": ["/tmp/x"], "read": ["/root/.netrc"],
-                     "connect": [["127.0.0.1", 8000]]}, timeout_s=60, memory_mb=4096, workdir=d)
+    from autotune.sandbox import Limits, run_isolated
+    r = run_isolated("autotune.sandbox.probe", {"write": ["/tmp/x"], "read": ["/root/.netrc"],
+                     "connect": [["127.0.0.1", 8000]]}, limits=Limits(timeout_s=60, memory_mb=4096), workdir=d)
     r.result  # {"env": [...], "uid": ..., "write": {"/tmp/x": "blocked: ..."}, ...}
 
 The tests use it to show the isolation holds from the inside, independently of the static scan.
@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-from autotune.verify.sandbox import child_main
+from autotune.sandbox.runner import child_main
 
 
 def _attempt(fn) -> str:
@@ -61,7 +61,40 @@ def _forge_frame(marker: str) -> None:
     os.write(out_fd, struct.pack("<Q", len(evil)) + evil)
 
 
+def _fork_chain(marker: str) -> None:
+    """A chain of short-lived processes, each starting the next in a new session and exiting: at any moment
+    one is alive, never the same one (what a scan of the uid's processes misses)."""
+    chain = ("import subprocess, sys, time; time.sleep(0.1); "
+             "subprocess.Popen([sys.executable, '-c', sys.argv[1], sys.argv[1], sys.argv[2]], start_new_session=True)")
+    subprocess.Popen([sys.executable, "-c", chain, chain, marker], start_new_session=True)
+
+
+def _make_shm(key: int) -> int:
+    """A world-writable System V shared memory segment with this key; its id."""
+    import ctypes
+
+    shmid = ctypes.CDLL(None, use_errno=True).shmget(key, 4096, 0o1000 | 0o666)  # IPC_CREAT
+    if shmid < 0:
+        raise OSError(ctypes.get_errno(), "shmget failed")
+    return shmid
+
+
+def _command_lines() -> list[str]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                found.append(f.read().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            continue
+    return found
+
+
 def probe(payload: dict, send) -> dict:
+    if payload.get("fork_chain"):
+        _fork_chain(payload["fork_chain"])
+    if payload.get("shm_key"):
+        _make_shm(payload["shm_key"])
     if payload.get("spawn_escaper"):  # a grandchild that leaves the process group; the runner must still kill it
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
         send("spawned")
@@ -81,6 +114,8 @@ def probe(payload: dict, send) -> dict:
         "connect": {f"{h}:{port}": _attempt(lambda h=h, port=port: _connect(h, port))
                     for h, port in payload.get("connect", [])},
         "parent_mem": _attempt(lambda: _read(f"/proc/{os.getppid()}/mem")),
+        "processes": _command_lines(),
+        "listed": {p: sorted(os.listdir(p)) if os.path.isdir(p) else None for p in payload.get("list", [])},
     }
     if payload.get("sleep_s"):
         time.sleep(payload["sleep_s"])

@@ -4,14 +4,15 @@ The checker runs every candidate through it, and the model-level check runs the 
 candidate plugged in through it. The parent never imports what runs inside.
 
 Parent side:
-    result = run_isolated("autotune.verify.worker", payload, timeout_s=120, memory_mb=8192, workdir=d)
+    result = run_isolated("autotune.verify.worker", payload, limits=Limits(120, 8192), workdir=d)
 A module run this way ends with
     if __name__ == "__main__":
         sandbox.child_main(handler)   # handler(payload, send) -> result dict; send(kind, **fields)
 
 How it is kept apart (see confine.py for what the child applies to itself):
-- a fresh `python -I -B -m module` in its own session and process group; on timeout, and after every run,
-  the whole group and every process of the child's private uid are killed with SIGKILL;
+- a fresh `python -I -B -m module` in its own session and process group, which (as root) moves itself into
+  new PID and IPC namespaces first (namespaces.py); on timeout, and after every run, the whole group and
+  every process of the child's private uid are killed with SIGKILL, and with them the namespace;
 - an allow-listed environment: PATH, LANG, HOME/TMPDIR and the Triton/Inductor caches inside its private
   directory, one thread, TRITON_INTERPRET=1 on CPU, CUDA_VISIBLE_DEVICES on GPU; nothing else of the
   parent's environment (API keys, tokens) reaches it;
@@ -26,6 +27,7 @@ How it is kept apart (see confine.py for what the child applies to itself):
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import os
 import secrets
@@ -39,7 +41,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from autotune.verify.channel import MAX_FRAME_BYTES, Reader, encode, read_frame, write_all
+from autotune.sandbox.limits import Limits
+from autotune.sandbox.channel import MAX_FRAME_BYTES, Reader, encode, read_frame, write_all
 
 STDERR_TAIL_BYTES = 4000
 
@@ -65,6 +68,10 @@ class SandboxResult:
 
 # ----------------------------------------------------------------------------------------------- parent
 
+# The GPU that children started from this thread (or context) may see; set by autotune.agent.slots.
+PINNED_GPU: contextvars.ContextVar[str | None] = contextvars.ContextVar("PINNED_GPU", default=None)
+
+
 def child_env(workdir: Path, gpu: bool, env_extra: dict[str, str] | None = None) -> dict[str, str]:
     """The allow-listed environment of a child: nothing from the parent but PATH, LANG and library paths."""
     env = {
@@ -82,8 +89,8 @@ def child_env(workdir: Path, gpu: bool, env_extra: dict[str, str] | None = None)
     }
     if "LD_LIBRARY_PATH" in os.environ:  # CUDA libraries in containers; not a secret
         env["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
-    if gpu:
-        env["CUDA_VISIBLE_DEVICES"] = os.environ.get("CUDA_VISIBLE_DEVICES", "0")
+    if gpu:  # the judge's own GPU when the caller pinned one (autotune.agent.slots), else the process's
+        env["CUDA_VISIBLE_DEVICES"] = PINNED_GPU.get() or os.environ.get("CUDA_VISIBLE_DEVICES", "0")
     else:
         env["CUDA_VISIBLE_DEVICES"] = ""
         env["TRITON_INTERPRET"] = "1"
@@ -91,8 +98,8 @@ def child_env(workdir: Path, gpu: bool, env_extra: dict[str, str] | None = None)
     return env
 
 
-def run_isolated(module: str, payload: dict | Callable[[], dict], *, timeout_s: float, memory_mb: int,
-                 workdir: str | Path, env_extra: dict[str, str] | None = None, gpu: bool = False, file_mb: int = 64,
+def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Limits, workdir: str | Path,
+                 env_extra: dict[str, str] | None = None, gpu: bool = False,
                  on_event: Callable[[dict], bool] | None = None, max_frame_bytes: int = MAX_FRAME_BYTES,
                  readable: tuple[str, ...] = ()) -> SandboxResult:
     """Run `python -m module` isolated, hand it `payload`, and collect what it sends back.
@@ -107,7 +114,7 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, timeout_s: 
     /root or /home, say); they are re-exposed as they are, like the Python installation."""
     workdir = _private_dir(workdir)
     uid = _free_uid() if os.geteuid() == 0 else None
-    settings = {"workdir": str(workdir), "uid": uid, "memory_mb": int(memory_mb), "file_mb": int(file_mb),
+    settings = {"workdir": str(workdir), "uid": uid, "memory_mb": limits.memory_mb, "file_mb": limits.file_mb,
                 "gpu": bool(gpu), "readable": [str(Path(p).resolve()) for p in readable]}
     env = child_env(workdir, gpu, env_extra)
     started = time.monotonic()
@@ -119,7 +126,7 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, timeout_s: 
             reader = Reader(out_r, on_event, lambda: _kill_group(proc.pid), max_frame_bytes)
             writer.start()
             reader.start()
-            timed_out = _wait(proc, timeout_s)
+            timed_out = _wait(proc, limits.timeout_s)
             _kill_everything(proc.pid, uid)
             proc.wait()
             reader.join(timeout=600)  # the pipe is closed by now; this waits for the frames still being judged
@@ -130,7 +137,7 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, timeout_s: 
     if failure:  # making the payload failed: a bug on the parent's side, not the child's
         raise failure[0]
     return _result(proc.returncode, timed_out, reader, stderr_tail, time.monotonic() - started,
-                   {"uid": uid, "timeout_s": timeout_s, "process_group": "own session; killed as a whole",
+                   {"uid": uid, "timeout_s": limits.timeout_s, "process_group": "own session; killed as a whole",
                     "environment": "allow-listed: " + ", ".join(sorted(env))})
 
 
@@ -274,9 +281,11 @@ def _result(returncode: int, timed_out: bool, reader: Reader, stderr_tail: str, 
 
 def child_main(handler: Callable[[dict, Callable[..., None]], dict]) -> None:
     """The child's side: read the payload, confine this process, run the handler, send its result."""
-    from autotune.verify.confine import confine
+    from autotune.sandbox import namespaces
+    from autotune.sandbox.confine import confine
 
     in_fd, out_fd = (int(x) for x in sys.argv[sys.argv.index("--sandbox-fds") + 1].split(","))
+    processes = namespaces.enter(close_fds=(in_fd, out_fd))  # from here on, this is the worker
     frame = read_frame(in_fd, limit=1 << 62)
     os.close(in_fd)
     settings, payload = frame["sandbox"], frame["payload"]
@@ -285,7 +294,9 @@ def child_main(handler: Callable[[dict, Callable[..., None]], dict]) -> None:
         write_all(out_fd, encode({"kind": kind, **fields}))
 
     report = confine(settings["workdir"], uid=settings["uid"], memory_mb=settings["memory_mb"],
-                     file_mb=settings["file_mb"], gpu=settings["gpu"], readable=settings.get("readable", ()))
+                     file_mb=settings["file_mb"], gpu=settings["gpu"], readable=settings.get("readable", ()),
+                     own_pid_namespace=processes.startswith("applied"))
+    report = {"processes": processes, **report}
     os.chdir(settings["workdir"])
     send("isolation", report=report)
     try:

@@ -1,0 +1,124 @@
+"""`apply_autotune_kernels(model)`: a transformers model's modules run the kernels merged by autotune.
+
+This file is copied as the `autotune_hf_kernels` package's `__init__.py` by `autotune export hf`; it imports
+nothing from autotune. As Liger-Kernel does for Llama, it patches in place:
+
+- every `*RMSNorm` module with `weight` and `variance_epsilon` (LlamaRMSNorm, MistralRMSNorm, Qwen2RMSNorm,
+  Qwen3RMSNorm ...): `forward` -> the rms_norm kernel;
+- every MLP with `gate_proj`, `up_proj`, `down_proj` and a SiLU `act_fn`: `forward` ->
+  down_proj(silu_and_mul(cat(gate_proj(x), up_proj(x)))), the kernel's [..., 2I] layout;
+- the model's modelling module's `apply_rotary_pos_emb(q, k, cos, sin)` (a module-level function, so every
+  model of that family in the process uses it from then on): q [B, H, S, D] -> the kernel's x [B*S, H, D],
+  cos [B, S, D] (cos of the angles, repeated over both halves) -> [B*S, D/2].
+
+Calls outside a kernel's layout (weights in another dtype, partial rotary) run the original code. The
+kernels are Triton: a CUDA GPU, or the Triton interpreter (TRITON_INTERPRET=1 before triton is imported).
+"""
+
+import importlib
+import json
+import sys
+import types
+from pathlib import Path
+
+import torch
+
+MANIFEST = json.loads((Path(__file__).parent / "manifest.json").read_text())
+
+
+def bundled_kernels() -> dict:
+    """The entry function of every kernel in this package, by target."""
+    return {t: getattr(importlib.import_module(f"{__name__}.kernels.{t}"), t) for t in MANIFEST["kernels"]}
+
+
+def apply_autotune_kernels(model: torch.nn.Module, kernels: dict | None = None) -> dict[str, int]:
+    """Patch the model (and its modelling module's rotary function); returns the patch count per target."""
+    kernels = bundled_kernels() if kernels is None else kernels
+    counts = {}
+    if "rms_norm" in kernels:
+        counts["rms_norm"] = _patch_modules(model, _is_rms_norm, _rms_norm_forward(kernels["rms_norm"]))
+    if "silu_and_mul" in kernels:
+        counts["silu_and_mul"] = _patch_modules(model, _is_silu_mlp, _mlp_forward(kernels["silu_and_mul"]))
+    if "rotary_embedding" in kernels:
+        counts["rotary_embedding"] = _patch_rotary(model, kernels["rotary_embedding"])
+    return counts
+
+
+def _patch_modules(model, wanted, make_forward) -> int:
+    count = 0
+    for module in model.modules():
+        if wanted(module) and not getattr(module, "_autotune_patched", False):
+            module._autotune_original_forward = module.forward
+            module.forward = types.MethodType(make_forward, module)
+            module._autotune_patched = True
+            count += 1
+    return count
+
+
+def _is_rms_norm(m) -> bool:
+    return type(m).__name__.endswith("RMSNorm") and hasattr(m, "weight") and hasattr(m, "variance_epsilon")
+
+
+def _is_silu_mlp(m) -> bool:
+    act = getattr(m, "act_fn", None)
+    silu = isinstance(act, torch.nn.SiLU) or type(act).__name__ == "SiLUActivation"
+    return silu and all(hasattr(m, n) for n in ("gate_proj", "up_proj", "down_proj"))
+
+
+def _rms_norm_forward(kernel):
+    def forward(self, hidden_states):
+        if hidden_states.dtype != self.weight.dtype:
+            return self._autotune_original_forward(hidden_states)  # the result dtype would differ
+        return kernel(hidden_states.contiguous(), self.weight, self.variance_epsilon)
+    return forward
+
+
+def _mlp_forward(kernel):
+    def forward(self, x):
+        gate_up = torch.cat((self.gate_proj(x), self.up_proj(x)), dim=-1)  # [..., 2I]: the kernel's layout
+        return self.down_proj(kernel(gate_up))
+    return forward
+
+
+def _patch_rotary(model, kernel) -> int:
+    module = sys.modules.get(type(model).__module__)
+    original = getattr(module, "apply_rotary_pos_emb", None)
+    if original is None:
+        return 0
+    if getattr(original, "_autotune_patched", False):
+        return 1
+
+    def apply_rotary_pos_emb(q, k, cos, sin, *args, **kwargs):
+        if args or kwargs or q.dim() != 4 or cos.shape[-1] != q.shape[-1]:
+            return original(q, k, cos, sin, *args, **kwargs)  # another layout (unsqueeze_dim, partial rotary)
+        return _rotate(kernel, q, cos, sin), _rotate(kernel, k, cos, sin)
+
+    apply_rotary_pos_emb._autotune_patched = True
+    apply_rotary_pos_emb._autotune_original = original
+    module.apply_rotary_pos_emb = apply_rotary_pos_emb
+    return 1
+
+
+def _rotate(kernel, x, cos, sin):
+    """x [B, H, S, D] with cos, sin [B, S, D] -> the kernel's x [B*S, H, D] with cos, sin [B*S, D/2]."""
+    batch, heads, seq, dim = x.shape
+    flat = x.transpose(1, 2).reshape(batch * seq, heads, dim)
+
+    def half(t):  # the angles' cos (sin) once: HF repeats them over both halves of the head dim
+        return t.expand(batch, seq, dim)[..., : dim // 2].reshape(batch * seq, dim // 2).float()
+    return kernel(flat, half(cos), half(sin)).reshape(batch, seq, heads, dim).transpose(1, 2)
+
+
+def remove_autotune_kernels(model: torch.nn.Module) -> None:
+    """Undo apply_autotune_kernels on this model and its modelling module."""
+    for m in model.modules():
+        if getattr(m, "_autotune_patched", False):
+            m.forward = m._autotune_original_forward
+            del m._autotune_patched, m._autotune_original_forward
+    module = sys.modules.get(type(model).__module__)
+    patched = getattr(module, "apply_rotary_pos_emb", None)
+    if getattr(patched, "_autotune_patched", False):
+        module.apply_rotary_pos_emb = patched._autotune_original
+
+
+__all__ = ["apply_autotune_kernels", "bundled_kernels", "remove_autotune_kernels"]

@@ -1,0 +1,215 @@
+"""The report's tables, computed with pandas from run directories (ledger.jsonl, config.yaml, env.json).
+
+Each function takes the loaded `Runs` and returns a DataFrame that both the plots and the CSVs use, so a
+figure and its CSV can never disagree. Speedups are measured only on a GPU; without one they are NaN
+here (and the plots say "not measured"), never zero.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from omegaconf import OmegaConf
+
+from autotune.errors import UserError
+from autotune.ledger import frame
+
+PASSING = ("accepted", "unmeasured", "slower")  # correct candidates
+
+
+@dataclasses.dataclass(frozen=True)
+class Runs:
+    runs: pd.DataFrame  # one row per run: its settings and environment
+    ledger: pd.DataFrame  # every record of every ledger, with a `run` column
+
+
+def find_run_dirs(paths: list[str | Path]) -> list[Path]:
+    """Run directories among `paths`: a run dir itself, or a sweep dir (any depth) that holds some."""
+    found: list[Path] = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise UserError(f"{p} does not exist (give run or sweep directories, as `autotune run` printed them)")
+        if (p / "ledger.jsonl").is_file():
+            found.append(p)
+        else:
+            found.extend(sorted(q.parent for q in p.rglob("ledger.jsonl") if (q.parent / "config.yaml").is_file()))
+    if not found:
+        raise UserError(f"no run directory (a folder with ledger.jsonl and config.yaml) under {', '.join(map(str, paths))}")
+    return list(dict.fromkeys(found))
+
+
+def load(paths: list[str | Path]) -> Runs:
+    dirs = find_run_dirs(paths)
+    runs = pd.DataFrame([run_row(d) for d in dirs]).merge(swept(dirs), on="run", how="left")
+    ledger = frame([d / "ledger.jsonl" for d in dirs])
+    ledger["run"] = ledger["ledger"].map(lambda p: str(Path(p).parent))
+    return Runs(runs, ledger)
+
+
+def run_row(d: Path) -> dict:
+    """A run's settings (what a sweep varies) and its environment (what every figure names)."""
+    cfg = OmegaConf.to_container(OmegaConf.load(d / "config.yaml")) if (d / "config.yaml").is_file() else {}
+    agent = cfg.get("agent", {}) or {}
+    env = json.loads((d / "env.json").read_text()) if (d / "env.json").is_file() else {}
+    return {"run": str(d), "run_id": cfg.get("run_id", d.name), "agent": agent.get("name"),
+            "agent_model": agent.get("model") or "templates", "temperature": agent.get("temperature"),
+            "turns": agent.get("turns"), "candidates": agent.get("candidates"),
+            "prompt_variant": agent.get("prompt_variant") or "default",
+            "targets": ",".join(map(str, cfg.get("targets") or [])) or "by profile",
+            "environment": environment_line(env)}
+
+
+IGNORED = ("run_id", "resume", "publish.repo", "hydra")  # differ between runs without being settings
+
+
+def swept(dirs: list[Path]) -> pd.DataFrame:
+    """The settings that differ between these runs (a sweep's axes), as `set:<key>` columns."""
+    flat = pd.json_normalize([OmegaConf.to_container(OmegaConf.load(d / "config.yaml"))
+                              if (d / "config.yaml").is_file() else {} for d in dirs])
+    flat = flat.astype(str)
+    keep = [k for k in flat.columns if flat[k].nunique() > 1 and not k.startswith(IGNORED)]
+    out = flat[keep].rename(columns={k: f"set:{k}" for k in keep})
+    out.insert(0, "run", [str(d) for d in dirs])
+    return out
+
+
+def environment_line(env: dict) -> str:
+    gpu = env.get("gpu") or "no GPU"
+    commit = (env.get("project_commit") or "unknown")[:10] + ("+dirty" if env.get("project_dirty") else "")
+    return (f"{gpu}, driver {env.get('driver') or '-'}, torch {env.get('torch', '?')}, "
+            f"triton {env.get('triton', '?')}, commit {commit}")
+
+
+def _of(ledger: pd.DataFrame, kind: str) -> pd.DataFrame:
+    return ledger[ledger["kind"] == kind].copy() if "kind" in ledger else pd.DataFrame()
+
+
+def candidates(r: Runs) -> pd.DataFrame:
+    """Every judged candidate in ledger order, with its measured speedup (NaN when not timed)."""
+    c = _of(r.ledger, "candidate")
+    if c.empty:
+        return pd.DataFrame(columns=["run", "target", "agent", "id", "turn", "status", "speedup"])
+    measured = c.get("verdict.measured", pd.Series(False, index=c.index)).fillna(False).astype(bool)
+    speed = pd.to_numeric(c.get("verdict.speedup_geomean", pd.Series(np.nan, index=c.index)), errors="coerce")
+    c["speedup"] = speed.where(measured)
+    c["turn"] = pd.to_numeric(c["turn"]).astype(int)
+    return c[["run", "target", "agent", "id", "turn", "status", "speedup", "ts"]].reset_index(drop=True)
+
+
+def progress(r: Runs) -> pd.DataFrame:
+    """Best speedup so far against candidates tried and dollars spent, per run and target."""
+    c, llm = candidates(r), _of(r.ledger, "llm")
+    rows = []
+    for (run, target), g in c.groupby(["run", "target"], sort=False):
+        spent = llm[(llm["run"] == run) & (llm["target"] == target)] if not llm.empty else llm
+        for i, (_, row) in enumerate(g.sort_values("ts").iterrows(), start=1):
+            dollars = float(spent[spent["ts"] <= row["ts"]]["cost_usd"].sum()) if not spent.empty else 0.0
+            rows.append({"run": run, "target": target, "agent": row["agent"], "tried": i,
+                         "dollars": dollars, "speedup": row["speedup"]})
+    p = pd.DataFrame(rows, columns=["run", "target", "agent", "tried", "dollars", "speedup"])
+    p["best_so_far"] = p.groupby(["run", "target"])["speedup"].cummax() if not p.empty else []
+    return p
+
+
+def statuses_per_turn(r: Runs) -> pd.DataFrame:
+    """How candidates end, per turn: a (turn x status) count table."""
+    c = candidates(r)
+    if c.empty:
+        return pd.DataFrame()
+    return c.pivot_table(index="turn", columns="status", values="id", aggfunc="count", fill_value=0)
+
+
+def costs(r: Runs) -> pd.DataFrame:
+    """Per run: tokens and dollars per accepted (else passing) kernel, the share spent on failures."""
+    c, llm = candidates(r), _of(r.ledger, "llm")
+    rows = []
+    for run in r.runs["run"]:
+        cr = c[c["run"] == run]
+        lr = llm[llm["run"] == run] if not llm.empty else llm
+        tokens = int((lr["prompt_tokens"] + lr["completion_tokens"]).sum()) if not lr.empty else 0
+        dollars = float(lr["cost_usd"].sum()) if not lr.empty else 0.0
+        accepted, passing = int((cr["status"] == "accepted").sum()), int(cr["status"].isin(PASSING).sum())
+        kernels, basis = (accepted, "accepted") if accepted else (passing, "passing")
+        failed = _failed_tokens(cr, lr)
+        rows.append({"run": run, "candidates": len(cr), "passing": passing, "accepted": accepted,
+                     "tokens": tokens, "dollars": dollars, "per_kernel_basis": basis,
+                     "tokens_per_kernel": tokens / kernels if kernels else np.nan,
+                     "dollars_per_kernel": dollars / kernels if kernels else np.nan,
+                     "failed_token_share": failed / tokens if tokens else np.nan})
+    return pd.DataFrame(rows)
+
+
+def _failed_tokens(cr: pd.DataFrame, lr: pd.DataFrame) -> int:
+    """Tokens of the requests whose candidate did not pass (matched by target, index and turn)."""
+    if lr.empty or cr.empty:
+        return 0
+    status = {(t, int(i), int(u)): s for t, i, u, s in zip(cr["target"], cr["id"].str.extract(r"-c(\d+)-")[0],
+                                                            cr["turn"], cr["status"])}
+    failed = [status.get((t, int(i), int(u))) not in PASSING
+              for t, i, u in zip(lr["target"], lr["index"], lr["turn"])]
+    return int((lr["prompt_tokens"] + lr["completion_tokens"])[failed].sum())
+
+
+def cache_per_turn(r: Runs) -> pd.DataFrame:
+    """Prompt-cache hit rate per turn, over the requests whose server reported cached tokens."""
+    llm = _of(r.ledger, "llm")
+    if llm.empty or "cached_known" not in llm:
+        return pd.DataFrame(columns=["turn", "requests", "prompt_tokens", "cached_tokens", "hit_rate"])
+    known = llm[llm["cached_known"].fillna(False).astype(bool)].astype({"turn": int})
+    g = known.groupby("turn").agg(requests=("turn", "size"), prompt_tokens=("prompt_tokens", "sum"),
+                                  cached_tokens=("cached_tokens", "sum")).reset_index()
+    g["hit_rate"] = g["cached_tokens"] / g["prompt_tokens"].where(g["prompt_tokens"] > 0)
+    return g
+
+
+def gains(r: Runs) -> pd.DataFrame:
+    """Per proposal: the end-to-end gain the profile projects (its share at the measured speedup, or the
+    assumed one) and the measured one (time per output token before/after, GPU only)."""
+    props, prof, checks = _of(r.ledger, "proposal"), _of(r.ledger, "profile"), _of(r.ledger, "model_check")
+    rows = []
+    for _, p in props.iterrows():
+        share, assumed = _hotspot(prof, p["run"], p["target"])
+        speedup = p.get("speedup")
+        s = speedup if isinstance(speedup, (int, float)) and speedup == speedup and speedup else None
+        rows.append({"run": p["run"], "proposal": p["id"], "target": p["target"], "share": share,
+                     "projected_gain": share * (1 - 1 / s) if s and share is not None else assumed,
+                     "projected_from": "measured speedup" if s else "assumed speedup",
+                     "measured_gain": _measured_gain(checks, p["run"], p["candidate"])})
+    return pd.DataFrame(rows, columns=["run", "proposal", "target", "share", "projected_gain", "projected_from",
+                                       "measured_gain"])
+
+
+def _hotspot(prof: pd.DataFrame, run: str, target: str) -> tuple[float | None, float | None]:
+    rows = prof[prof["run"] == run] if not prof.empty else prof
+    for hotspots in rows.get("hotspots", []):
+        for h in hotspots or []:
+            if h.get("target") == target:
+                return h.get("share"), h.get("projected_gain")
+    return None, None
+
+
+def _measured_gain(checks: pd.DataFrame, run: str, candidate: str) -> float:
+    if checks.empty or "latency.before.tpot_p50_ms" not in checks:
+        return np.nan
+    row = checks[(checks["run"] == run) & (checks["candidate"] == candidate)]
+    if row.empty:
+        return np.nan
+    before, after = row["latency.before.tpot_p50_ms"].iloc[-1], row["latency.after.tpot_p50_ms"].iloc[-1]
+    return 1 - after / before if before and after == after else np.nan
+
+
+def settings_table(r: Runs) -> pd.DataFrame:
+    """Side by side across the sweep's settings: what each setting got for what it cost."""
+    c = candidates(r)
+    best = c.groupby("run")["speedup"].max().rename("best_speedup")
+    out = r.runs.merge(costs(r), on="run").merge(best, on="run", how="left")
+    cols = ["run_id", "agent", "agent_model", "temperature", "turns", "candidates_x", "prompt_variant", "targets",
+            "candidates_y", "passing", "accepted", "best_speedup", "tokens", "dollars", "dollars_per_kernel",
+            "failed_token_share"]
+    cols[1:1] = [c for c in out.columns if c.startswith("set:")]
+    out = out[cols].rename(columns={"candidates_x": "candidates_per_target", "candidates_y": "judged"})
+    return out

@@ -1,0 +1,71 @@
+"""A target's search space for the `search` agent: its Jinja2 template and the knobs and configurations it takes.
+
+A target declares `search=SearchSpace(template="rms_norm.py.j2", knobs=..., configs=...)`; the template lives
+in `autotune/targets/templates/` beside the target modules (`_warps.j2` holds the launch-width macros every
+template shares). The row-wise knobs and configurations below are shared by the row reductions
+(rms_norm, fused_add_rms_norm, softmax).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
+
+
+@dataclasses.dataclass(frozen=True)
+class Knob:
+    """One template parameter and the values a configuration may give it."""
+
+    name: str
+    choices: tuple
+    meaning: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchSpace:
+    """A template and its hand-ordered configurations; the first is the safe general one, later ones explore."""
+
+    template: str  # file name in autotune/targets/templates/
+    knobs: tuple[Knob, ...]
+    configs: tuple[dict, ...]
+    max_tile: int | None = None  # rows x max_block bound on values per program, when the knobs have both
+
+    def __post_init__(self):
+        names = tuple(k.name for k in self.knobs)
+        for c in self.configs:
+            if tuple(c) != names:
+                raise ValueError(f"{self.template}: configuration {c} does not give exactly the knobs {names}")
+        if not (TEMPLATES_DIR / self.template).is_file():
+            raise ValueError(f"search template {self.template} is not in {TEMPLATES_DIR}")
+
+
+def configs(names: tuple[str, ...], rows: list[tuple]) -> tuple[dict, ...]:
+    return tuple(dict(zip(names, row)) for row in rows)
+
+
+POW2 = tuple(2**i for i in range(15))
+MAX_TILE = 16384  # values one program holds at once (rows x block): 32 fp32 registers per thread on 16 warps
+WARPS = Knob("warps", ("auto", 1, 2, 4, 8, 16, 32), "warps per program; auto: about 16 values per thread")
+ROW_KNOBS = (
+    Knob("max_block", tuple(b for b in POW2 if 16 <= b <= MAX_TILE),
+         "widest row held in registers; wider rows are read in chunks of this width"),
+    Knob("rows", tuple(r for r in POW2 if r <= 64), "rows per program"),
+    WARPS,
+)
+
+# Row reductions (Llama: hidden 2048-8192; a row per sequence in a decode step, thousands in prefill).
+# First: rows up to 4096 wide read once, wider ones chunked, warps from the tile size (8 at 4096,
+# as Liger-Kernel's calculate_settings picks). Then: wider register rows for 8192-wide models,
+# the warp count either way, several rows per program for narrow rows (the tiny model's 128,
+# attention rows of 128-512), and small chunks that leave more programs resident per SM.
+ROW_CONFIGS = configs(("max_block", "rows", "warps"), [
+    (4096, 1, "auto"), (8192, 1, "auto"), (4096, 1, 4), (4096, 1, 16), (2048, 2, "auto"),
+    (1024, 4, "auto"), (512, 8, 4), (16384, 1, 16), (1024, 1, 4), (256, 16, 4),
+])
+
+
+def row_space(template: str) -> SearchSpace:
+    """The row reductions' space, rendered through `template`."""
+    return SearchSpace(template=template, knobs=ROW_KNOBS, configs=ROW_CONFIGS, max_tile=MAX_TILE)

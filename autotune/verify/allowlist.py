@@ -1,0 +1,163 @@
+"""What a candidate file may name: the static policy's allow-list, as data, with the reason for each entry.
+
+`autotune.verify.policy` walks a candidate's syntax tree and accepts a name, an attribute or a call only
+if it is listed here for the place it appears in (a @triton.jit kernel or the plain-Python launcher) and
+for the way it is used (called, used as a value, as a decorator, in an annotation, or only as the module
+an attribute chain starts from). Everything not listed is a finding. The lists are exact names, never
+prefixes: `tl.core.builtins.open` is refused because `triton.language.core` is not listed, not because
+`open` is.
+
+Two deliberate gaps, both closed elsewhere: a name that does not exist at all (a typo like `tl.lod`, an
+undefined global) is left to Triton's compiler or to Python, which reject it with the error a
+developer expects (compile_error); and the allow-list cannot see through operators (`x * w` on
+tensors), which the worker's record of aten ops catches at run time (`policy.runtime_violations`).
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Use(enum.Enum):
+    """How a listed name may be used."""
+
+    CALL = "call"  # only called: binding it to a name (`f = torch.empty`) would hide the call from the scan
+    VALUE = "value"  # any use: constants and dtypes
+    MODULE = "module"  # only as the start of a listed attribute chain (`torch.empty`), never on its own
+    DECORATOR = "decorator"  # only as a decorator of a top-level function
+    ANNOTATION = "annotation"  # only in a parameter or return annotation
+
+
+def _group(names: str, use: Use, reason: str) -> dict[str, tuple[Use, str]]:
+    return {name: (use, reason) for name in names.split()}
+
+
+# Modules a candidate may import (`import triton.language as tl`, `from triton import cdiv`, ...).
+IMPORTS: dict[str, str] = {
+    "torch": "allocating outputs and reading tensor metadata in the launcher",
+    "triton": "@triton.jit and its launch helpers",
+    "triton.language": "the language kernels are written in",
+    "math": "integer helpers for block sizes in the launcher (ceil, log2)",
+}
+# Not importable, on purpose: `triton.language.extra.libdevice` (Liger-Kernel's optional rsqrt import):
+# triton 3.9's CPU interpreter cannot run it (libdevice.rsqrt raises AttributeError on NoneType,
+# measured), so a file using it could not be checked here; `tl.math` has rsqrt, exp, log, sqrt, erf, fma.
+# `typing`, `functools`, `__future__`: `from typing import sys` reached the worker's modules (issue 8).
+ALLOWED_IMPORTS = tuple(IMPORTS)
+
+# Dotted names reachable from the imported modules, outside kernels and inside them.
+NAMES: dict[str, tuple[Use, str]] = {
+    **_group("torch triton triton.language math", Use.MODULE, "imported modules, reached only through listed names"),
+    **_group("torch.empty torch.empty_like torch.empty_strided", Use.CALL,
+             "allocate outputs; fresh memory reads as NaN in the worker, so an unwritten output shows"),
+    **_group("torch.zeros torch.zeros_like", Use.CALL,
+             "allocate accumulators a kernel adds into (split reductions with tl.atomic_add)"),
+    # Not listed: torch.ones/full/arange/tensor (values computed on the host), torch.cuda.* (the device
+    # the file runs on: the same file must run the same path on the interpreter and on a GPU),
+    # torch.ops/nn/testing/library/_C (math, or the checker's own tools).
+    **_group("torch.float32 torch.float16 torch.bfloat16 torch.float64 torch.float torch.half torch.double "
+             "torch.int8 torch.int16 torch.int32 torch.int64 torch.uint8 torch.bool torch.long torch.int",
+             Use.VALUE, "dtypes, to allocate in a given dtype or to pick a block size by dtype"),
+    **_group("torch.Tensor", Use.ANNOTATION, "type annotations of the launcher"),
+    **_group("triton.jit", Use.DECORATOR, "marks a kernel"),
+    **_group("triton.autotune triton.heuristics", Use.DECORATOR,
+             "launch configurations chosen by shape; on CPU the configs take turns, so each is checked"),
+    **_group("triton.Config", Use.CALL, "one @triton.autotune configuration"),
+    **_group("triton.cdiv triton.next_power_of_2", Use.CALL, "grid and block sizes from tensor sizes"),
+    # Not listed: triton.knobs, triton.runtime, triton.compiler, triton.testing (interpreter settings,
+    # caches and benchmarks: the environment, not the kernel).
+    **_group("triton.language.constexpr", Use.VALUE, "compile-time constants and constexpr annotations"),
+    **_group("triton.language.tensor", Use.ANNOTATION, "kernel parameter annotations (vLLM writes `x_ptr: tl.tensor`)"),
+    **_group("triton.language.float32 triton.language.float16 triton.language.bfloat16 triton.language.float64 "
+             "triton.language.int1 triton.language.int8 triton.language.int16 triton.language.int32 "
+             "triton.language.int64 triton.language.uint8 triton.language.uint16 triton.language.uint32 "
+             "triton.language.uint64", Use.VALUE, "Triton dtypes, in kernels and as constexpr launch arguments"),
+    **_group("math.ceil math.floor math.log2 math.prod math.isqrt math.gcd", Use.CALL,
+             "integer arithmetic on sizes in the launcher"),
+    **_group("math.inf math.pi", Use.VALUE, "constants"),
+}
+
+# Members of `triton.language` a kernel may use, beyond the values above. The modules of triton.language
+# (core, extra, math, random, standard, target_info) are not members: `tl.core.builtins.open` reached
+# Python's open. `tl.math` is the one exception, and only for the functions listed under KERNEL_MATH.
+KERNEL_TL: dict[str, tuple[Use, str]] = {
+    **_group("program_id num_programs arange range static_range", Use.CALL, "the program's place in the grid, loops"),
+    **_group("load store make_block_ptr multiple_of max_contiguous max_constancy assume", Use.CALL,
+             "memory access and its alignment hints"),
+    **_group("atomic_add atomic_max atomic_min atomic_cas atomic_xchg atomic_and atomic_or atomic_xor", Use.CALL,
+             "cross-program reductions (a split-K sum)"),
+    **_group("zeros zeros_like full cast broadcast broadcast_to expand_dims reshape view ravel trans permute "
+             "split join interleave cat flip where gather squeeze unsqueeze", Use.CALL, "tensor construction and shape"),
+    **_group("abs exp exp2 log log2 sqrt sqrt_rn rsqrt sin cos erf floor ceil sigmoid softmax fma fdiv div_rn "
+             "maximum minimum clamp umulhi cdiv", Use.CALL, "elementwise math"),
+    **_group("sum max min argmax argmin reduce associative_scan cumsum cumprod xor_sum reduce_or sort topk "
+             "histogram", Use.CALL, "reductions and scans"),
+    **_group("dot dot_scaled", Use.CALL, "matrix products"),
+    **_group("rand randn randint randint4x rand4x randn4x philox pair_uniform_to_normal uint_to_uniform_float",
+             Use.CALL, "counter-based random numbers (seeded by the caller: the same on CPU and GPU)"),
+    **_group("static_assert device_assert debug_barrier", Use.CALL, "compile-time and device checks, barriers"),
+    **_group("PropagateNan TRITON_MAX_TENSOR_NUMEL dtype pointer_type", Use.VALUE, "language constants and types"),
+    **_group("math", Use.MODULE, "tl.math.rsqrt and the other math functions listed in KERNEL_MATH"),
+    # Not listed: inline_asm_elementwise (GPU assembly the interpreter cannot run: a different path on
+    # CPU), make_tensor_descriptor/load_tensor_descriptor/store_tensor_descriptor (need a host allocator
+    # set through triton.set_allocator), device_print/static_print (a kernel's output is its tensors).
+}
+
+# `tl.math.NAME`: the math functions (tl.math also holds `core`, a module, and typing helpers).
+KERNEL_MATH: dict[str, tuple[Use, str]] = _group(
+    "abs ceil cos div_rn erf exp exp2 fdiv floor fma log log2 rsqrt sin sqrt sqrt_rn umulhi", Use.CALL,
+    "math functions (Liger-Kernel writes tl.math.rsqrt)")
+
+# Python builtins, outside kernels. Not listed, among others: open, exec, eval, compile, __import__,
+# getattr/setattr/delattr/hasattr, globals/locals/vars/dir, type/isinstance/id (introspection: a kernel
+# object's type tells the interpreter from a GPU), repr/str/format/print (repr of a kernel object tells
+# the same), input/breakpoint/exit/help, iter/next, sum/any/all (host math over tensor values).
+BUILTINS: dict[str, tuple[Use, str]] = {
+    **_group("len range min max int float bool tuple list dict enumerate zip abs divmod round", Use.CALL,
+             "arithmetic on sizes and building the grid and argument tuples"),
+    **_group("ValueError TypeError RuntimeError AssertionError NotImplementedError", Use.CALL,
+             "errors raised for shapes the launcher does not support"),
+    **_group("None True False", Use.VALUE, "constants"),
+}
+
+# Inside kernels Triton's front end defines its own few builtins; these are the ones a kernel needs.
+KERNEL_BUILTINS: dict[str, tuple[Use, str]] = {
+    **_group("range len min max int float", Use.CALL, "loops, compile-time sizes, float('-inf') for a max's mask"),
+    **_group("None True False", Use.VALUE, "constants"),
+}
+
+# Methods a launcher may call on the values it holds (tensors, sizes, its own dicts and tuples).
+METHODS: dict[str, tuple[Use, str]] = {
+    **_group("size stride numel dim element_size is_contiguous storage_offset data_ptr", Use.CALL,
+             "tensor metadata (data_ptr: an address, which vLLM's launchers check for alignment)"),
+    **_group("view view_as reshape reshape_as contiguous flatten unflatten squeeze unsqueeze transpose permute t "
+             "expand expand_as narrow unbind split chunk select detach", Use.CALL,
+             "views and layout: no values change (contiguous copies when needed)"),
+    **_group("new_empty new_empty_strided new_zeros zero_", Use.CALL, "allocation in another tensor's dtype/device"),
+    **_group("clone copy_", Use.CALL, "copies, e.g. writing a kernel's result into a caller's buffer"),
+    **_group("to", Use.CALL, "moving to a device (`.to(x.device)`); a dtype conversion is refused separately"),
+    **_group("get items keys values append", Use.CALL, "the launcher's own dicts and lists"),
+}
+
+# Attributes a launcher may read on its values.
+ATTRIBUTES: dict[str, tuple[Use, str]] = {
+    **_group("shape dtype ndim T mT itemsize", Use.VALUE, "tensor and dtype metadata"),
+    # only as an argument (`torch.empty(..., device=x.device)`): in a condition it would choose a path by
+    # the machine the file runs on
+    **_group("device", Use.VALUE, "the device to allocate on, passed along"),
+}
+
+# Attributes and methods of the values inside a kernel: Triton tensor members (triton 3.9's `tl.tensor`)
+# and dtype fields. Not listed: `handle` (under the interpreter, the numpy array behind a tensor).
+KERNEL_ATTRIBUTES: dict[str, tuple[Use, str]] = {
+    **_group("to cast reshape view trans permute broadcast_to expand_dims ravel split advance abs exp exp2 log "
+             "log2 sqrt sqrt_rn rsqrt sin cos erf floor ceil sigmoid softmax cdiv sum max min argmax argmin reduce "
+             "associative_scan cumsum cumprod xor_sum reduce_or sort flip gather histogram logical_and logical_or "
+             "atomic_add atomic_max atomic_min atomic_cas atomic_xchg atomic_and atomic_or atomic_xor store",
+             Use.CALL, "Triton tensor methods (the tl functions, called on a tensor)"),
+    **_group("T dtype shape numel element_ty primitive_bitwidth", Use.VALUE,
+             "tensor and dtype fields (`y_ptr.dtype.element_ty`)"),
+}
+
+# Things the launcher may not do with a tensor even though the method exists: each has a better message.
+CONVERSIONS = frozenset("float half bfloat16 double int long short bool type type_as".split())

@@ -1,0 +1,73 @@
+"""The worker's changes to Triton's CPU interpreter: programs in a random order, and a hook before each launch.
+
+A GPU runs a grid's programs in no promised order (and many at once); the interpreter runs them one by
+one in order (x, then y, then z), so a kernel in which program i reads what program i - 1 wrote passes
+on the CPU and races on a GPU. `permute_programs` makes the interpreter visit each launch's programs in
+an order drawn afresh per launch from a generator seeded with OS entropy, so such a kernel reads
+unwritten (NaN-filled) memory here and fails its comparison.
+
+The interpreter's grid loop (triton/runtime/interpreter.py, GridExecutor.__call__) calls
+`interpreter_builder.set_grid_idx(x, y, z)` once per program and the kernel reads its id back from the
+builder; the wrapper maps the loop's index through the permutation, so every program still runs once.
+"""
+
+from __future__ import annotations
+
+import functools
+import secrets
+from typing import Callable
+
+import numpy as np
+from triton.runtime import interpreter
+
+_rng = np.random.default_rng(secrets.randbits(128))
+
+
+def permute_programs() -> None:
+    """From now on, each interpreted launch runs its programs in a freshly drawn random order."""
+    builder = interpreter.InterpreterBuilder
+    if getattr(builder, "_autotune_permuted", False):
+        return
+    set_dim, set_idx = builder.set_grid_dim, builder.set_grid_idx
+
+    def set_grid_dim(self, nx, ny, nz):
+        set_dim(self, nx, ny, nz)
+        self._autotune_order = _rng.permutation(nx * ny * nz)
+
+    def set_grid_idx(self, x, y, z):
+        _, ny, nz = self.grid_dim
+        if not (x < self.grid_dim[0] and y < ny and z < nz):
+            return set_idx(self, x, y, z)  # out of range: let the interpreter raise its own error
+        k = int(self._autotune_order[(x * ny + y) * nz + z])
+        return set_idx(self, k // (ny * nz), (k // nz) % ny, k % nz)
+
+    builder.set_grid_dim, builder.set_grid_idx = set_grid_dim, set_grid_idx
+    builder._autotune_permuted = True
+
+
+_launch_hooks: list[Callable[[str, tuple, dict], None]] = []
+
+
+def _install_launch_hooks() -> None:
+    """Wrap the interpreter's `run` once, at import, before the worker installs its launch counter over it:
+    a hook registered later joins this list instead of replacing `run` (which the counter's tamper check
+    would rightly read as its removal)."""
+    run = interpreter.InterpretedFunction.run
+
+    @functools.wraps(run)
+    def run_checked(self, *args, grid, warmup, **kwargs):
+        if not warmup:
+            for hook in _launch_hooks:
+                hook(self.fn.__name__, args, kwargs)
+        return run(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    interpreter.InterpretedFunction.run = run_checked
+
+
+def before_each_launch(hook: Callable[[str, tuple, dict], None]) -> None:
+    """Call hook(kernel name, args, kwargs) before the interpreter runs any launch (autotuned ones included:
+    the Autotuner and Heuristics wrappers call the interpreted function's `run` with the final kwargs)."""
+    _launch_hooks.append(hook)
+
+
+_install_launch_hooks()

@@ -1,0 +1,150 @@
+"""`autotune report` on small ledgers written with the real ledger writer: the numbers in its tables are
+the ones the records imply, the figures exist and say where they came from, and report.html opens in a
+real headless Chromium with every image loaded.
+
+Two runs stand for a sweep over agent.temperature: run "gpu" has measured speedups (as judged on a GPU),
+LLM requests with cached prompt tokens and a proposal with a measured latency; run "cpu" has nothing timed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from autotune.ledger import Ledger
+from autotune.report import build
+
+CHROMIUM = Path("/usr/bin/chromium")
+GPU_ENV = {"gpu": "NVIDIA H100 80GB HBM3", "driver": "550.54", "torch": "2.13.0", "triton": "3.9.0",
+           "project_commit": "0123456789abcdef", "project_dirty": False}
+CPU_ENV = {"gpu": None, "driver": None, "torch": "2.13.0+cpu", "triton": "3.9.0",
+           "project_commit": "0123456789abcdef", "project_dirty": False}
+
+
+def verdict(status: str, speedup: float | None) -> dict:
+    return {"status": status, "reason": "r", "measured": speedup is not None, "speedup_geomean": speedup}
+
+
+def make_run(d: Path, *, temperature: float, env: dict, candidates: list[tuple], llm: list[tuple],
+             proposal: dict | None = None, latency: dict | None = None) -> Path:
+    """candidates: (index, turn, status, speedup); llm: (index, turn, prompt, cached, completion, cost)."""
+    d.mkdir(parents=True)
+    OmegaConf.save(OmegaConf.create({"run_id": d.name, "targets": ["rms_norm"], "agent": {
+        "name": "openai", "model": "qwen-coder", "temperature": temperature, "turns": 2, "candidates": 2}}),
+        d / "config.yaml")
+    (d / "env.json").write_text(json.dumps(env))
+    ledger = Ledger(d / "ledger.jsonl")
+    ledger.append("profile", run_dir="profile/p", hotspots=[
+        {"target": "rms_norm", "share": 0.2, "calls": 10, "projected_gain": 0.1}])
+    for (i, turn, prompt, cached, completion, cost) in llm:
+        ledger.append("llm", target="rms_norm", index=i, turn=turn, agent="openai", model="qwen-coder",
+                      prompt_tokens=prompt, cached_tokens=cached, cached_known=True, completion_tokens=completion,
+                      cost_usd=cost)
+    for (i, turn, status, speedup) in candidates:
+        ledger.append("candidate", id=f"rms_norm-c{i}-t{turn}", target="rms_norm", agent="openai", index=i,
+                      turn=turn, status=status, verdict=verdict(status, speedup))
+    if proposal:
+        ledger.append("model_check", target="rms_norm", candidate=proposal["candidate"], passed=True,
+                      latency=latency)
+        ledger.append("proposal", target="rms_norm", **proposal)
+    return d
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("sweep")
+    make_run(root / "0", temperature=0.2, env=GPU_ENV,
+             candidates=[(0, 1, "incorrect", None), (1, 1, "accepted", 1.25), (0, 2, "accepted", 1.6),
+                         (1, 2, "slower", 0.9)],
+             llm=[(0, 1, 1000, 0, 500, 0.010), (1, 1, 1000, 0, 500, 0.010),
+                  (0, 2, 2000, 1800, 500, 0.004), (1, 2, 2000, 1700, 500, 0.004)],
+             proposal={"id": "rms_norm-aaaaaa", "candidate": "rms_norm-c0-t2", "speedup": 1.6},
+             latency={"before": {"tpot_p50_ms": 10.0}, "after": {"tpot_p50_ms": 9.0}})
+    make_run(root / "1", temperature=0.8, env=CPU_ENV,
+             candidates=[(0, 1, "compile_error", None), (1, 1, "unmeasured", None)],
+             llm=[(0, 1, 1000, 0, 400, 0.008), (1, 1, 1000, 0, 600, 0.012)])
+    return root
+
+
+@pytest.fixture(scope="module")
+def report(sweep, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    return build([sweep], out)
+
+
+def csv(report, name: str) -> pd.DataFrame:
+    return pd.read_csv(report.out / f"{name}.csv")
+
+
+def test_best_speedup_so_far_follows_the_ledger(report):
+    p = csv(report, "progress")
+    gpu = p[p["run"].str.endswith("/0")]
+    assert list(gpu["tried"]) == [1, 2, 3, 4]
+    assert gpu["best_so_far"].tolist()[1:] == [1.25, 1.6, 1.6]  # the slower 0.9 does not lower the best
+    assert gpu["dollars"].tolist() == pytest.approx([0.028, 0.028, 0.028, 0.028])  # all requests came first
+    assert p[p["run"].str.endswith("/1")]["speedup"].isna().all()  # the CPU run: not measured, not zero
+
+
+def test_costs_failures_and_cache_per_turn(report):
+    c = csv(report, "costs").set_index(csv(report, "costs")["run"].str[-1])
+    assert c.loc["0", "accepted"] == 2 and c.loc["0", "per_kernel_basis"] == "accepted"
+    assert c.loc["0", "tokens"] == 8000 and c.loc["0", "tokens_per_kernel"] == 4000
+    assert c.loc["0", "failed_token_share"] == pytest.approx(1500 / 8000)  # c0-t1 incorrect
+    assert c.loc["1", "per_kernel_basis"] == "passing" and c.loc["1", "failed_token_share"] == pytest.approx(1400 / 3000)
+    cache = csv(report, "cache_per_turn").set_index("turn")
+    assert cache.loc[1, "hit_rate"] == 0 and cache.loc[2, "hit_rate"] == pytest.approx(3500 / 4000)
+
+
+def test_statuses_gains_and_settings(report):
+    s = csv(report, "statuses_per_turn").set_index("turn")
+    assert s.loc[1, "accepted"] == 1 and s.loc[2, "accepted"] == 1 and s.loc[1, "compile_error"] == 1
+    g = csv(report, "gains").iloc[0]
+    assert g["projected_gain"] == pytest.approx(0.2 * (1 - 1 / 1.6)) and g["projected_from"] == "measured speedup"
+    assert g["measured_gain"] == pytest.approx(0.1)
+    settings = csv(report, "settings")
+    assert settings["set:agent.temperature"].tolist() == [0.2, 0.8]  # the sweep's axis, read from config.yaml
+    assert settings["best_speedup"].tolist()[0] == 1.6 and pd.isna(settings["best_speedup"].tolist()[1])
+
+
+def test_every_figure_names_its_environment(report):
+    assert len(report.pngs) == 6 and all(p.stat().st_size > 5000 for p in report.pngs)
+    html = report.html.read_text()
+    assert "NVIDIA H100 80GB HBM3, driver 550.54, torch 2.13.0, triton 3.9.0, commit 0123456789" in html
+    assert html.count('src="data:image/png;base64,') == 6 and "<img src=\"http" not in html
+    md = report.markdown.read_text()
+    assert "![Best speedup so far vs candidates tried](best_vs_candidates.png)" in md
+    assert "| 0 | 0.2 | openai | qwen-coder | 0.2 | 2 | 2 | default | rms_norm | 4 | 3 | 2 | 1.6 |" in md
+
+
+def test_without_a_gpu_the_speedup_plots_say_so(sweep, tmp_path):
+    cpu_only = build([sweep / "1"], tmp_path / "cpu")
+    assert "No speedup was measured (no GPU)" in cpu_only.html.read_text()
+    assert pd.read_csv(cpu_only.out / "progress.csv")["best_so_far"].isna().all()
+
+
+def test_a_folder_without_runs_is_a_clear_error(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "autotune.cli", "report", str(tmp_path)], capture_output=True,
+                          text=True)
+    assert done.returncode == 2 and "no run directory" in done.stderr
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium (apt-get install -y chromium)")
+def test_the_page_opens_in_chromium_with_every_image_loaded(report, tmp_path):
+    page = tmp_path / "probe.html"  # the report plus a probe that writes each image's decoded width
+    probe = ("<script>window.addEventListener('load', () => { const w = [...document.images]"
+             ".map(i => i.naturalWidth); document.body.setAttribute('data-widths', w.join(',')); });</script>")
+    page.write_text(report.html.read_text().replace("</body>", probe + "</body>"))
+    shutil.copy(report.html, tmp_path / "report.html")
+    done = subprocess.run([str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
+                           "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    widths = re.search(r'data-widths="([\d,]*)"', done.stdout)
+    assert widths, done.stderr[-2000:]
+    assert [int(w) for w in widths.group(1).split(",")] == [750] * 6  # 7.5 in x 100 dpi, all decoded
