@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import inspect
+import random
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -56,6 +58,18 @@ DEFAULT_TOLERANCES: Mapping[torch.dtype, Tolerance] = {
 }
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+# How the checker may lay out a case's inputs in memory (autotune/verify/cases.py makes them); a target
+# lists in `layouts` the ones its dispatch point can receive, so its kernels must accept every one.
+LAYOUTS = {
+    "contiguous": "dense tensors at a storage offset > 0 (inside the checker's guard band)",
+    "offset0": "dense tensors at storage offset 0 (no guard band in front)",
+    "padded": "the first argument's rows padded: a slice of a wider buffer, stride(-2) > width",
+    "qkv_q": "the first argument [T, H, D] as the model's q: a view of the fused qkv projection, "
+             "token stride 3*H*D, storage offset 0",
+    "qkv_k": "the first argument [T, H, D] as the model's k: a view of the fused qkv projection, "
+             "token stride 3*H*D, storage offset H*D",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +133,27 @@ class Target:
     # the case shape, which holds for the row-wise ops
     input_elements: Callable[[Shape], int] | None = None
     output_elements: Callable[[Shape], int] | None = None
+    # The contract the kernel is deployed under; every case of the checker is drawn from it.
+    layouts: tuple[str, ...] = ("contiguous", "offset0")  # names from LAYOUTS this op's callers pass
+    mutates: tuple[str, ...] = ()  # arguments the op writes in place (vLLM style); every other input is read-only
+    # argument name -> values the cases take in turn (instead of what make_inputs chose), e.g. eps
+    scalar_values: Mapping[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
+    # argument name -> conf/model/*.yaml key whose value in every preset joins scalar_values
+    scalar_from_model: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    # a model preset's dims (conf/model/*.yaml as a dict) and a row count -> the shapes its layers pass here
+    model_shapes: Callable[[Mapping, int], tuple[Shape, ...]] | None = None
+    # shapes drawn per run (odd and prime widths, just above a power of two, row counts not a multiple of 32)
+    random_shapes: Callable[[random.Random], tuple[Shape, ...]] | None = None
+
+    def __post_init__(self):
+        names = self.arg_names
+        unknown = [x for x in self.layouts if x not in LAYOUTS]
+        if unknown or not self.layouts:
+            raise ValueError(f"target {self.name}: layouts {unknown or '()'} (known: {', '.join(LAYOUTS)})")
+        for field in ("mutates", "scalar_values", "scalar_from_model"):
+            bad = [a for a in getattr(self, field) if a not in names]
+            if bad:
+                raise ValueError(f"target {self.name}: {field} names {bad}, not arguments of {self.signature}")
 
     @property
     def signature(self) -> str:
@@ -135,8 +170,8 @@ class Target:
     @property
     def schema(self) -> str:
         """The dispatch point's torch schema, inferred from the reference's annotations:
-        `rms_norm(Tensor x, Tensor weight, float eps) -> Tensor`."""
-        return self.name + torch.library.infer_schema(self.reference, mutates_args=())
+        `rms_norm(Tensor x, Tensor weight, float eps) -> Tensor`; the arguments it `mutates` marked written."""
+        return self.name + torch.library.infer_schema(self.reference, mutates_args=self.mutates)
 
     @property
     def example_path(self) -> Path | None:
@@ -212,6 +247,25 @@ def rows_and_width(shape: Shape) -> tuple[int, int]:
     return rows, shape[-1]
 
 
+@functools.lru_cache(maxsize=None)
+def primes(lo: int, hi: int) -> list[int]:
+    return [n for n in range(max(lo, 2), hi) if all(n % p for p in range(2, int(n ** 0.5) + 1))]
+
+
+def random_rows(rng: random.Random) -> int:
+    """A row count above 32 and below 64 that is prime (no multiple of 32 or of any block of rows)."""
+    return rng.choice(primes(33, 64))
+
+
+def random_widths(rng: random.Random, even: bool = False) -> tuple[int, ...]:
+    """Three widths for this run: a prime below 1024, 2^k plus a small odd number for k in 10..13 (just
+    above a power of two: the tail of a 1024-wide loop), and a prime in 1024..8192. `even`: each doubled
+    (silu_and_mul's width is 2 * I), so that I is the odd, prime or just-above-a-power-of-two number."""
+    widths = (rng.choice(primes(65, 1024)), 2 ** rng.randint(10, 13) + rng.choice((1, 3, 5, 7, 17, 33)),
+              rng.choice(primes(1025, 8192)))
+    return tuple(2 * w for w in widths) if even else widths
+
+
 def activations(shape: Shape, dtype: torch.dtype, gen: torch.Generator, kind: str) -> torch.Tensor:
     """Activation-like values of this kind: N(0, 1); N(0, 1) * 300; or N(0, 1) with NaN/Inf planted."""
     x = torch.randn(shape, generator=gen, dtype=torch.float32)
@@ -227,3 +281,24 @@ def activations(shape: Shape, dtype: torch.dtype, gen: torch.Generator, kind: st
     elif kind != "normal":
         raise ValueError(f"unknown input kind '{kind}' (one of {INPUT_KINDS})")
     return x.to(dtype)
+
+
+def quiet_rows(shape: Shape, gen: torch.Generator) -> torch.Tensor:
+    """A [..., 1] factor that scales about a third of the rows to magnitude 1e-3, where mean(x^2) ~ 1e-6
+    is the size of a norm's eps: there a kernel with the wrong eps (or none) is off in every dtype."""
+    lead = tuple(shape[:-1])
+    quiet = torch.rand(lead + (1,), generator=gen) < 0.35
+    return torch.where(quiet, 1e-3, 1.0)
+
+
+def norm_weight(width: int, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    """A trained norm's weight is far from all ones: values spread over about [-1, 3], a few near zero."""
+    return (1.0 + torch.randn(width, generator=gen)).to(dtype)
+
+
+def rowwise_shapes(widths: tuple[int, ...]) -> Callable[[Mapping, int], tuple[Shape, ...]]:
+    """model_shapes for an op over [tokens, width]: `widths` are preset keys (with a factor, e.g. 2 x
+    intermediate_size written as ("intermediate_size", 2))."""
+    def shapes(dims: Mapping, rows: int) -> tuple[Shape, ...]:
+        return tuple((rows, int(dims[key]) * factor) for key, factor in widths)
+    return shapes

@@ -10,7 +10,8 @@ checker's fp64-golden fallback accepts results that round differently but are no
 
 import torch
 
-from autotune.targets.base import ForeignOp, Target, activations, rows_and_width, upcast
+from autotune.targets.base import (ForeignOp, Target, activations, norm_weight, quiet_rows, rows_and_width,
+                                   upcast)
 from autotune.targets.rms_norm import TARGET as RMS_NORM
 from autotune.targets.space import row_space
 
@@ -23,10 +24,10 @@ def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Te
 
 
 def make_inputs(shape, dtype, gen, kind):
-    x = activations(shape, dtype, gen, kind)
-    residual = activations(shape, dtype, gen, "normal")
-    weight = (1.0 + 0.1 * torch.randn(shape[-1], generator=gen)).to(dtype)
-    return x, residual, weight, 1e-5
+    quiet = quiet_rows(shape, gen)  # the same rows of both, so that their sum is small there too
+    x = (activations(shape, torch.float32, gen, kind) * quiet).to(dtype)
+    residual = (activations(shape, torch.float32, gen, "normal") * quiet).to(dtype)
+    return x, residual, norm_weight(shape[-1], dtype, gen), 1e-5
 
 
 def bytes_moved(shape, dtype):
@@ -49,6 +50,12 @@ TARGET = Target(
     flops=flops,
     default_shapes=RMS_NORM.default_shapes,  # the same hidden states as rms_norm normalises
     edge_shapes=RMS_NORM.edge_shapes,
+    # x may come with padded rows (vLLM's kernel takes its row stride); the residual stream is always dense
+    layouts=RMS_NORM.layouts,
+    scalar_values=RMS_NORM.scalar_values,
+    scalar_from_model=RMS_NORM.scalar_from_model,
+    model_shapes=RMS_NORM.model_shapes,
+    random_shapes=RMS_NORM.random_shapes,
     # (input, residual, weight, eps) in every engine; vLLM's and SGLang's update input and residual in place
     foreign_ops=(ForeignOp("vllm_ir::fused_add_rms_norm"), ForeignOp("_C::fused_add_rms_norm"),
                  ForeignOp("sgl_kernel::fused_add_rmsnorm")),

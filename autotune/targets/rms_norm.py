@@ -10,7 +10,8 @@ checker's fp64-golden fallback accepts results that round differently but are no
 
 import torch
 
-from autotune.targets.base import ForeignOp, Target, activations, rows_and_width, upcast
+from autotune.targets.base import (ForeignOp, Target, activations, norm_weight, quiet_rows, random_rows,
+                                   random_widths, rows_and_width, rowwise_shapes, upcast)
 from autotune.targets.space import row_space
 
 
@@ -21,9 +22,16 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def make_inputs(shape, dtype, gen, kind):
-    x = activations(shape, dtype, gen, kind)
-    weight = (1.0 + 0.1 * torch.randn(shape[-1], generator=gen)).to(dtype)
-    return x, weight, 1e-5
+    x = (activations(shape, torch.float32, gen, kind) * quiet_rows(shape, gen)).to(dtype)
+    return x, norm_weight(shape[-1], dtype, gen), 1e-5
+
+
+def random_shapes(rng):
+    """One [rows, width] per drawn width, rows above 32 and prime; the narrowest also as [2, tokens, width]
+    (with 2 * tokens < 64, so that the CPU's row cut keeps both leading dims) and one as a 1-D [width]: the op
+    normalises the last dim of any shape, and a kernel that takes x.shape[0] as the row count is wrong."""
+    widths = random_widths(rng)
+    return tuple((random_rows(rng), w) for w in widths) + ((2, random_rows(rng) // 2, widths[0]), (widths[1],))
 
 
 def bytes_moved(shape, dtype):
@@ -45,7 +53,12 @@ TARGET = Target(
     bytes_moved=bytes_moved,
     flops=flops,
     default_shapes=((1, 4096), (64, 4096), (256, 4096)),
-    edge_shapes=((1, 128), (7, 1000), (3, 5120), (2, 8192), (1024, 64)),
+    edge_shapes=((1, 128), (7, 1000), (3, 5120), (2, 8192), (1024, 64)),  # 1-D and 3-D: random_shapes
+    layouts=("contiguous", "offset0", "padded"),  # vLLM's rms_norm takes a row stride (input.stride(-2))
+    scalar_values={"eps": (1e-6, 1e-5)},
+    scalar_from_model={"eps": "rms_norm_eps"},
+    model_shapes=rowwise_shapes((("hidden_size", 1),)),
+    random_shapes=random_shapes,
     # vLLM's _C::rms_norm(out, input, weight, eps) and SGLang's sgl_kernel::rmsnorm(out, input, weight, eps, ...)
     # take their output first; vLLM IR's vllm_ir::rms_norm(x, weight, eps, ...) (ir_enable_torch_wrap) does not.
     foreign_ops=(ForeignOp("vllm_ir::rms_norm"), ForeignOp("_C::rms_norm", case_arg=1),

@@ -11,7 +11,7 @@ checker's fp64-golden fallback accepts results that round differently but are no
 
 import torch
 
-from autotune.targets.base import ForeignOp, Target, activations, upcast
+from autotune.targets.base import ForeignOp, Target, activations, primes, random_rows, upcast
 from autotune.targets.space import POW2, WARPS, Knob, SearchSpace, configs
 
 
@@ -30,6 +30,17 @@ def make_inputs(shape, dtype, gen, kind):
     inv_freq = 1.0 / (500000.0 ** (torch.arange(0, head_dim, 2).float() / head_dim))
     angles = positions[:, None] * inv_freq[None, :]
     return x, angles.cos(), angles.sin()
+
+
+def model_shapes(dims, rows):
+    """q and k as the model's attention passes them: [tokens, heads, head_dim] and [tokens, kv_heads, head_dim]."""
+    head_dim = int(dims["head_dim"])
+    return ((rows, int(dims["num_heads"]), head_dim), (rows, int(dims["num_kv_heads"]), head_dim))
+
+
+def random_shapes(rng):
+    """An odd number of heads of a head_dim whose half is prime (so neither is a power of two)."""
+    return ((random_rows(rng), rng.choice((3, 5, 7)), 2 * rng.choice(primes(17, 80))),)
 
 
 def bytes_moved(shape, dtype):
@@ -64,6 +75,10 @@ TARGET = Target(
     flops=flops,
     default_shapes=((1, 32, 128), (64, 32, 128), (256, 8, 128)),
     edge_shapes=((1, 1, 64), (7, 3, 96), (3, 40, 128), (512, 2, 32)),
+    # q and k are views of the fused qkv projection (row stride > heads * head_dim; k at an offset)
+    layouts=("contiguous", "offset0", "qkv_q", "qkv_k"),
+    model_shapes=model_shapes,
+    random_shapes=random_shapes,
     # vLLM's _C::rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox): query [T, H*D]
     # at argument 1, D at argument 3 (vLLM 0.32's CPU trace: query [17, 256], head_size 32 -> (17, 8, 32))
     foreign_ops=(ForeignOp("_C::rotary_embedding", case_arg=1, head_size_arg=3),),

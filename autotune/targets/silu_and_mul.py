@@ -10,7 +10,8 @@ checker's fp64-golden fallback accepts results that round differently but are no
 import torch
 import torch.nn.functional as F
 
-from autotune.targets.base import ForeignOp, Target, activations, rows_and_width, upcast
+from autotune.targets.base import (ForeignOp, Target, activations, random_rows, random_widths, rows_and_width,
+                                   rowwise_shapes, upcast)
 from autotune.targets.space import MAX_TILE, POW2, WARPS, Knob, SearchSpace, configs
 
 
@@ -22,6 +23,11 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
 
 def make_inputs(shape, dtype, gen, kind):
     return (activations(shape, dtype, gen, kind),)
+
+
+def random_shapes(rng):
+    widths = random_widths(rng, even=True)
+    return tuple((random_rows(rng), w) for w in widths) + ((2, random_rows(rng) // 2, widths[0]), (widths[1],))
 
 
 def bytes_moved(shape, dtype):
@@ -56,7 +62,10 @@ TARGET = Target(
     bytes_moved=bytes_moved,
     flops=flops,
     default_shapes=((1, 28672), (64, 28672), (256, 28672)),
-    edge_shapes=((1, 256), (5, 2000), (3, 11008), (1024, 128)),
+    edge_shapes=((1, 256), (5, 2000), (3, 11008), (1024, 128)),  # 1-D and 3-D: random_shapes
+    layouts=("contiguous", "offset0"),  # the model passes the gate_up projection's dense output
+    model_shapes=rowwise_shapes((("intermediate_size", 2),)),
+    random_shapes=random_shapes,
     # vLLM's _C::silu_and_mul(out, input) and SGLang's sgl_kernel::silu_and_mul(out, input) take the output first
     foreign_ops=(ForeignOp("_C::silu_and_mul", case_arg=1), ForeignOp("sgl_kernel::silu_and_mul", case_arg=1)),
     search=SEARCH,

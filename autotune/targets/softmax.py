@@ -10,7 +10,7 @@ checker's fp64-golden fallback accepts results that round differently but are no
 
 import torch
 
-from autotune.targets.base import ForeignOp, Target, activations, rows_and_width, upcast
+from autotune.targets.base import ForeignOp, Target, activations, random_rows, random_widths, rows_and_width, upcast
 from autotune.targets.space import row_space
 
 
@@ -26,6 +26,17 @@ def make_inputs(shape, dtype, gen, kind):
         mask = torch.arange(width)[None, :] >= keep
         x = x.reshape(rows, width).masked_fill(mask, float("-inf")).reshape(shape)
     return (x,)
+
+
+def model_shapes(dims, rows):
+    """Attention scores [heads, queries, context] at the longest context the preset serves."""
+    return ((int(dims["num_heads"]), rows, int(dims["max_seq_len"])),)
+
+
+def random_shapes(rng):
+    widths = random_widths(rng)  # the model's scores are 3-D; 2-D and 1-D rows are softmax's contract too
+    return tuple((rng.choice((3, 5, 7)), random_rows(rng), w) for w in widths) + ((random_rows(rng), widths[1]),
+                                                                                  (widths[0],))
 
 
 def bytes_moved(shape, dtype):
@@ -48,6 +59,9 @@ TARGET = Target(
     flops=flops,
     default_shapes=((32, 1, 1024), (32, 128, 128), (8, 512, 512)),
     edge_shapes=((1, 1, 1), (1, 7, 1000), (2, 1, 5000), (1, 1024, 64)),
+    layouts=("contiguous", "offset0"),  # the model passes dense scores (views of a matmul's output)
+    model_shapes=model_shapes,
+    random_shapes=random_shapes,
     foreign_ops=(ForeignOp("aten::_softmax"),),  # what torch.softmax runs in any engine's trace
     search=row_space("softmax.py.j2"),
     example="softmax.py",

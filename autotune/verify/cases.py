@@ -1,19 +1,28 @@
-"""The case plan: which shapes, dtypes, input kinds and seeds a candidate is checked on, and their data.
+"""The case plan: which shapes, dtypes, input kinds, layouts, scalar values and seeds a candidate is checked
+on, and their data.
 
 Shapes come from the profile (with their call counts) or the target's defaults, plus the target's edge
-shapes (one row, widths that are not powers of two, widths above 4096, many rows). Every shape is run
-in every dtype with realistic inputs; each shape also gets a repeat on the same inputs (bitwise
-agreement: races show here) and a refill of the same buffers with new values (caching by pointer shows
-here), rotating over the dtypes. Large-magnitude inputs run in the half dtypes (fp32 accumulation is what
-they test), NaN/Inf inputs and further seeds in every dtype.
+shapes (one row, widths that are not powers of two, widths above 4096, many rows), the shapes every model
+preset in conf/model/ passes the op (its widths: hidden, 2 x intermediate, heads x head_dim, context) and
+shapes drawn for this run (prime and odd widths, 2^k + small, row counts above 32 that are not a multiple
+of 32; 1-D, 2-D and 3-D). Every shape is run in every dtype with realistic inputs; each shape also gets a
+repeat on the same inputs (bitwise agreement: races show here) and a refill of the same buffers with new
+values (caching by pointer shows here), rotating over the dtypes. Large-magnitude inputs run in the half
+dtypes (fp32 accumulation is what they test), NaN/Inf inputs and further seeds in every dtype. The
+layouts the target declares (dense at storage offset 0 and > 0, padded rows, q/k as views of the fused qkv
+projection) and its scalar argument values (RMSNorm's eps) take turns over the cases.
+
+Nothing about a case's inputs is public: they and the drawn sizes come from generators keyed by a salt
+the judge draws per run (`secrets`) and never sends to the candidate's process, which gets tensors only.
 
 Cost on CPU: the Triton interpreter runs one program instance after another in Python, about 0.8 ms
 each in fp32 and 1.5x that in bf16 (measured, one row per program: [64, 4096] 54 ms, [1024, 64] 0.76 s),
 so shapes are cut to `verify.max_interpreter_rows` rows and `verify.max_interpreter_elements` elements
 for the realistic cases, and to `verify.max_interpreter_rows_extra` rows and a quarter of the elements
-for the extra kinds and seeds; shapes that become equal run once, and the report lists every cut. With
-the defaults a one-row-per-program RMSNorm runs 77 cases in 7.5 s wall on 2 cores (`autotune verify`,
-start-up included). On a GPU nothing is cut.
+for the extra kinds and seeds and for the preset and drawn shapes (which run normal inputs in every dtype
+and NaN/Inf in one); rows are cut, never a width; shapes that become equal run once, and the report lists
+every cut. With the defaults a one-row-per-program RMSNorm runs 108 cases (77 before the preset and drawn
+shapes) for 21 s of CPU (`autotune verify`, start-up included; 13 s before). On a GPU nothing is cut.
 
 All inputs, references and the fp64 golden are made here, in the judging process.
 """
@@ -21,17 +30,27 @@ All inputs, references and the fp64 golden are made here, in the judging process
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
+import random
 
 import torch
+from omegaconf import OmegaConf
 
+from autotune.config import conf_dir
 from autotune.errors import UserError
 from autotune.profile.records import ProfiledShape
-from autotune.targets.base import Shape, Target, cut_rows, dtype_name, parse_dtype
+from autotune.targets.base import Shape, Target, cut_rows, dtype_name, parse_dtype, random_rows
 
 __all__ = ["Case", "CaseData", "cut_rows", "make_data", "plan"]  # cut_rows: the default cut, from base
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
+AT_OFFSET_ZERO = ("offset0", "qkv_q")  # layouts whose inputs start at storage offset 0
+# Shapes the model presets and the run's draw add: on CPU they run normal inputs in every dtype and NaN/Inf
+# in one, all cut as the extra cases are (what they test is widths, row tails and masks; the other kinds run
+# on the default and edge shapes), which keeps a one-row-per-program RMSNorm at 126 cases instead of 168.
+CONTRACT_SOURCES = ("model", "random")
+PAD_ELEMENTS = 16  # "padded" rows: stride(-2) = width + 16 (32 bytes in fp16/bf16, 64 in fp32: aligned)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +65,8 @@ class Case:
     calls: int = 0
     repeat: bool = False  # call twice on the same inputs: outputs must agree bitwise
     refill: bool = False  # refill the same buffers with new values and call again
+    layout: str = "contiguous"  # a name from targets.base.LAYOUTS
+    scalars: tuple[tuple[str, float], ...] = ()  # (argument, value) set instead of make_inputs' choice
 
     @property
     def shape_numel(self) -> int:
@@ -54,7 +75,14 @@ class Case:
     @property
     def label(self) -> str:
         cut = f" (cut from {list(self.requested_shape)})" if self.shape != self.requested_shape else ""
-        return f"{list(self.shape)}{cut} {dtype_name(self.dtype)} {self.kind} seed {self.seed}"
+        extra = "".join(f" {name}={value:g}" for name, value in self.scalars)
+        extra += f" {self.layout}" if self.layout != "contiguous" else ""
+        return f"{list(self.shape)}{cut} {dtype_name(self.dtype)} {self.kind} seed {self.seed}{extra}"
+
+    @property
+    def front_guard(self) -> bool:
+        """Whether the worker puts a guard band in front of the inputs (a storage offset > 0)."""
+        return self.layout not in AT_OFFSET_ZERO
 
 
 @dataclasses.dataclass
@@ -64,9 +92,14 @@ class CaseData:
     args: tuple
     reference: tuple[torch.Tensor, ...]
     golden: tuple[torch.Tensor, ...]  # the reference on fp64 inputs, in fp64
+    # per argument: the value the reference left in it when the target declares it `mutates`, else None
+    written: tuple = ()
+    written_golden: tuple = ()
     refill_args: tuple | None = None
     refill_reference: tuple[torch.Tensor, ...] | None = None
     refill_golden: tuple[torch.Tensor, ...] | None = None
+    refill_written: tuple = ()
+    refill_written_golden: tuple = ()
 
 
 def select_profile_shapes(shapes, limit: int) -> list:
@@ -98,9 +131,44 @@ def selection_note(shapes, limit: int) -> str:
             f"called; {covered:.0%} of the profiled calls; verify.max_profile_shapes={limit})")
 
 
-def primary_shapes(target: Target, shapes, limit: int = 0) -> list[tuple[Shape, str, int, torch.dtype | None]]:
+@functools.lru_cache(maxsize=1)
+def model_presets() -> tuple[dict, ...]:
+    """Every model preset in conf/model/ as a plain dict: the sizes and scalars the model is served with."""
+    return tuple(OmegaConf.to_container(OmegaConf.load(p)) for p in sorted((conf_dir() / "model").glob("*.yaml")))
+
+
+def run_rng(target: Target, salt: bytes) -> random.Random:
+    """The run's own draw of sizes: secret (keyed by the salt), the same for the whole run."""
+    return random.Random(hashlib.blake2b(f"shapes|{target.name}".encode(), key=salt).digest())
+
+
+def contract_shapes(target: Target, salt: bytes) -> list[tuple[Shape, str]]:
+    """The shapes every model preset passes this op (at a drawn row count) and the run's random shapes."""
+    rng = run_rng(target, salt)
+    found = []
+    if target.model_shapes is not None:
+        rows = random_rows(rng)
+        found += [(s, "model") for preset in model_presets() for s in target.model_shapes(preset, rows)]
+    if target.random_shapes is not None:
+        found += [(s, "random") for s in target.random_shapes(rng)]
+    return found
+
+
+def scalar_variants(target: Target) -> list[tuple[tuple[str, float], ...]]:
+    """Every combination of the target's scalar argument values (its own and the presets')."""
+    values = {name: list(v) for name, v in target.scalar_values.items()}
+    for name, key in target.scalar_from_model.items():
+        values.setdefault(name, []).extend(float(p[key]) for p in model_presets() if key in p)
+    combos: list[tuple[tuple[str, float], ...]] = [()]
+    for name, options in values.items():
+        combos = [c + ((name, float(v)),) for c in combos for v in sorted(set(options))]
+    return combos
+
+
+def primary_shapes(target: Target, shapes, limit: int = 0,
+                   salt: bytes = b"") -> list[tuple[Shape, str, int, torch.dtype | None]]:
     """(shape, source, calls, profile dtype) for the profile's shapes (at most `limit`, 0 = all) or the
-    defaults, then the edges."""
+    defaults, then the edges, the model presets' shapes and the run's random ones."""
     found = []
     if shapes:
         for s in select_profile_shapes(shapes, limit):
@@ -112,11 +180,14 @@ def primary_shapes(target: Target, shapes, limit: int = 0) -> list[tuple[Shape, 
     else:
         found += [(tuple(s), "default", 0, None) for s in target.default_shapes]
     found += [(tuple(s), "edge", 0, None) for s in target.edge_shapes]
-    return found
+    found += [(tuple(s), source, 0, None) for s, source in contract_shapes(target, salt)]
+    seen: set = set()
+    return [f for f in found if not (f[0] in seen or seen.add(f[0]))]
 
 
-def plan(target: Target, shapes, cfg_verify, on_gpu: bool) -> list[Case]:
-    """Every case to run, cheapest shapes first (a candidate that crashes, crashes early)."""
+def plan(target: Target, shapes, cfg_verify, on_gpu: bool, salt: bytes = b"") -> list[Case]:
+    """Every case to run, cheapest shapes first (a candidate that crashes, crashes early). The layouts and
+    scalar values the target declares take turns over the cases, so each is met many times."""
     dtypes = target_dtypes(target, cfg_verify)
     cut_rows = target.cut_shape  # the target's own CPU cut; the default cuts leading dims (base.cut_rows)
     elements = int(cfg_verify.max_interpreter_elements)
@@ -124,23 +195,35 @@ def plan(target: Target, shapes, cfg_verify, on_gpu: bool) -> list[Case]:
     extra = (None, None) if on_gpu else (int(cfg_verify.max_interpreter_rows_extra), elements // 4)
     specs, seen = [], set()
     limit = int(cfg_verify.get("max_profile_shapes") or 0)
-    for n, (requested, source, calls, profile_dtype) in enumerate(primary_shapes(target, shapes, limit)):
+    for n, (requested, source, calls, profile_dtype) in enumerate(primary_shapes(target, shapes, limit, salt)):
         for d, dtype in enumerate(t for t in dict.fromkeys([profile_dtype, *dtypes]) if t is not None):
             checks = on_gpu or d == n % len(dtypes)
-            specs.append((requested, cut_rows(requested, *main), dtype, "normal", 0, source, calls, checks))
+            contract = source in CONTRACT_SOURCES and not on_gpu
+            specs.append((requested, cut_rows(requested, *(extra if contract else main)), dtype, "normal", 0, source,
+                          calls, checks))
+            if contract:  # sizes and layouts: normal inputs (and NaN/Inf in one dtype)
+                if checks:
+                    specs.append((requested, cut_rows(requested, *extra), dtype, "special", 0, source, calls, False))
+                continue
             if dtype in HALF_DTYPES:
                 specs.append((requested, cut_rows(requested, *extra), dtype, "large", 0, source, calls, False))
             specs.append((requested, cut_rows(requested, *extra), dtype, "special", 0, source, calls, False))
             for seed in range(1, int(cfg_verify.seeds)):
                 specs.append((requested, cut_rows(requested, *extra), dtype, "normal", seed, source, calls, False))
     cases = []
+    layouts, scalars = target.layouts, scalar_variants(target)
     for requested, shape, dtype, kind, seed, source, calls, checks in sorted(specs, key=lambda s: _numel(s[1])):
         key = (shape, dtype, kind, seed)
         if key in seen:
             continue
         seen.add(key)
-        cases.append(Case(index=len(cases), shape=shape, dtype=dtype, kind=kind, seed=seed, source=source,
-                          requested_shape=requested, calls=calls, repeat=checks, refill=checks))
+        i = len(cases)
+        layout = layouts[i % len(layouts)]
+        if layout == "padded" and len(shape) < 2:  # a 1-D input has no rows to pad
+            layout = "contiguous"
+        cases.append(Case(index=i, shape=shape, dtype=dtype, kind=kind, seed=seed, source=source,
+                          requested_shape=requested, calls=calls, repeat=checks, refill=checks, layout=layout,
+                          scalars=scalars[(i // len(layouts)) % len(scalars)]))
     return cases
 
 
@@ -163,45 +246,101 @@ def _numel(shape: Shape) -> int:
     return n
 
 
-def generator(target: Target, shape: Shape, dtype: torch.dtype, kind: str, seed: int) -> torch.Generator:
-    """A generator seeded from the case itself: the same case always gets the same inputs."""
+def generator(target: Target, shape: Shape, dtype: torch.dtype, kind: str, seed: int, salt: bytes) -> torch.Generator:
+    """A generator for one case's inputs, keyed by the run's secret salt: the same case of the same run always
+    gets the same inputs, and nobody without the salt (the candidate's process never gets it) can make them."""
     text = f"{target.name}|{list(shape)}|{dtype_name(dtype)}|{kind}|{seed}".encode()
-    return torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(text).digest()[:8], "little"))
+    digest = hashlib.blake2b(text, key=salt, digest_size=8).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest, "little"))
 
 
 def as_tuple(out) -> tuple[torch.Tensor, ...]:
     return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
+@dataclasses.dataclass(frozen=True)
+class Answers:
+    reference: tuple[torch.Tensor, ...]
+    golden: tuple[torch.Tensor, ...]  # the reference on fp64 inputs, in fp64
+    written: tuple  # per argument: what the reference wrote into it (declared `mutates`), else None
+    written_golden: tuple
+
+
+def expected(target: Target, args: tuple) -> Answers:
+    """The reference's outputs and in-place writes for these inputs, and the same in fp64. The reference
+    runs on copies: the inputs the candidate gets stay as they were made."""
+    names = target.arg_names
+
+    def run(inputs: tuple) -> tuple[tuple, tuple]:
+        out = as_tuple(target.reference(*inputs))
+        return out, tuple(a if names[i] in target.mutates else None for i, a in enumerate(inputs))
+
+    own = tuple(a.clone() if isinstance(a, torch.Tensor) and names[i] in target.mutates else a
+                for i, a in enumerate(args))
+    wide = tuple(a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
+    (reference, written), (golden, written_golden) = run(own), run(wide)
+    return Answers(reference, golden, written, written_golden)
+
+
 def answers(target: Target, args: tuple) -> tuple[tuple, tuple]:
     """(reference outputs, fp64 golden outputs) for these inputs."""
-    reference = as_tuple(target.reference(*args))
-    wide = tuple(a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
-    golden = as_tuple(target.reference(*wide))
-    return reference, golden
+    a = expected(target, args)
+    return a.reference, a.golden
 
 
-def make_data(target: Target, case: Case) -> CaseData:
-    args = tuple(target.make_inputs(case.shape, case.dtype, generator(target, case.shape, case.dtype, case.kind,
-                                                                       case.seed), case.kind))
-    reference, golden = answers(target, args)
-    data = CaseData(args=args, reference=reference, golden=golden)
+def with_scalars(target: Target, args: tuple, scalars) -> tuple:
+    """make_inputs' arguments with the case's scalar values put in by name."""
+    args, names = list(args), target.arg_names
+    for name, value in scalars:
+        args[names.index(name)] = value
+    return tuple(args)
+
+
+def lay_out(args: tuple, layout: str) -> tuple:
+    """The arguments in the case's memory layout (targets.base.LAYOUTS). Gaps are NaN: a kernel that reads a
+    padding element or the other heads of the qkv row gets NaN in its output. "offset0" and "contiguous"
+    differ only in where the worker puts them (Case.front_guard)."""
+    x = args[0]
+    if layout == "padded" and x.dim() >= 2:
+        wide = torch.full((*x.shape[:-1], x.shape[-1] + PAD_ELEMENTS), float("nan"), dtype=x.dtype)
+        view = wide[..., :x.shape[-1]]
+    elif layout in ("qkv_q", "qkv_k"):
+        tokens, heads, head_dim = x.shape
+        fused = torch.full((tokens, 3 * heads * head_dim), float("nan"), dtype=x.dtype)
+        start = 0 if layout == "qkv_q" else heads * head_dim  # as_strided: the token stride even for 1 token
+        view = fused.as_strided((tokens, heads, head_dim), (3 * heads * head_dim, head_dim, 1), start)
+    else:
+        return args
+    view.copy_(x)
+    return (view, *args[1:])
+
+
+def make_data(target: Target, case: Case, salt: bytes = b"") -> CaseData:
+    def inputs(kind: str, seed_kind: str) -> tuple:
+        gen = generator(target, case.shape, case.dtype, seed_kind, case.seed, salt)
+        return with_scalars(target, tuple(target.make_inputs(case.shape, case.dtype, gen, kind)), case.scalars)
+
+    args = inputs(case.kind, case.kind)
+    a = expected(target, args)
+    data = CaseData(args=lay_out(args, case.layout), reference=a.reference, golden=a.golden, written=a.written,
+                    written_golden=a.written_golden)
     if case.refill:
-        gen = generator(target, case.shape, case.dtype, "refill", case.seed)
-        data.refill_args = tuple(target.make_inputs(case.shape, case.dtype, gen, "normal"))
-        data.refill_reference, data.refill_golden = answers(target, data.refill_args)
+        data.refill_args = inputs("normal", "refill")
+        r = expected(target, data.refill_args)
+        data.refill_reference, data.refill_golden = r.reference, r.golden
+        data.refill_written, data.refill_written_golden = r.written, r.written_golden
     return data
 
 
-def cut_note(target: Target, shapes, cfg_verify, on_gpu: bool) -> str:
+def cut_note(target: Target, shapes, cfg_verify, on_gpu: bool, salt: bytes = b"") -> str:
     """What was left out of the plan: profile shapes not checked, shapes cut for the interpreter; or ''."""
     limit = int(cfg_verify.get("max_profile_shapes") or 0)
     notes = [selection_note(shapes, limit)]
     limits = (int(cfg_verify.max_interpreter_rows), int(cfg_verify.max_interpreter_elements))
-    cut = [(s, target.cut_shape(s, *limits)) for s, *_ in primary_shapes(target, shapes, limit)]
+    cut = [(s, target.cut_shape(s, *limits)) for s, *_ in primary_shapes(target, shapes, limit, salt)]
     cut = list(dict.fromkeys((a, b) for a, b in cut if a != b))
     if cut and not on_gpu:
         pairs = ", ".join(f"{list(a)} -> {list(b)}" for a, b in cut)
         notes.append(f"shapes cut for the CPU interpreter (at most {limits[0]} rows, {limits[1]} elements; extra "
-                     f"cases {int(cfg_verify.max_interpreter_rows_extra)} rows): {pairs}")
+                     f"cases {int(cfg_verify.max_interpreter_rows_extra)} rows and a quarter of the elements): {pairs}")
     return "; ".join(n for n in notes if n)

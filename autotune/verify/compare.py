@@ -13,10 +13,13 @@ The gate, per output (the rules of torch.testing and torch._dynamo named below, 
    error + atol, k = 2 for fp32 and 3 for fp16/bf16 (dynamo's multipliers; max error is added because
    RMSE can hide a few badly wrong elements). A kernel that does fp32 math in fp16 fails it by orders
    of magnitude; one that only sums in another order passes.
-Then the case: outputs do not alias inputs, inputs are bitwise unchanged and so are the NaN guard bands
-around them (no out-of-bounds store), a second call on the same
-inputs agrees bitwise (else: non-deterministic, reported), the same buffers refilled with new values give
-the new answer, and a later call does not overwrite an earlier call's output.
+Then the case: outputs are contiguous (as the reference's are) and share memory neither with an input nor
+with any other output of any call of the run (the worker keeps them all alive); after every call the inputs
+the target declares in `mutates` hold the reference's in-place result (compared as outputs are) and every
+other input is bitwise unchanged, and so are the NaN guard bands and padding around them (no out-of-bounds
+store); a second call on the same inputs agrees bitwise (else: non-deterministic, reported), the same
+buffers refilled with new values give the new answer, and a later call does not overwrite an earlier
+call's output.
 
 A case is evidence only when its reference output is not degenerate (constant, all zero) and the null
 candidates (all zeros, a copy of the input) fail it; a case that is not evidence can still fail.
@@ -176,14 +179,15 @@ def judge_case(target: Target, case: Case, data: CaseData, frame: dict, tol: Tol
     """(the case's result, whether the candidate was non-deterministic on it)."""
     counted, why_not = evidence(data, tol)
     result = CaseResult(shape=list(case.shape), dtype=dtype_name(case.dtype), kind=case.kind, seed=case.seed,
-                        passed=False, rtol=tol.rtol, atol=tol.atol, evidence=counted, source=case.source)
+                        passed=False, rtol=tol.rtol, atol=tol.atol, evidence=counted, source=case.source,
+                        layout=case.layout, scalars=dict(case.scalars))
     first = compare_all(frame.get("outputs"), data.reference, data.golden, tol)
     result.max_abs_err, result.max_rel_err = first.max_abs_err, first.max_rel_err
     failure = None if first.passed else first.note
     odd = next((t for t in frame.get("output_types") or [] if t != "Tensor"), None)
     if odd is not None:  # the worker sends only plain tensors; say what the candidate really returned
         failure = f"returned a {odd}, not a plain torch.Tensor (subclasses and other objects are not accepted)"
-    failure = failure or _structure_failure(target, data, frame)
+    failure = failure or _structure_failure(target, data, frame, tol)
     nondeterministic = False
     if failure is None and case.repeat:
         again = frame.get("repeat_outputs")
@@ -199,19 +203,62 @@ def judge_case(target: Target, case: Case, data: CaseData, frame: dict, tol: Tol
     return result, nondeterministic
 
 
-def _structure_failure(target: Target, data: CaseData, frame: dict) -> str | None:
+def _structure_failure(target: Target, data: CaseData, frame: dict, tol: Tolerance) -> str | None:
     names = target.arg_names
     for j, i in frame.get("aliased", []):
         return f"output {j} shares memory with input `{names[i]}` (outputs must be fresh tensors)"
-    after = frame.get("inputs_after") or []
-    for i, arg in enumerate(data.args):
-        if isinstance(arg, torch.Tensor) and not (i < len(after) and same_bits(arg, after[i])):
-            return f"modified its input `{names[i]}` (inputs must be left bitwise unchanged)"
+    for call, j in frame.get("reused") or []:
+        return (f"output {j} of call {call + 1} shares memory with another output of this or an earlier call, all "
+                "of which the caller still holds (an output buffer kept and reused; outputs must be fresh tensors)")
+    for j, (strides, ref) in enumerate(zip(frame.get("output_strides") or [], data.reference)):
+        if strides is not None and not _dense_row_major(ref.shape, strides):
+            return (f"output {j} has strides {strides} for shape {list(ref.shape)}: the reference returns contiguous "
+                    "tensors, and so must the kernel (torch.empty, not a view of a wider buffer)")
+    calls = (("inputs_after", data.args, data.written, data.written_golden, ""),
+             ("repeat_inputs_after", data.args, data.written, data.written_golden, " (second call)"),
+             ("refill_inputs_after", data.refill_args, data.refill_written, data.refill_written_golden,
+              " (after a refill)"))
+    for key, before, written, golden, when in calls:
+        if frame.get(key) is not None and before is not None:
+            failure = _inputs_failure(target, before, written, golden, frame[key], tol)
+            if failure:
+                return failure + when
     for i in frame.get("guards_broken") or []:
         return f"wrote outside its input `{names[i]}` (an out-of-bounds store: the guard band around it changed)"
     if frame.get("clobbered"):
         return "a later call overwrote the output of an earlier one (an output buffer reused across calls)"
     return None
+
+
+def _inputs_failure(target: Target, before, written, golden, after: list, tol: Tolerance) -> str | None:
+    """The inputs as the call left them: the declared in-place writes equal to the reference's, every other
+    input bitwise unchanged."""
+    names = target.arg_names
+    for i, arg in enumerate(before):
+        if not isinstance(arg, torch.Tensor):
+            continue
+        now = after[i] if i < len(after) else None
+        if names[i] in target.mutates:
+            check = compare(now, written[i], golden[i], tol)
+            if not check.passed:
+                return f"its in-place write to `{names[i]}` is wrong: {check.note}"
+        elif not same_bits(arg, now):
+            allowed = ", ".join(f"`{n}`" for n in target.mutates) or "none"
+            return (f"modified its input `{names[i]}` (inputs must be left bitwise unchanged; the op may write "
+                    f"in place only to: {allowed})")
+    return None
+
+
+def _dense_row_major(shape, strides) -> bool:
+    """Whether `strides` are the contiguous strides of `shape` (dims of size 1 may have any stride)."""
+    if len(strides) != len(shape):
+        return False
+    expected = 1
+    for size, stride in zip(reversed(shape), reversed(strides)):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 def _refill_failure(data: CaseData, frame: dict, tol: Tolerance) -> str | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import secrets
 import tempfile
 import threading
 import time
@@ -149,13 +150,14 @@ class _Session:
 
 
 def _well_formed(frame: dict) -> bool:
-    lists = ("outputs", "repeat_outputs", "refill_outputs", "inputs_after", "aliased", "launches", "guards_broken")
+    lists = ("outputs", "repeat_outputs", "refill_outputs", "inputs_after", "repeat_inputs_after",
+             "refill_inputs_after", "aliased", "reused", "output_strides", "launches", "guards_broken")
     if not isinstance(frame.get("index"), int) or not isinstance(frame.get("torch_ops"), dict):
         return False
     if not all(frame.get(k) is None or isinstance(frame.get(k), list) for k in lists):
         return False
     pairs_ok = all(isinstance(p, (list, tuple)) and len(p) == 2 and all(isinstance(v, int) for v in p)
-                   for p in frame.get("aliased") or [])
+                   for p in (frame.get("aliased") or []) + (frame.get("reused") or []))
     counts_ok = all(isinstance(k, str) and isinstance(v, int) for k, v in frame["torch_ops"].items())
     launches = frame.get("launches")
     return pairs_ok and counts_ok and isinstance(launches, list) and all(isinstance(n, int) for n in launches)
@@ -168,7 +170,9 @@ def _denied(error: str) -> str:
 
 
 def _label(r: CaseResult) -> str:
-    return f"{r.shape} {r.dtype} {r.kind} seed {r.seed}"
+    extra = "".join(f" {k}={v:g}" for k, v in r.scalars.items())
+    extra += f" {r.layout}" if r.layout != "contiguous" else ""
+    return f"{r.shape} {r.dtype} {r.kind} seed {r.seed}{extra}"
 
 
 def one_line(error: str) -> str:
@@ -184,10 +188,11 @@ def one_line(error: str) -> str:
 
 
 def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, device: str = "cpu",
-          environment: dict | None = None, scan: bool = True) -> Verdict:
+          environment: dict | None = None, scan: bool = True, salt: bytes | None = None) -> Verdict:
     """The whole judgement of one candidate. shapes: the profile's `ProfiledShape`s (or `(shape, dtype, calls)`
     tuples), None for the target's defaults. `scan=False` skips the static policy (tests of the deeper
-    defences use it; the CLI and the loop never do)."""
+    defences use it; the CLI and the loop never do). `salt`: the secret the case inputs and the run's random
+    sizes are drawn with, new for every run unless given (to replay a verdict's `inputs_salt`)."""
     started = time.monotonic()
     shapes = [ProfiledShape.of(s) for s in shapes] if shapes else None
     verdict = Verdict(status=Status.RUNTIME_ERROR, reason="", target=target.name, candidate=str(path),
@@ -202,14 +207,19 @@ def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, de
             return _finish(verdict, Status.POLICY_VIOLATION, verdict.policy[0], started)
     on_gpu = device == "cuda"
     limits = Limits.from_config(cfg_verify)
-    plan = case_plan.plan(target, shapes, cfg_verify, on_gpu)
+    salt = salt or secrets.token_bytes(16)  # never sent to the candidate's process: it gets tensors, not seeds
+    plan = case_plan.plan(target, shapes, cfg_verify, on_gpu, salt)
     with _one_thread():
         session = _Session(target, plan, [])
-        run = _run_worker(target, source, plan, limits, device, session)
+        run = _run_worker(target, source, plan, limits, device, session, salt)
     if session.setup_error:
         raise UserError(f"the isolated worker could not start its work: {session.setup_error}")
     status, reason = session.conclude(run, limits.timeout_s)
-    _record(verdict, session, run, case_plan.cut_note(target, shapes, cfg_verify, on_gpu), bool(cfg_verify.nsight))
+    # Recorded only now that the candidate's process is gone: a salt is drawn for one run and useless for the
+    # next, and with it a failing case can be made again (judge(..., salt=bytes.fromhex(inputs_salt))).
+    verdict.inputs_salt = salt.hex()
+    _record(verdict, session, run, case_plan.cut_note(target, shapes, cfg_verify, on_gpu, salt),
+            bool(cfg_verify.nsight))
     if status is Status.UNMEASURED and on_gpu:
         from autotune.verify.timing import measure
 
@@ -234,11 +244,11 @@ def _record(verdict: Verdict, session: _Session, run: SandboxResult, cut_note: s
                              "for the references")
 
 
-def _run_worker(target, source, plan, limits: Limits, device, session: _Session) -> SandboxResult:
+def _run_worker(target, source, plan, limits: Limits, device, session: _Session, salt: bytes) -> SandboxResult:
     def payload() -> dict:  # made while the worker starts up; the session needs the data before any result
-        session.data.extend(case_plan.make_data(target, c) for c in plan)
+        session.data.extend(case_plan.make_data(target, c, salt) for c in plan)
         return {"source": source, "entry": target.name, "device": device, "cases": [
-            {"index": c.index, "args": list(d.args), "repeat": c.repeat,
+            {"index": c.index, "args": list(d.args), "repeat": c.repeat, "front_guard": c.front_guard,
              "refill_args": list(d.refill_args) if d.refill_args is not None else None}
             for c, d in zip(plan, session.data)]}
 
@@ -249,11 +259,12 @@ def _run_worker(target, source, plan, limits: Limits, device, session: _Session)
 
 
 def _largest_frame(target: Target, plan) -> int:
-    """A bound on an honest case_result frame: its inputs and three calls' outputs (each bounded by the
-    target's declared `Target.io_elements`), twice over, plus room for the framing."""
+    """A bound on an honest case_result frame: the inputs as each of three calls left them and three calls'
+    outputs (each bounded by the target's declared `Target.io_elements`), twice over, plus room for the
+    framing."""
     def frame_bytes(case) -> int:
         inputs, outputs = target.io_elements(case.shape)
-        return (inputs + 3 * outputs) * torch.empty((), dtype=case.dtype).element_size()
+        return 3 * (inputs + outputs) * torch.empty((), dtype=case.dtype).element_size()
 
     return 2 * max(frame_bytes(c) for c in plan) + (1 << 20)
 

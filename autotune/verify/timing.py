@@ -17,6 +17,7 @@ Not run during development (no GPU there): the GPU path is written to the protoc
 from __future__ import annotations
 
 import math
+import secrets
 import tempfile
 from pathlib import Path
 
@@ -87,9 +88,10 @@ def shape_timing(target: Target, shape, dtype: str, calls: int, cand: dict, base
 
 def _payload(target: Target, todo, cfg_verify, mode: str, source: str) -> dict:
     shapes = []
+    salt = secrets.token_bytes(16)  # timing inputs are rechecked; a candidate must not be able to predict them
     for shape, dtype in ((s.shape, s.dtype) for s in todo):
         sets = [list(target.make_inputs(shape, parse_dtype(dtype), generator(target, shape, parse_dtype(dtype),
-                                                                               f"timing{k}", 0), "normal"))
+                                                                               f"timing{k}", 0, salt), "normal"))
                 for k in range(SETS)]
         shapes.append({"shape": list(shape), "dtype": dtype, "sets": sets})
     timing = {k: float(v) for k, v in cfg_verify.timing.items()}

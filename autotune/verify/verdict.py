@@ -72,7 +72,9 @@ class CaseResult:
     rtol: float | None = None
     atol: float | None = None
     evidence: bool = True  # False when the reference output is degenerate (constant, all zero)
-    source: str = "edge"  # profile | default | edge
+    source: str = "edge"  # profile | default | edge | model | random
+    layout: str = "contiguous"  # how the inputs sat in memory (targets.base.LAYOUTS)
+    scalars: dict[str, float] = dataclasses.field(default_factory=dict)  # scalar arguments set by the case (eps)
     note: str = ""  # why it failed, or why it does not count
 
 
@@ -111,6 +113,8 @@ class Verdict:
     duration_s: float = 0.0
     environment: dict[str, Any] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)  # what the report must say (rows cut, ...)
+    # the secret the case inputs and random sizes were drawn with; written after the candidate's process is gone
+    inputs_salt: str = ""
 
     @property
     def passed(self) -> bool:

@@ -18,8 +18,11 @@ Before the candidate is imported:
   are sealed: the candidate cannot reach or replace `run_case`, the launch counter or the channel.
   The launch counter and the op recorder are checked to still be in place after every call.
 
-Each floating input sits in the middle of a NaN-filled guard band: reading past an input's end reads NaN
-(it shows in the output), writing there breaks the guard (reported).
+Each floating input sits, with the strides and storage offset of the case's layout, in a NaN-filled
+buffer with a guard band after it (and before it, unless the case wants storage offset 0): reading past
+an input's end or a padding element reads NaN (it shows in the output), writing there breaks the guard
+(reported). Every output of every call is kept alive for the whole run, so an output that shares memory
+with an earlier one (a reused buffer) is seen.
 
 Per case it sends `case_start` first (so a crash can be placed), then `case_result` with the outputs of
 the first call, of a repeat on the same inputs and of a call after the same buffers were refilled with new
@@ -172,16 +175,37 @@ def _span(t: torch.Tensor) -> tuple[int, int]:
     return s.data_ptr(), s.data_ptr() + s.nbytes()
 
 
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    (a0, a1), (b0, b1) = _span(a), _span(b)
+    return a0 < b1 and b0 < a1 and a1 > a0 and b1 > b0  # both non-empty and overlapping
+
+
 def _aliased(outs: list, args: list) -> list[tuple[int, int]]:
     """(output j, argument i) pairs whose storages overlap."""
+    return [(j, i) for j, o in enumerate(outs) for i, a in enumerate(args)
+            if type(o) is torch.Tensor and isinstance(a, torch.Tensor) and _overlap(o, a)]
+
+
+# Every output of every call of this run, kept alive: a correct kernel returns fresh tensors, so while the
+# worker holds them no later output can share their memory. One that does reuses a buffer it kept (a ring
+# of N buffers shows at call N + 1, however large N is).
+_kept: list[torch.Tensor] = []
+
+
+def _reused(outs: list, call: int) -> list[tuple[int, int]]:
+    """(call, output j) for each output that shares storage with a kept output or another of this call."""
     found = []
     for j, o in enumerate(outs):
-        for i, a in enumerate(args):
-            if type(o) is torch.Tensor and isinstance(a, torch.Tensor):
-                (o0, o1), (a0, a1) = _span(o), _span(a)
-                if o0 < a1 and a0 < o1 and o1 > o0 and a1 > a0:  # both non-empty and overlapping
-                    found.append((j, i))
+        if type(o) is not torch.Tensor:
+            continue
+        if any(_overlap(o, k) for k in _kept):
+            found.append((call, j))
+        _kept.append(o)
     return found
+
+
+def _strides(outs: list) -> list:
+    return [list(o.stride()) if type(o) is torch.Tensor else None for o in outs]
 
 
 def _bits_equal(o, copy: torch.Tensor) -> bool:
@@ -194,46 +218,73 @@ def _bits_equal(o, copy: torch.Tensor) -> bool:
     return torch.equal(a.reshape(-1).view(torch.uint8), copy.reshape(-1).view(torch.uint8))
 
 
-def _guarded(t: torch.Tensor, device: str) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """(t copied into the middle of a larger NaN-filled buffer, the buffer, the guard length). A kernel
-    that reads past the end (or before the start) of its input reads NaN, which shows in its output,
-    instead of whatever the allocator left there; one that writes there changes the guard."""
-    guard = max(4096, t.shape[-1] if t.dim() else 1)
-    buffer = torch.full((t.numel() + 2 * guard,), float("nan"), dtype=t.dtype, device=device)
-    inner = buffer[guard:guard + t.numel()].view(t.shape)
-    inner.copy_(t)
-    return inner, buffer, guard
+class _Guarded:
+    """An input placed with the strides and storage offset the judge gave it inside a NaN-filled buffer, with
+    a guard band after it and (unless the case wants storage offset 0) before it. Every element of the buffer
+    that is not the input's (guards, padding between rows, the other heads of a qkv row) is NaN: a kernel that
+    reads one gets NaN in its output; one that writes one is caught by `intact`."""
+
+    def __init__(self, t: torch.Tensor, device: str, front: bool):
+        guard = max(4096, t.shape[-1] if t.dim() else 1)
+        extent = t.untyped_storage().nbytes() // t.element_size()
+        lead = guard if front else 0
+        self.buffer = torch.full((lead + extent + guard,), float("nan"), dtype=t.dtype, device=device)
+        self.inner = self.buffer.as_strided(t.shape, t.stride(), lead + t.storage_offset())
+        self.inner.copy_(t)
+        self.outside = torch.ones(self.buffer.numel(), dtype=torch.bool, device=device)
+        self.outside.as_strided(t.shape, t.stride(), lead + t.storage_offset()).fill_(False)
+
+    def intact(self) -> bool:
+        return bool(torch.isnan(self.buffer[self.outside]).all())
 
 
-def _guards_intact(buffer: torch.Tensor, guard: int) -> bool:
-    return bool(torch.isnan(buffer[:guard]).all() and torch.isnan(buffer[-guard:]).all())
+def _place(case: dict, device: str) -> tuple[list, list]:
+    front = case.get("front_guard", True)
+    guarded = [_Guarded(a, device, front) if isinstance(a, torch.Tensor) and a.is_floating_point() else None
+               for a in case["args"]]
+    args = [g.inner if g else (a.to(device) if isinstance(a, torch.Tensor) else a)
+            for a, g in zip(case["args"], guarded)]
+    return args, guarded
+
+
+def _inputs_now(args: list) -> list:
+    return [a.detach().to("cpu").clone() if isinstance(a, torch.Tensor) else None for a in args]
+
+
+def _restore(args: list, values: list) -> None:
+    """The inputs back to `values` (an op that writes in place changed them; the next call needs them)."""
+    for a, new in zip(args, values):
+        if isinstance(a, torch.Tensor):
+            a.copy_(new.to(a.device))
 
 
 def run_case(fn, case: dict, device: str) -> dict:
-    guarded = [_guarded(a, device) if isinstance(a, torch.Tensor) and a.is_floating_point() else None
-               for a in case["args"]]
-    args = [g[0] if g else (a.to(device) if isinstance(a, torch.Tensor) else a)
-            for a, g in zip(case["args"], guarded)]
+    args, guarded = _place(case, device)
     outs, launches, ops = _call(fn, args)
     first, types = _snapshot(outs)
     frame = {"index": case["index"], "outputs": first, "output_types": types, "launches": [launches],
-             "aliased": _aliased(outs, args)}
+             "output_strides": _strides(outs), "aliased": _aliased(outs, args), "reused": _reused(outs, 0),
+             "inputs_after": _inputs_now(args)}
     if case["repeat"]:
+        _restore(args, case["args"])
         again, n, more = _call(fn, args)
         frame["repeat_outputs"] = _snapshot(again)[0]
+        frame["repeat_inputs_after"] = _inputs_now(args)
         frame["launches"].append(n)
+        frame["aliased"] += _aliased(again, args)
+        frame["reused"] += _reused(again, 1)
         ops.update(more)
-    frame["inputs_after"] = [a.detach().to("cpu").clone() if isinstance(a, torch.Tensor) else None for a in args]
     if case.get("refill_args") is not None:
-        for a, new in zip(args, case["refill_args"]):
-            if isinstance(a, torch.Tensor):
-                a.copy_(new.to(device))
+        _restore(args, case["refill_args"])
         refilled, n, more = _call(fn, args)
         frame["refill_outputs"] = _snapshot(refilled)[0]
+        frame["refill_inputs_after"] = _inputs_now(args)
         frame["launches"].append(n)
+        frame["aliased"] += _aliased(refilled, args)
+        frame["reused"] += _reused(refilled, 2)
         ops.update(more)
     frame["clobbered"] = not all(c is None or _bits_equal(o, c) for o, c in zip(outs, first))
-    frame["guards_broken"] = [i for i, g in enumerate(guarded) if g and not _guards_intact(g[1], g[2])]
+    frame["guards_broken"] = [i for i, g in enumerate(guarded) if g and not g.intact()]
     frame["torch_ops"] = dict(ops)
     return frame
 

@@ -1,13 +1,20 @@
-"""The case plan: shapes from the profile or the defaults plus edges, every dtype, cuts on CPU only."""
+"""The case plan: shapes from the profile or the defaults plus edges, the model presets' and the run's random
+sizes, every dtype, the target's layouts and scalar values, inputs keyed by a secret salt, cuts on CPU only."""
 
+import dataclasses
+
+import pytest
 import torch
+from omegaconf import OmegaConf
 
-from autotune.config import compose
-from autotune.targets import get
-from autotune.verify.cases import cut_note, cut_rows, make_data, plan
+from autotune.config import compose, conf_dir
+from autotune.targets import all_targets, get
+from autotune.verify.cases import CONTRACT_SOURCES, contract_shapes, cut_note, cut_rows, make_data, plan
 
 CFG = compose([]).verify
 RMS = get("rms_norm")
+SALT = b"0123456789abcdef"
+PRESETS = [OmegaConf.load(p) for p in sorted((conf_dir() / "model").glob("*.yaml"))]
 
 
 def test_cut_rows_shrinks_leading_dims_only():
@@ -20,50 +27,144 @@ def test_cut_rows_shrinks_leading_dims_only():
 
 
 def test_cpu_plan_covers_every_shape_dtype_and_kind():
-    cases = plan(RMS, None, CFG, on_gpu=False)
+    cases = plan(RMS, None, CFG, on_gpu=False, salt=SALT)
     wanted = {cut_rows(s, 256, 262144) for s in RMS.default_shapes + RMS.edge_shapes}
+    wanted |= {cut_rows(s, 64, 262144 // 4) for s, _ in contract_shapes(RMS, SALT)}
     assert {c.shape for c in cases if c.kind == "normal" and c.seed == 0} == wanted  # [256, 4096] became [64, 4096]
-    for shape in {c.requested_shape for c in cases}:
+    for shape in {c.requested_shape for c in cases if c.source not in CONTRACT_SOURCES}:
         mine = [c for c in cases if c.requested_shape == shape]
         assert {c.dtype for c in mine if c.kind == "normal"} == {torch.float32, torch.bfloat16, torch.float16}
         assert {c.dtype for c in mine if c.kind == "large"} == {torch.bfloat16, torch.float16}
         assert len({c.kind for c in mine}) == 3 and {c.seed for c in mine} == {0, 1}
         assert sum(c.refill and c.repeat for c in mine) == 1  # rotating over the dtypes
+    for shape in {c.requested_shape for c in cases if c.source in CONTRACT_SOURCES}:  # normal in every dtype
+        mine = [c for c in cases if c.requested_shape == shape]
+        assert {c.dtype for c in mine if c.kind == "normal"} == {torch.float32, torch.bfloat16, torch.float16}
+        same = [c for c in cases if c.shape == mine[0].shape]  # (a cut shape another shape also gave runs once)
+        assert any(c.kind == "special" for c in same) and any(c.refill and c.repeat for c in same)
     assert [c.index for c in cases] == list(range(len(cases)))
-    assert all(c.shape[0] <= 256 for c in cases)
-    sizes = [c.shape[0] * c.shape[-1] for c in cases]
+    assert all(c.shape_numel // c.shape[-1] <= 256 for c in cases)
+    sizes = [c.shape_numel for c in cases]
     assert sizes == sorted(sizes)  # cheapest first
 
 
 def test_gpu_plan_cuts_nothing_and_checks_everything():
-    cases = plan(RMS, None, CFG, on_gpu=True)
-    assert {c.shape for c in cases} == set(RMS.default_shapes) | set(RMS.edge_shapes)
+    cases = plan(RMS, None, CFG, on_gpu=True, salt=SALT)
+    contract = {s for s, _ in contract_shapes(RMS, SALT)}
+    assert {c.shape for c in cases} == set(RMS.default_shapes) | set(RMS.edge_shapes) | contract
     assert all(c.repeat and c.refill for c in cases if c.kind == "normal" and c.seed == 0)
-    assert cut_note(RMS, None, CFG, on_gpu=True) == ""
+    assert cut_note(RMS, None, CFG, on_gpu=True, salt=SALT) == ""
+
+
+def test_every_preset_width_is_checked():
+    """Read from conf/model/, not a hand list: Llama 3.2 1B's hidden 2048 was never a case before."""
+    hidden = {int(p.hidden_size) for p in PRESETS}
+    gate_up = {2 * int(p.intermediate_size) for p in PRESETS}
+    assert {2048, 4096} <= hidden and 28672 in gate_up
+    for target, widths in ((RMS, hidden), (get("fused_add_rms_norm"), hidden), (get("silu_and_mul"), gate_up)):
+        assert widths <= {c.shape[-1] for c in plan(target, None, CFG, on_gpu=False, salt=SALT)}, target.name
+    rope = {(int(p.num_heads), int(p.head_dim)) for p in PRESETS} | {(int(p.num_kv_heads), int(p.head_dim))
+                                                                     for p in PRESETS}
+    assert rope <= {c.shape[1:] for c in plan(get("rotary_embedding"), None, CFG, on_gpu=False, salt=SALT)}
+
+
+def test_random_sizes_are_drawn_per_run_and_avoid_round_numbers():
+    draws = [contract_shapes(RMS, bytes([i]) * 16) for i in range(8)]
+    assert len({tuple(d) for d in draws}) > 1  # the salt decides them
+    for shapes in draws:
+        random = [s for s, source in shapes if source == "random"]
+        widths, rows = {s[-1] for s in random}, {s[0] for s in random if len(s) == 2}
+        assert any(w > 1024 and w % 32 for w in widths)  # a 1024-wide loop has a tail
+        assert any(w > 1024 and (w - 1) & (w - 2) and w & (w - 1) for w in widths)  # not a power of two
+        assert any(w < 1024 and w % 2 for w in widths)
+        assert all(32 < r < 64 and r % 32 for r in rows)  # a row block of 32 has a tail
+        assert {len(s) for s in random} == {1, 2, 3}  # [hidden], [tokens, hidden], [batch, tokens, hidden]
+    cases = plan(RMS, None, CFG, on_gpu=False, salt=SALT)
+    assert any(c.shape[0] > 32 and c.shape[0] % 32 and c.source == "random" for c in cases)  # survives the cut
+
+
+def test_leading_dims_one_two_and_three():
+    ranks = {len(c.shape) for c in plan(RMS, None, CFG, on_gpu=False, salt=SALT)}
+    assert ranks == {1, 2, 3}
+
+
+def test_layouts_and_eps_take_turns_over_the_cases():
+    cases = plan(RMS, None, CFG, on_gpu=False, salt=SALT)
+    assert {c.layout for c in cases} == set(RMS.layouts) == {"contiguous", "offset0", "padded"}
+    assert {dict(c.scalars)["eps"] for c in cases} == {1e-6, 1e-5} | {float(p.rms_norm_eps) for p in PRESETS}
+    for layout in RMS.layouts:  # every layout meets every eps, every dtype and the NaN inputs
+        mine = [c for c in cases if c.layout == layout]
+        assert {c.scalars for c in mine} == {c.scalars for c in cases}
+        assert {c.dtype for c in mine} == {torch.float32, torch.bfloat16, torch.float16}
+
+
+def test_layouts_are_made_as_declared():
+    by_layout = {}
+    for c in plan(RMS, None, CFG, on_gpu=False, salt=SALT):
+        if len(c.shape) == 2 and c.shape[0] > 1:
+            by_layout.setdefault(c.layout, c)
+    padded = make_data(RMS, by_layout["padded"], SALT)
+    x = padded.args[0]
+    assert x.stride(0) > x.shape[1] and x.stride(1) == 1 and not x.is_contiguous()
+    assert torch.isnan(x.as_strided((x.shape[0] - 1, x.stride(0) - x.shape[1]), (x.stride(0), 1), x.shape[1])).all()
+    torch.testing.assert_close(RMS.reference(*padded.args), padded.reference[0], equal_nan=True)  # same values
+    assert not by_layout["offset0"].front_guard and by_layout["contiguous"].front_guard
+    rope = get("rotary_embedding")
+    for c in plan(rope, None, CFG, on_gpu=False, salt=SALT):
+        if c.layout in ("qkv_q", "qkv_k"):
+            x = make_data(rope, c, SALT).args[0]
+            tokens, heads, head_dim = x.shape
+            assert x.stride() == (3 * heads * head_dim, head_dim, 1)
+            assert x.storage_offset() == (0 if c.layout == "qkv_q" else heads * head_dim)
+            assert c.front_guard == (c.layout == "qkv_k")
+
+
+def test_small_rows_make_eps_matter_in_every_dtype():
+    """A kernel with eps fixed at 1e-5 must fail the eps=1e-6 cases, in bf16 too."""
+    for c in plan(RMS, None, CFG, on_gpu=False, salt=SALT):
+        if c.scalars == (("eps", 1e-6),) and c.kind == "normal" and c.shape == (7, 1000):
+            data = make_data(RMS, c, SALT)
+            other = RMS.reference(data.args[0], data.args[1], 1e-5)
+            tol = RMS.tolerances[c.dtype]
+            assert ((other.double() - data.reference[0].double()).abs()
+                    > tol.atol + tol.rtol * data.reference[0].double().abs()).any(), c.label
+            weight = data.args[1].float()
+            assert weight.std() > 0.5 and (weight < 0).any()  # far from all ones
+
+
+def test_a_target_declares_only_what_it_has():
+    with pytest.raises(ValueError, match="layouts"):
+        dataclasses.replace(RMS, layouts=("sideways",))
+    with pytest.raises(ValueError, match="mutates names"):
+        dataclasses.replace(RMS, mutates=("out",))
+    for target in all_targets():
+        assert target.layouts and target.model_shapes and target.random_shapes, target.name
 
 
 def test_profile_shapes_replace_the_defaults_and_keep_their_calls():
-    cases = plan(RMS, [((2048, 4096), "bfloat16", 640)], CFG, on_gpu=False)
+    cases = plan(RMS, [((2048, 4096), "bfloat16", 640)], CFG, on_gpu=False, salt=SALT)
     profiled = [c for c in cases if c.source == "profile"]
     assert profiled and all(c.calls == 640 and c.requested_shape == (2048, 4096) for c in profiled)
     assert not any(c.source == "default" for c in cases)
     assert "[2048, 4096] -> [64, 4096]" in cut_note(RMS, [((2048, 4096), "bfloat16", 640)], CFG, on_gpu=False)
 
 
-def test_inputs_are_reproducible_and_refills_differ():
-    case = next(c for c in plan(RMS, None, CFG, on_gpu=False) if c.refill)
-    a, b = make_data(RMS, case), make_data(RMS, case)
+def test_inputs_are_reproducible_within_a_run_and_secret_across_runs():
+    case = next(c for c in plan(RMS, None, CFG, on_gpu=False, salt=SALT) if c.refill)
+    a, b = make_data(RMS, case, SALT), make_data(RMS, case, SALT)
     assert torch.equal(a.args[0], b.args[0]) and torch.equal(a.reference[0], b.reference[0])
     assert not torch.equal(a.args[0], a.refill_args[0])
     assert a.golden[0].dtype == torch.float64
+    other = make_data(RMS, case, b"another run salt")
+    assert not torch.equal(a.args[0], other.args[0])  # the public facts of a case no longer make its inputs
 
 
 def test_every_target_makes_data_for_every_planned_case_kind():
     for name in ("silu_and_mul", "fused_add_rms_norm", "rotary_embedding", "softmax"):
         target = get(name)
-        cases = plan(target, None, CFG, on_gpu=False)
-        for case in {(c.kind, c.dtype): c for c in cases if c.shape == cases[0].shape}.values():
-            data = make_data(target, case)
+        cases = plan(target, None, CFG, on_gpu=False, salt=SALT)
+        for case in {(c.kind, c.dtype, c.layout): c for c in cases if c.shape_numel < 5000}.values():
+            data = make_data(target, case, SALT)
             assert all(r.dtype == case.dtype for r in data.reference)
             assert all(g.dtype == torch.float64 for g in data.golden)
 

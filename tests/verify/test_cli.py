@@ -27,8 +27,10 @@ def test_readable_report_for_a_broken_kernel_and_exit_1(tmp_path):
     p = autotune("verify", "rms_norm", str(CANDIDATES / "no_mask.py"), *QUICK, cwd=tmp_path)
     assert p.returncode == 1, p.stderr[-2000:]
     out = p.stdout
-    for expected in ("autotune verify rms_norm", "max abs err", "FAIL", "[7, 1000]", "isolation", "network:",
-                     "status: incorrect", "case [7, 1000] float32 normal seed 0"):
+    # it fails on the first case whose width is not a power of two or whose rows are padded (both kinds now
+    # come before [7, 1000]: drawn widths and the padded layout)
+    for expected in ("autotune verify rms_norm", "max abs err", "FAIL", "isolation", "network:",
+                     "status: incorrect", "float32 normal seed", "NaN at"):
         assert expected in out, expected
 
 

@@ -108,7 +108,7 @@ def frame_for(data, outputs, **extra):
 
 def test_judge_case_checks_mutation_aliasing_repeat_and_refill():
     case = C.Case(0, (3, 64), torch.float32, "normal", 0, "edge", (3, 64), repeat=True, refill=True)
-    data = C.make_data(RMS, case)
+    data = C.make_data(RMS, case, b"salt")
     good = frame_for(data, list(data.reference), repeat_outputs=list(data.reference),
                      refill_outputs=list(data.refill_reference))
     result, nondeterministic = judge_case(RMS, case, data, good, FP32)
@@ -128,7 +128,46 @@ def test_judge_case_checks_mutation_aliasing_repeat_and_refill():
 
 def test_a_tensor_subclass_or_other_object_is_named_in_the_failure():
     case = C.Case(0, (3, 64), torch.float32, "normal", 0, "edge", (3, 64))
-    data = C.make_data(RMS, case)
+    data = C.make_data(RMS, case, b"salt")
     frame = frame_for(data, [None], output_types=["LazyTensor"])
     result, _ = judge_case(RMS, case, data, frame, FP32)
     assert not result.passed and "returned a LazyTensor, not a plain torch.Tensor" in result.note
+
+
+def test_outputs_must_be_fresh_and_contiguous():
+    case = C.Case(0, (3, 64), torch.float32, "normal", 0, "edge", (3, 64))
+    data = C.make_data(RMS, case, b"salt")
+    good = frame_for(data, list(data.reference), output_strides=[[64, 1]])
+    assert judge_case(RMS, case, data, good, FP32)[0].passed
+    ring = dict(good, reused=[(0, 0)])  # the worker saw output 0 overlap an output it still holds
+    assert "shares memory with another output" in judge_case(RMS, case, data, ring, FP32)[0].note
+    wide = dict(good, output_strides=[[80, 1]])  # a view of a wider buffer
+    assert "strides [80, 1]" in judge_case(RMS, case, data, wide, FP32)[0].note
+    one_row = C.Case(0, (1, 64), torch.float32, "normal", 0, "edge", (1, 64))
+    data = C.make_data(RMS, one_row, b"salt")
+    assert judge_case(RMS, one_row, data, frame_for(data, list(data.reference), output_strides=[[999, 1]]),
+                      FP32)[0].passed  # a dim of size 1 may have any stride
+
+
+def test_declared_in_place_writes_are_checked_and_others_forbidden():
+    from tests.verify.inplace_target import TARGET as INPLACE
+
+    case = C.Case(0, (5, 96), torch.float32, "normal", 0, "edge", (5, 96), repeat=True, refill=True)
+    data = C.make_data(INPLACE, case, b"salt")
+    x, residual, weight, eps = data.args
+    assert torch.equal(data.written[1], (x + residual))  # the reference's in-place result, on a copy
+    assert data.written[0] is None and torch.equal(residual, data.args[1])  # the inputs stay as made
+    after = [x.clone(), data.written[1].clone(), weight.clone(), None]
+    refill_after = [data.refill_args[0].clone(), data.refill_written[1].clone(), data.refill_args[2].clone(), None]
+    good = dict(frame_for(data, list(data.reference), repeat_outputs=list(data.reference),
+                          refill_outputs=list(data.refill_reference)),
+                inputs_after=after, repeat_inputs_after=after, refill_inputs_after=refill_after)
+    assert judge_case(INPLACE, case, data, good, FP32)[0].passed
+    forgot = dict(good, inputs_after=[x.clone(), residual.clone(), weight.clone(), None])
+    assert "in-place write to `residual` is wrong" in judge_case(INPLACE, case, data, forgot, FP32)[0].note
+    stale_refill = dict(good, refill_inputs_after=after)
+    note = judge_case(INPLACE, case, data, stale_refill, FP32)[0].note
+    assert "after a refill" in note
+    wrote_x = dict(good, repeat_inputs_after=[data.written[1].clone()] + after[1:])
+    note = judge_case(INPLACE, case, data, wrote_x, FP32)[0].note
+    assert "modified its input `x`" in note and "only to: `residual`" in note and "(second call)" in note
