@@ -8,6 +8,7 @@ import torch
 from omegaconf import OmegaConf
 
 from autotune.config import compose, conf_dir
+from autotune.targets.base import OpClass
 from autotune.targets import all_targets, get
 from autotune.verify.cases import CONTRACT_SOURCES, contract_shapes, cut_note, cut_rows, make_data, plan
 
@@ -137,8 +138,10 @@ def test_a_target_declares_only_what_it_has():
         dataclasses.replace(RMS, layouts=("sideways",))
     with pytest.raises(ValueError, match="mutates names"):
         dataclasses.replace(RMS, mutates=("out",))
-    for target in all_targets():
-        assert target.layouts and target.model_shapes and target.random_shapes, target.name
+    for target in all_targets():  # the row-wise ops get the model's widths and drawn sizes; every op its layouts
+        assert target.layouts, target.name
+        if target.op_class is OpClass.MEMORY_BOUND:
+            assert target.model_shapes and target.random_shapes, target.name
 
 
 def test_profile_shapes_replace_the_defaults_and_keep_their_calls():

@@ -25,7 +25,7 @@ CASES = [
     ("decode_attention", "decode_attention_whole_cache.py", Status.INCORRECT, "values differ"),
     ("decode_attention", "decode_attention_gqa_mixup.py", Status.INCORRECT, "values differ"),
     # exp without the max: logits near 1e4 (the "large" inputs) overflow
-    ("decode_attention", "decode_attention_no_max.py", Status.INCORRECT, "large seed 0: NaN at"),
+    ("decode_attention", "decode_attention_no_max.py", Status.INCORRECT, "NaN at 128 positions"),
     ("prefill_attention", "prefill_attention_noncausal.py", Status.INCORRECT, "values differ"),
     ("int8_linear", "int8_linear_no_scale.py", Status.INCORRECT, "values differ"),
     # a float copy of the whole weight per call: the int8 kernel's point (1 byte per weight read) is gone
