@@ -4,7 +4,10 @@
   SGLang, llama.cpp, Ollama). It retries 429 and 5xx with backoff and honours Retry-After (up to the
   client's 120 s cap; a longer wait is reported, not slept). A dead or wrong endpoint is a `UserError`
   that names the URL and what came back.
-- `replay`: sends nothing; answers each request from a transcript recorded by an earlier run.
+- `replay`: sends nothing; answers each request from a transcript recorded by an earlier run, matched on
+  its replay key (`replay_key`): the slot, the system and task messages and the model's replies byte for
+  byte, and each feedback message by the checker's status alone, since the feedback quotes the checker's
+  per-run salted case values and its timings, which no rerun reproduces.
 - `search`: no LLM; candidate i of a target is the i-th template of `autotune.agent.search`.
 
 Every exchange goes to `<run_dir>/transcript.jsonl` (messages, parameters, reply, usage, latency and the
@@ -37,11 +40,13 @@ TRANSCRIPT = "transcript.jsonl"
 
 @dataclasses.dataclass(frozen=True)
 class Slot:
-    """Where a request belongs: target, candidate index, turn (1-based)."""
+    """Where a request belongs: target, candidate index, turn (1-based), and the checker's status on each
+    earlier turn of the conversation (`incorrect`, `no_code`, ...): what replay matches feedback on."""
 
     target: str
     index: int
     turn: int
+    outcomes: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +81,24 @@ def request_sha256(messages: list[dict[str, str]]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def replay_key(messages: list[dict[str, str]], slot: Slot) -> str:
+    """What replay matches a request on: what a rerun of the same conversation reproduces.
+
+    The slot, the system and task messages and the model's replies count byte for byte; each feedback
+    message (a user message after the task) counts by its turn's outcome in `slot.outcomes` alone, since
+    its text quotes case values drawn with the checker's secret per-run salt, and timings. A feedback
+    message without an outcome counts byte for byte.
+    """
+    outcomes = iter(slot.outcomes)
+    stable = []
+    for i, m in enumerate(messages):
+        outcome = next(outcomes, None) if i >= 2 and m.get("role") == "user" else None
+        stable.append({"role": "user", "outcome": outcome} if outcome is not None else m)
+    blob = json.dumps({"slot": [slot.target, slot.index, slot.turn], "messages": stable}, ensure_ascii=False,
+                      sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
 class Transcript:
     """A run's exchanges, appended as JSON lines through a `Ledger` (which refuses secrets)."""
 
@@ -84,24 +107,35 @@ class Transcript:
         self._ledger = ledger_mod.Ledger(self.path) if writable else None
         self._lock = threading.Lock()
         self._by_hash: dict[str, list[dict[str, Any]]] = {}
+        self._by_key: dict[str, dict[str, Any]] = {}
         for r in ledger_mod.read(self.path):
             if r.get("kind") == "exchange" and r.get("request_sha256"):
-                self._by_hash.setdefault(r["request_sha256"], []).append(r)
+                self._index(r)
+
+    def _index(self, rec: dict[str, Any]) -> None:
+        self._by_hash.setdefault(rec["request_sha256"], []).append(rec)
+        if rec.get("replay_key"):  # transcripts recorded before replay keys have none: matched by hash
+            self._by_key.setdefault(rec["replay_key"], rec)
 
     def lookup(self, sha: str, model: str | None = None) -> dict[str, Any] | None:
         """The first recorded exchange of this request (answered by `model`, when given)."""
         with self._lock:
             return next((r for r in self._by_hash.get(sha, []) if model is None or r.get("model") == model), None)
 
+    def lookup_key(self, key: str) -> dict[str, Any] | None:
+        """The first recorded exchange with this replay key."""
+        with self._lock:
+            return self._by_key.get(key)
+
     def record(self, slot: Slot, messages: list[dict[str, str]], params: dict[str, Any], ex: Exchange) -> None:
         if self._ledger is None or self.lookup(ex.request_sha256, ex.model) is not None:
             return  # read-only, or recorded already (a resumed replay)
         rec = self._ledger.append(
             "exchange", target=slot.target, index=slot.index, turn=slot.turn, request_sha256=ex.request_sha256,
-            model=ex.model, params=params, messages=messages, response=ex.text, finish_reason=ex.finish_reason,
+            replay_key=replay_key(messages, slot), outcomes=list(slot.outcomes), model=ex.model, params=params, messages=messages, response=ex.text, finish_reason=ex.finish_reason,
             usage=ex.usage.to_dict(), cost_usd=ex.cost_usd, latency_s=round(ex.latency_s, 3), source=ex.source)
         with self._lock:
-            self._by_hash.setdefault(ex.request_sha256, []).append(rec)
+            self._index(rec)
 
 
 def exchange_from_record(rec: dict[str, Any], source: str) -> Exchange:
@@ -250,7 +284,7 @@ def _one_line(x: Any, limit: int = 200) -> str:
 
 
 class ReplayClient:
-    """Answers from a recorded transcript, matched by the request's hash; sends nothing."""
+    """Answers from a recorded transcript, matched by the request's replay key (`replay_key`); sends nothing."""
 
     name = "replay"
 
@@ -269,36 +303,69 @@ class ReplayClient:
     def plan(self, target: str, candidates: int, turns: int) -> tuple[int, int]:
         """The recorded run's candidates and turns: its task messages say "candidate i of n"."""
         mine = [(i, t) for (name, i, t) in self.slots if name == target]
-        return (max(i for i, _ in mine) + 1, max(t for _, t in mine)) if mine else (0, 0)
+        if not mine:
+            held = sorted({str(name) for (name, _, _) in self.slots})
+            raise UserError(f"{self.source} holds no request for target {target} (it holds {', '.join(held) or 'none'}; "
+                            f"replay the recorded run's targets, e.g. targets=[{','.join(held)}])")
+        return max(i for i, _ in mine) + 1, max(t for _, t in mine)
 
     def complete(self, messages: list[dict[str, str]], slot: Slot) -> Exchange:
         sha = request_sha256(messages)
-        rec = self.recorded.lookup(sha)
+        # By key first; a transcript recorded before replay keys is matched on the request's bytes.
+        rec = self.recorded.lookup_key(replay_key(messages, slot)) or self.recorded.lookup(sha)
         if rec is None and (slot.target, slot.index, slot.turn) not in self.slots:
             raise EndOfRecording(f"{slot.target} candidate {slot.index} turn {slot.turn}")
         if rec is None:
             raise UserError(f"{self.source} has no recorded answer for {slot.target} candidate {slot.index} turn "
-                            f"{slot.turn} ({_nearest(self.source, messages, slot)}; replay needs the recorded run's "
-                            f"profile, prompts, config and checker verdicts)")
-        ex = dataclasses.replace(exchange_from_record(rec, "replay"), latency_s=0.0)
+                            f"{slot.turn}: {_difference(self.source, messages, slot)}")
+        # This run's own hash: the new transcript stays consistent, and replayable in its turn.
+        ex = dataclasses.replace(exchange_from_record(rec, "replay"), latency_s=0.0, request_sha256=sha)
         self.own.record(slot, messages, dict(rec.get("params") or {}), ex)
         return ex
 
 
-_WHY_DIFFERENT = {0: "the system prompt (another version of prompts/)",
-                  1: "the task (another profile, so pass the recorded run's trace=..., or other targets or candidates)"}
+_WHY_DIFFERENT = {0: ("the system prompt", "another version of prompts/"),
+                  1: ("the task", "another profile, so pass the recorded run's trace=..., or other targets, "
+                                  "candidates or incumbent")}
+_TO_DO = "replay needs the recorded run's profile, prompts, config and checker"
 
 
-def _nearest(path: Path, messages: list[dict[str, str]], slot: Slot) -> str:
-    """Where the recorded request for the same slot first differs from this one."""
-    for rec in ledger_mod.read(path):
-        if (rec.get("target"), rec.get("index"), rec.get("turn")) == (slot.target, slot.index, slot.turn):
-            recorded = rec.get("messages") or []
-            for i, (a, b) in enumerate(zip(recorded, messages)):
-                if a != b:
-                    return f"the recorded request differs at message {i + 1}, {_WHY_DIFFERENT.get(i, 'the feedback')}"
-            return f"the recorded request has {len(recorded)} messages, this one {len(messages)}"
-    return "the recording has no request for this slot"
+def _difference(path: Path, messages: list[dict[str, str]], slot: Slot) -> str:
+    """What differs between this request and the recorded one for the same slot, and what to do."""
+    rec = next((r for r in ledger_mod.read(path) if r.get("kind") == "exchange"
+                and (r.get("target"), r.get("index"), r.get("turn")) == (slot.target, slot.index, slot.turn)), None)
+    if rec is None:
+        return f"the recording has no request for this slot ({_TO_DO})"
+    recorded, outcomes = rec.get("messages") or [], rec.get("outcomes")
+    for i, (a, b) in enumerate(zip(recorded, messages)):
+        turn = i // 2  # messages 3 and 4 (i = 2, 3) are turn 1's reply and its feedback
+        if i < 2 and a != b:
+            what, why = _WHY_DIFFERENT[i]
+            return f"{what} differs at message {i + 1} ({why}; {_TO_DO})"
+        if i >= 2 and a.get("role") == "assistant" and a != b:
+            return f"the model's reply at turn {turn} differs at message {i + 1} ({_TO_DO})"
+        if i >= 2 and a.get("role") == "user":
+            why = _feedback_difference(a, b, i + 1, outcomes, slot.outcomes)
+            if why:
+                return why
+    return f"the recorded request has {len(recorded)} messages, this one {len(messages)} ({_TO_DO})"
+
+
+def _feedback_difference(a: dict, b: dict, at: int, recorded: list | None, now: tuple[str, ...]) -> str:
+    """Why the feedback at message `at` (1-based) does not match: its turn's outcome or, without one, its text."""
+    turn = (at - 1) // 2
+    if recorded is not None and len(recorded) >= turn and len(now) >= turn:
+        if recorded[turn - 1] != now[turn - 1]:
+            return (f"the checker judged turn {turn}'s file {now[turn - 1]}, the recorded run's checker "
+                    f"{recorded[turn - 1]}, at message {at} (another checker version or verify.* settings; {_TO_DO})")
+        return ""
+    if a == b:
+        return ""
+    if recorded is None:
+        return (f"the feedback on turn {turn} differs at message {at} (the transcript predates replay keys, so its "
+                f"feedback must match byte for byte: replay it with the checker version that recorded it)")
+    return (f"the feedback on turn {turn} differs at message {at} and the request gives no checker status to "
+            f"match it on (a client bug: the loop passes each turn's status in Slot.outcomes)")
 
 
 class SearchClient:

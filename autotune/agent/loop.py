@@ -129,7 +129,7 @@ def _converse(s: "_Search", index: int) -> None:
     for turn in range(1, s.settings.turns + 1):
         if s.halted():
             return
-        slot = clients.Slot(s.target.name, index, turn)
+        slot = clients.Slot(s.target.name, index, turn, convo.outcomes)
         try:
             exchange = s.client.complete(convo.messages, slot)
         except clients.EndOfRecording:
@@ -140,7 +140,7 @@ def _converse(s: "_Search", index: int) -> None:
         if s.ends(record) or turn == s.settings.turns:
             return
         feedback = prompts.feedback_message(record.verdict, file=_file_name(slot), no_code=extraction.reason)
-        convo.add_turn(exchange.text, feedback)
+        convo.add_turn(exchange.text, feedback, record.status)
 
 
 def _file_name(slot: clients.Slot) -> str:

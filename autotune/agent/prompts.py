@@ -4,8 +4,9 @@ A conversation is `[system, task, reply_1, feedback_1, reply_2, ...]`. The syste
 for every target and turn, the task message is rendered once per candidate, and each turn only appends,
 so turn n+1's request starts with turn n's messages byte for byte and a serving engine's prefix cache
 can hit. Nothing that differs between runs (timestamps, ids, run paths) is rendered: absolute paths in
-checker output are cut to file names, which also keeps the request hashes that replay matches on the
-same on every machine.
+checker output are cut to file names. The feedback still quotes what the checker drew with its per-run
+salt (case values) and measured (timings), so replay matches a feedback message by its turn's outcome
+(`Conversation.outcomes`, see `clients.replay_key`), not by its text.
 """
 
 from __future__ import annotations
@@ -54,13 +55,20 @@ class Conversation:
 
     def __init__(self, system: str, task: str):
         self._messages = [{"role": "system", "content": system}, {"role": "user", "content": task}]
+        self._outcomes: list[str] = []
 
     @property
     def messages(self) -> list[dict[str, str]]:
         return [dict(m) for m in self._messages]
 
-    def add_turn(self, reply: str, feedback: str) -> None:
+    @property
+    def outcomes(self) -> tuple[str, ...]:
+        """The checker's status on each turn so far: what replay matches the feedback messages on."""
+        return tuple(self._outcomes)
+
+    def add_turn(self, reply: str, feedback: str, outcome: str) -> None:
         self._messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": feedback}]
+        self._outcomes.append(outcome)
 
 
 def roofline(cfg) -> Roofline:

@@ -72,9 +72,6 @@ def test_a_broken_kernel_is_fixed_after_feedback(tmp_path, keyed_llm, reply_cls,
         assert not path.is_file() or KEY.encode() not in path.read_bytes(), path
 
 
-@pytest.mark.xfail(reason="known regression: the checker's case plan is now salted per run (issue 8), so the "
-                          "feedback in turn 2's request differs from the recorded one and replay misses; replay must "
-                          "key turn n+1 on the recorded candidate and verdict, not the feedback's bytes", strict=False)
 def test_replay_reproduces_the_recorded_run_offline(tmp_path, keyed_llm, reply_cls, kernels, fence):
     replies = {2: fence(kernels["broken"]), 4: fence(kernels["good"])}
     keyed_llm.responder = lambda body: reply_cls(replies[len(body["messages"])])
@@ -82,8 +79,8 @@ def test_replay_reproduces_the_recorded_run_offline(tmp_path, keyed_llm, reply_c
                              Ledger(tmp_path / "rec/ledger.jsonl"))
     keyed_llm.stop()  # nothing may be sent from here on
 
-    # Turn 2's request holds the real checker's feedback on turn 1: it must come out byte for byte the
-    # same from a fresh run directory for the recorded answer to be found.
+    # Turn 2's request holds the real checker's feedback on turn 1, which quotes case values drawn with a
+    # new secret salt in this run: the recorded answer is found by turn 1's reply and verdict status.
     cfg = compose(["agent=replay", f"agent.transcript={tmp_path / 'rec/transcript.jsonl'}", *FAST_VERIFY])
     ledger = Ledger(tmp_path / "again/ledger.jsonl")
     replayed = search_target(targets.get("rms_norm"), HOTSPOT, cfg, tmp_path / "again", ledger)
@@ -91,6 +88,39 @@ def test_replay_reproduces_the_recorded_run_offline(tmp_path, keyed_llm, reply_c
     assert [c.status for c in replayed.candidates] == ["incorrect", "unmeasured"]
     assert [r["source"] for r in ledger.read("llm")] == ["replay", "replay"]
     assert ledger.read("llm")[1]["cost_usd"] == Ledger(tmp_path / "rec/ledger.jsonl").read("llm")[1]["cost_usd"]
+
+
+def _recorded(tmp_path, llm, reply_cls, kernels, fence, status):
+    """A recorded 2-turn run of rms_norm whose turn 1 the checker judged `status` (canned, no checker cost)."""
+    replies = {2: fence(kernels["broken"]), 4: fence(kernels["good"])}
+    llm.responder = lambda body: reply_cls(replies[len(body["messages"])])
+    cfg = compose(["agent=openai", f"agent.base_url={llm.base_url}", "agent.model=m", "agent.candidates=1",
+                   "agent.turns=2"])
+    search_target(targets.get("rms_norm"), HOTSPOT, cfg, tmp_path / "rec", Ledger(tmp_path / "rec/ledger.jsonl"),
+                  verify_fn=_verdict(status))
+    return compose(["agent=replay", f"agent.transcript={tmp_path / 'rec/transcript.jsonl'}"])
+
+
+def test_a_replay_of_another_task_or_verdict_or_target_misses_and_says_what_differed(
+        tmp_path, llm, reply_cls, kernels, fence):
+    cfg = _recorded(tmp_path, llm, reply_cls, kernels, fence, Status.INCORRECT)
+    sent = len(llm.chat_requests())
+
+    def replay(where, hotspot=HOTSPOT, status=Status.INCORRECT, target="rms_norm"):
+        return search_target(targets.get(target), hotspot, cfg, tmp_path / where, Ledger(tmp_path / where / "l.jsonl"),
+                             verify_fn=_verdict(status))
+
+    with pytest.raises(UserError, match=r"no recorded answer for rms_norm candidate 0 turn 1: the task differs at "
+                                        r"message 2 \(another profile, so pass the recorded run's trace="):
+        replay("no-profile", hotspot=None)
+    with pytest.raises(UserError, match=r"candidate 0 turn 2: the checker judged turn 1's file slower, the "
+                                        r"recorded run's checker incorrect, at message 4 \(another checker version"):
+        replay("other-verdict", status=Status.SLOWER)
+    with pytest.raises(UserError, match=r"holds no request for target silu_and_mul \(it holds rms_norm; .*"
+                                        r"targets=\[rms_norm\]"):
+        replay("other-target", target="silu_and_mul")
+    assert [c.status for c in replay("same").candidates] == ["incorrect", "incorrect"]  # the same run replays
+    assert len(llm.chat_requests()) == sent  # a replay sends nothing
 
 
 def test_a_reply_without_code_is_recorded_and_fed_back(tmp_path, llm, reply_cls, kernels, fence):

@@ -89,8 +89,8 @@ def test_feedback_on_a_reply_without_code_and_on_measured_timings():
 def test_each_turn_only_appends_so_the_prefix_is_byte_identical():
     convo = prompts.Conversation("S", "T")
     before = [dict(m) for m in convo.messages]
-    convo.add_turn("reply 1", "feedback 1")
-    assert convo.messages[:2] == before
+    convo.add_turn("reply 1", "feedback 1", "incorrect")
+    assert convo.messages[:2] == before and convo.outcomes == ("incorrect",)
     assert [m["role"] for m in convo.messages] == ["system", "user", "assistant", "user"]
 
 
