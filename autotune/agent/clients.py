@@ -132,7 +132,8 @@ class Transcript:
             return  # read-only, or recorded already (a resumed replay)
         rec = self._ledger.append(
             "exchange", target=slot.target, index=slot.index, turn=slot.turn, request_sha256=ex.request_sha256,
-            replay_key=replay_key(messages, slot), outcomes=list(slot.outcomes), model=ex.model, params=params, messages=messages, response=ex.text, finish_reason=ex.finish_reason,
+            replay_key=replay_key(messages, slot), outcomes=list(slot.outcomes), model=ex.model, params=params,
+            messages=messages, response=ex.text, finish_reason=ex.finish_reason,
             usage=ex.usage.to_dict(), cost_usd=ex.cost_usd, latency_s=round(ex.latency_s, 3), source=ex.source)
         with self._lock:
             self._index(rec)
@@ -305,8 +306,9 @@ class ReplayClient:
         mine = [(i, t) for (name, i, t) in self.slots if name == target]
         if not mine:
             held = sorted({str(name) for (name, _, _) in self.slots})
-            raise UserError(f"{self.source} holds no request for target {target} (it holds {', '.join(held) or 'none'}; "
-                            f"replay the recorded run's targets, e.g. targets=[{','.join(held)}])")
+            raise UserError(f"{self.source} holds no request for target {target} (it holds "
+                            f"{', '.join(held) or 'none'}; replay the recorded run's targets, e.g. "
+                            f"targets=[{','.join(held)}])")
         return max(i for i, _ in mine) + 1, max(t for _, t in mine)
 
     def complete(self, messages: list[dict[str, str]], slot: Slot) -> Exchange:
@@ -348,7 +350,9 @@ def _difference(path: Path, messages: list[dict[str, str]], slot: Slot) -> str:
             why = _feedback_difference(a, b, i + 1, outcomes, slot.outcomes)
             if why:
                 return why
-    return f"the recorded request has {len(recorded)} messages, this one {len(messages)} ({_TO_DO})"
+    if len(recorded) != len(messages):
+        return f"the recorded request has {len(recorded)} messages, this one {len(messages)} ({_TO_DO})"
+    return "the recorded request was keyed otherwise (recorded by another version of autotune: replay it with that one)"
 
 
 def _feedback_difference(a: dict, b: dict, at: int, recorded: list | None, now: tuple[str, ...]) -> str:

@@ -101,7 +101,8 @@ def test_replay_answers_recorded_requests_and_names_a_miss(tmp_path, llm, reply_
     replay = clients.make(cfg, tmp_path / "new", "rms_norm")
     assert replay.complete(MESSAGES, SLOT).text == "recorded answer"
     changed = [MESSAGES[0], {"role": "user", "content": "different task"}]
-    with pytest.raises(UserError, match="no recorded answer for rms_norm candidate 0 turn 1: the task differs at message 2"):
+    with pytest.raises(UserError,
+                       match="no recorded answer for rms_norm candidate 0 turn 1: the task differs at message 2"):
         replay.complete(changed, SLOT)
     assert len(llm.chat_requests()) == 1
     assert json.loads((tmp_path / "new" / "transcript.jsonl").read_text())["source"] == "replay"
@@ -127,7 +128,8 @@ def test_replay_matches_feedback_by_the_verdict_status_and_replies_byte_for_byte
     with pytest.raises(UserError, match="the model's reply at turn 1 differs at message 3"):
         replay.complete(other_reply, clients.Slot("rms_norm", 0, 2, ("incorrect",)))
     # Without outcomes (a caller that gives none) feedback counts byte for byte.
-    with pytest.raises(UserError, match="turn 2: the feedback on turn 1 differs at message 4 and the request gives no checker status"):
+    with pytest.raises(UserError, match="turn 2: the feedback on turn 1 differs at message 4 and the request "
+                                        "gives no checker status"):
         replay.complete(resalted, clients.Slot("rms_norm", 0, 2))
     assert len(llm.chat_requests()) == 2
     keys = [r["replay_key"] for r in ledger_mod.read(tmp_path / "new" / "transcript.jsonl")]
