@@ -43,10 +43,13 @@ INPUT_KINDS = ("normal", "large", "special")
 
 @dataclasses.dataclass(frozen=True)
 class Tolerance:
-    """Elementwise |actual - expected| <= atol + rtol * |expected| (torch.testing.assert_close semantics)."""
+    """Elementwise |actual - expected| <= atol + rtol * |expected| (torch.testing.assert_close semantics) for
+    floating-point outputs. Integer outputs (a quantizer's) must be exact, except that a share
+    `int_off_by_one` of their values may be off by one (a rounding tie that the order of the sums decides)."""
 
     rtol: float
     atol: float
+    int_off_by_one: float = 0.0
 
 
 # torch.testing.assert_close's per-dtype defaults (torch/testing/_comparison.py, _DTYPE_PRECISIONS).
