@@ -82,11 +82,16 @@ ORDER_PROBE = textwrap.dedent('''
 ''')
 
 
-def test_the_interpreter_runs_each_program_once_in_a_fresh_random_order():
+def _interpreted(probe: str):
+    """Run a probe script under the Triton interpreter in a fresh process; what its last line prints."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    out = subprocess.run([sys.executable, "-c", ORDER_PROBE], env=env, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    first, second = eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 - our own probe's printed lists
+    return eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 - our own probe's printed lists
+
+
+def test_the_interpreter_runs_each_program_once_in_a_fresh_random_order():
+    first, second = _interpreted(ORDER_PROBE)
     assert sorted(first) == sorted(second) == list(range(64))  # every program of the 16 x 4 grid, once
     assert first != list(range(64)) and second != first  # not in order, and drawn afresh per launch
 
@@ -115,10 +120,7 @@ BF16_PROBE = textwrap.dedent('''
 
 
 def test_the_interpreter_rounds_fp32_to_bf16_to_nearest_even_as_a_gpu_does():
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    out = subprocess.run([sys.executable, "-c", BF16_PROBE], env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    unpatched, patched = eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 - our own probe's printed list
+    unpatched, patched = _interpreted(BF16_PROBE)
     # Triton 3.9's interpreter truncates: about half the values are off (if this turns 0, Triton fixed it)
     assert unpatched > 1000
     assert patched == 0  # torch's rounding, specials and the tie (to even: 1.0) included
