@@ -143,11 +143,12 @@ def shape_rows(target: Target, hotspot: Hotspot | None, roofline: Roofline) -> l
     rows = []
     for shape, dtype, calls, us in entries:
         moved = _bytes_moved(target, shape, dtype)
-        floor = _floor_us(target, shape, dtype, roofline)
+        floor, bound = _roofline(target, shape, dtype, roofline)
         rows.append({"shape": "x".join(str(d) for d in shape), "dtype": dtype,
                      "calls": f"{calls:,}" if calls is not None else "-",
                      "share": _pct(us / total_us) if total_us and us else "-",
-                     "bytes": _size(moved) if moved is not None else "?", "floor": _us(floor) if floor else "?"})
+                     "bytes": _size(moved) if moved is not None else "?", "floor": _us(floor) if floor else "?",
+                     "bound": bound or "?"})
     return rows
 
 
@@ -227,12 +228,13 @@ def _timing_slots(t) -> dict[str, str]:
             "floor": f"{t.pct_of_floor:.0f}%" if t.pct_of_floor is not None else "-"}
 
 
-def _floor_us(target: Target, shape: tuple[int, ...], dtype: str, roofline: Roofline) -> float | None:
+def _roofline(target: Target, shape: tuple[int, ...], dtype: str, roofline: Roofline
+              ) -> tuple[float | None, str | None]:
     try:
-        return target.floor_us(tuple(int(d) for d in shape), parse_dtype(dtype), roofline.bandwidth_gbps,
+        return target.roofline(tuple(int(d) for d in shape), parse_dtype(dtype), roofline.bandwidth_gbps,
                                roofline.tflops)
     except (ValueError, TypeError, IndexError):
-        return None
+        return None, None
 
 
 def _bytes_moved(target: Target, shape: tuple[int, ...], dtype: str) -> int | None:

@@ -14,6 +14,7 @@ import os
 import queue
 import struct
 import threading
+import time
 from typing import Callable
 
 # One frame holds a case's outputs and inputs: silu_and_mul on [8192, 28672] in bf16 is ~1.2 GB.
@@ -81,8 +82,10 @@ class Reader:
     """
 
     def __init__(self, fd: int, on_event: Callable[[dict], bool] | None, stop: Callable[[], None],
-                 max_frame_bytes: int = MAX_FRAME_BYTES):
+                 max_frame_bytes: int = MAX_FRAME_BYTES, progress: Callable[[dict], bool] | None = None):
         self.fd, self.frames, self.error, self.stopped = fd, [], "", False
+        self.progress = progress  # frame -> whether it is a step forward; `last_step` is when the latest came
+        self.started = self.last_step = time.monotonic()
         self.max_frame_bytes = max_frame_bytes
         self.on_event, self.stop = on_event, stop
         self.raw: queue.Queue[bytes | None] = queue.Queue()
@@ -133,6 +136,8 @@ class Reader:
                 self.frames.append(frame)
             if not self.stopped and self.on_event is not None:
                 self._notify(frame)
+            if self.progress is not None and self.progress(frame):
+                self.last_step = time.monotonic()
 
     def _notify(self, frame: dict) -> None:
         try:

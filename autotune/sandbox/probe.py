@@ -117,6 +117,9 @@ def probe(payload: dict, send) -> dict:
         "processes": _command_lines(),
         "listed": {p: sorted(os.listdir(p)) if os.path.isdir(p) else None for p in payload.get("list", [])},
     }
+    for _ in range(payload.get("steps", 0)):  # a run that makes progress: a step frame every step_s seconds
+        time.sleep(payload["step_s"])
+        send("step")
     if payload.get("sleep_s"):
         time.sleep(payload["sleep_s"])
     if "echo" in payload:

@@ -101,14 +101,16 @@ def child_env(workdir: Path, gpu: bool, env_extra: dict[str, str] | None = None)
 def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Limits, workdir: str | Path,
                  env_extra: dict[str, str] | None = None, gpu: bool = False,
                  on_event: Callable[[dict], bool] | None = None, max_frame_bytes: int = MAX_FRAME_BYTES,
-                 readable: tuple[str, ...] = ()) -> SandboxResult:
+                 readable: tuple[str, ...] = (), progress: Callable[[dict], bool] | None = None) -> SandboxResult:
     """Run `python -m module` isolated, hand it `payload`, and collect what it sends back.
 
     `payload` may also be a function returning it: it is then called after the child has started, so
     that the child's imports overlap the making of its payload.
 
     `on_event(frame)`, if given, sees each frame as it arrives (from a reader thread); returning True kills
-    the child at once (e.g. the judge saw a failing case and needs nothing more). A frame larger than
+    the child at once (e.g. the judge saw a failing case and needs nothing more). `progress(frame)`, if given,
+    says whether a frame is a step forward (a case finished): the child then has `limits.timeout_s` from its
+    start and from each step, and `limits.total_s` in all, instead of `timeout_s` in all. A frame larger than
     `max_frame_bytes` is a protocol error: a hostile child cannot make the parent hold more than that.
     `readable`: paths the child must still read where the filesystem is covered (a model checkpoint under
     /root or /home, say); they are re-exposed as they are, like the Python installation."""
@@ -123,10 +125,10 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Lim
         with tempfile.TemporaryFile() as stderr_file:
             proc, in_w, out_r = _spawn(module, workdir, env, stderr_file)
             writer = threading.Thread(target=_send_and_close, args=(in_w, settings, payload, failure), daemon=True)
-            reader = Reader(out_r, on_event, lambda: _kill_group(proc.pid), max_frame_bytes)
+            reader = Reader(out_r, on_event, lambda: _kill_group(proc.pid), max_frame_bytes, progress)
             writer.start()
             reader.start()
-            timed_out = _wait(proc, limits.timeout_s)
+            timed_out = _wait(proc, limits, reader, progress is not None)
             _kill_everything(proc.pid, uid)
             proc.wait()
             reader.join(timeout=600)  # the pipe is closed by now; this waits for the frames still being judged
@@ -137,7 +139,8 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Lim
     if failure:  # making the payload failed: a bug on the parent's side, not the child's
         raise failure[0]
     return _result(proc.returncode, timed_out, reader, stderr_tail, time.monotonic() - started,
-                   {"uid": uid, "timeout_s": limits.timeout_s, "process_group": "own session; killed as a whole",
+                   {"uid": uid, "timeout_s": limits.timeout_s, "total_timeout_s": limits.total_s if progress else
+                    limits.timeout_s, "process_group": "own session; killed as a whole",
                     "environment": "allow-listed: " + ", ".join(sorted(env))})
 
 
@@ -180,12 +183,19 @@ def _send_and_close(fd: int, settings: dict, payload, failure: list) -> None:
         os.close(fd)
 
 
-def _wait(proc: subprocess.Popen, timeout_s: float) -> bool:
-    try:
-        proc.wait(timeout=timeout_s)
-        return False
-    except subprocess.TimeoutExpired:
-        return True
+def _wait(proc: subprocess.Popen, limits: Limits, reader: Reader, stepwise: bool) -> bool:
+    """Wait for the child's exit; True if it ran out of time first (timeout_s since its last step, or in all)."""
+    end = reader.started + (limits.total_s if stepwise else limits.timeout_s)
+    while True:
+        deadline = min(end, reader.last_step + limits.timeout_s) if stepwise else end
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return True
+        try:
+            proc.wait(timeout=min(left, 1.0) if stepwise else left)
+            return False
+        except subprocess.TimeoutExpired:
+            continue
 
 
 _uids_lock = threading.Lock()

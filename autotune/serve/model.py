@@ -8,7 +8,8 @@ test_peer_transformers.py).
 
 Token embedding, RMSNorm, rotary position embedding (rotate-half, as Hugging Face Llama checkpoints
 expect), grouped-query attention over a KV cache, SwiGLU MLP, LM head. Every projection and the LM head
-go through `dispatch.linear` (the projections through `dispatch.int8_linear` with `model.quant=int8`),
+go through `dispatch.linear` (the projections through `dispatch.int8_linear` with `model.quant=int8`, and
+int8 x int8 after `dispatch.fused_add_rms_norm_quant` with `model.quant=w8a8`: autotune.serve.quant),
 decode attention through `dispatch.decode_attention`. The residual stream is arranged as in vLLM's
 Llama: layer 0 does `residual = h; h = rms_norm(h)`, every later norm is `h, residual = fused_add_rms_norm(h, residual, w)`, the final norm included. q/k/v and gate/up are
 merged projections, as in vLLM, so silu_and_mul sees [T, 2 * intermediate].
@@ -51,7 +52,7 @@ class ModelConfig:
     tie_embeddings: bool
     dtype: torch.dtype
     init_seed: int = 0
-    quant: str = "none"  # none | int8: weight-only int8 projections (autotune.serve.quant)
+    quant: str = "none"  # none | int8 (weight-only) | w8a8 (int8 weights and activations): autotune.serve.quant
     rope_scaling: dict[str, Any] | None = None  # {"rope_type": "llama3" | "linear", factors...}, from a checkpoint
     family: str = "llama"
     attention_windows: tuple[int, ...] | None = None  # per-layer sliding window (0: full), from a checkpoint
@@ -159,25 +160,38 @@ class DecoderLayer(torch.nn.Module):
 
     def forward(self, h, residual, cos, sin, batch: Batch, k_cache, v_cache):
         """h, residual [T, hidden] -> (MLP output, residual stream), both [T, hidden]."""
-        eps = self.c.rms_norm_eps
-        if residual is None:
-            residual, h = h, dispatch.rms_norm(h, self.input_norm, eps)
-        else:
-            h, residual = dispatch.fused_add_rms_norm(h, residual, self.input_norm, eps)
+        h, residual = self.add_norm(h, residual, self.input_norm)
         h = self.attention(h, cos, sin, batch, k_cache, v_cache)
-        h, residual = dispatch.fused_add_rms_norm(h, residual, self.post_norm, eps)
+        h, residual = self.add_norm(h, residual, self.post_norm)
         h = self.project(dispatch.silu_and_mul(self.project(h, "gate_up_proj")), "down_proj")
         return h, residual
 
+    def add_norm(self, h, residual, weight):
+        """(the normed residual stream, the stream): layer 0 starts it (`residual = h`, then rms_norm), later
+        norms add h to it first; with model.quant=w8a8 the normed rows come quantized, as (q int8, scale)."""
+        eps = self.c.rms_norm_eps
+        if residual is None:
+            return dispatch.rms_norm(h, weight, eps), h
+        if self.c.quant == "w8a8":
+            q, scale, residual = dispatch.fused_add_rms_norm_quant(h, residual, weight, eps)
+            return (q, scale), residual
+        return dispatch.fused_add_rms_norm(h, residual, weight, eps)
+
     def project(self, x, name: str):
-        """x @ W.T for projection `name`, through the linear or (model.quant=int8) int8_linear dispatch point."""
+        """x @ W.T for projection `name`: through the linear dispatch point, int8_linear (model.quant=int8),
+        or int8 x int8 (w8a8; x is quantized here unless it came quantized from the norm as (q, scale))."""
+        if self.c.quant == "w8a8":
+            q, scale = x if isinstance(x, tuple) else quant.per_token_int8(x)
+            return quant.w8a8_linear(q, scale, getattr(self, f"{name}_int8"), getattr(self, f"{name}_scale"),
+                                     self.c.dtype)
         if self.quantized:
             return dispatch.int8_linear(x, getattr(self, f"{name}_int8"), getattr(self, f"{name}_scale"))
         return dispatch.linear(x, getattr(self, name))
 
     def attention(self, h, cos, sin, batch: Batch, k_cache, v_cache):
-        c, t = self.c, h.shape[0]
+        c = self.c
         qkv = self.project(h, "qkv_proj")
+        t = qkv.shape[0]
         q, k, v = (qkv if self.qkv_bias is None else qkv + self.qkv_bias).split(
             [c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.num_kv_heads * c.head_dim], dim=-1)
         if c.qk_norm:  # Qwen3: RMSNorm over each head, as rows of the rms_norm target's [rows, width] contract
@@ -273,7 +287,7 @@ def build_model(model_cfg, device: str) -> LlamaModel:
     else:
         model = LlamaModel(ModelConfig.from_cfg(model_cfg), device)
         init_weights(model, model.config.init_seed)
-    if model.config.quant == "int8":
+    if model.config.quant != "none":
         quant.quantize_layers(model)
     return model.eval()
 

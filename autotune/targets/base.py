@@ -43,10 +43,13 @@ INPUT_KINDS = ("normal", "large", "special")
 
 @dataclasses.dataclass(frozen=True)
 class Tolerance:
-    """Elementwise |actual - expected| <= atol + rtol * |expected| (torch.testing.assert_close semantics)."""
+    """Elementwise |actual - expected| <= atol + rtol * |expected| (torch.testing.assert_close semantics) for
+    floating-point outputs. Integer outputs (a quantizer's) must be exact, except that a share
+    `int_off_by_one` of their values may be off by one (a rounding tie that the order of the sums decides)."""
 
     rtol: float
     atol: float
+    int_off_by_one: float = 0.0
 
 
 # torch.testing.assert_close's per-dtype defaults (torch/testing/_comparison.py, _DTYPE_PRECISIONS).
@@ -187,12 +190,17 @@ class Target:
                  tflops: float | None = None) -> float | None:
         """The roofline floor in microseconds: the longer of moving `bytes_moved` at the bandwidth and doing
         `flops` at the peak rate; None when neither rate is known. A kernel measured below it did not do the work."""
-        times = []
+        return self.roofline(shape, dtype, bandwidth_gbps, tflops)[0]
+
+    def roofline(self, shape: Shape, dtype: torch.dtype, bandwidth_gbps: float | None,
+                 tflops: float | None = None) -> tuple[float | None, str | None]:
+        """(the floor in microseconds, what sets it: "memory" or "compute"); (None, None) with neither rate."""
+        sides = []
         if bandwidth_gbps:
-            times.append(self.bytes_moved(shape, dtype) / (bandwidth_gbps * 1e3))
+            sides.append((self.bytes_moved(shape, dtype) / (bandwidth_gbps * 1e3), "memory"))
         if tflops:
-            times.append(self.flops(shape, dtype) / (tflops * 1e6))
-        return max(times) if times else None
+            sides.append((self.flops(shape, dtype) / (tflops * 1e6), "compute"))
+        return max(sides) if sides else (None, None)
 
 
 def dtype_name(dtype: torch.dtype) -> str:

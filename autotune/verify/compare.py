@@ -6,7 +6,8 @@ The gate, per output (the rules of torch.testing and torch._dynamo named below, 
    neither invented nor swallowed, and an fp16/bf16 accumulator that overflows on inputs in the
    hundreds shows as Inf where the reference is finite);
 3. values: torch.testing.assert_close's rule |actual - expected| <= atol + rtol * |expected| at the
-   target's tolerance for the dtype, computed in fp64;
+   target's tolerance for the dtype, computed in fp64; integers (a quantizer's output) exact, or off by one
+   in at most the target's small share of them (`Tolerance.int_off_by_one`: rounding ties), no fallback;
 4. if 3 fails, the fp64-golden fallback of torch._dynamo.utils.same: the case still passes when the
    candidate is no less accurate than the reference itself, both measured against the reference run
    in fp64: RMSE <= k * the reference's RMSE + atol / 10 and max error <= k * the reference's max
@@ -73,6 +74,8 @@ def compare(out, ref: torch.Tensor, golden: torch.Tensor, tol: Tolerance) -> Che
     if out.dtype != ref.dtype:
         return Check(False, note=f"output dtype {dtype_name(out.dtype)} where the reference has "
                                  f"{dtype_name(ref.dtype)}")
+    if not ref.dtype.is_floating_point:
+        return _compare_integers(out, ref, tol)
     o, r = out.double(), ref.double()
     special = _special_values(o, r)
     if special:
@@ -95,6 +98,26 @@ def compare(out, ref: torch.Tensor, golden: torch.Tensor, tol: Tolerance) -> Che
     return Check(False, max_abs, max_rel,
                  note=f"{_count(bad)} of {diff.numel()} values differ beyond rtol {tol.rtol:g} atol {tol.atol:g} "
                       f"({first}; {golden_note})")
+
+
+def _compare_integers(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> Check:
+    """Integer outputs (a quantizer's int8): exact, or off by one in at most a share `tol.int_off_by_one` of the
+    values (at least one value when that share is not zero) and by no more anywhere. There is no fp64 golden
+    to fall back on: the golden run skips the rounding to the input's dtype that the contract includes."""
+    diff = (out.long() - ref.long()).abs()
+    worst = int(diff.max()) if diff.numel() else 0
+    off = _count(diff > 0)
+    allowed = max(1, int(tol.int_off_by_one * diff.numel())) if tol.int_off_by_one > 0 else 0
+    if worst <= 1 and off <= allowed:
+        return Check(True, float(worst), None, note=f"{off} of {diff.numel()} integers off by one" if off else "")
+    i = int((diff > 0).flatten().nonzero()[0]) if off else 0
+    first = f"e.g. {int(out.flatten()[i])} where the reference has {int(ref.flatten()[i])}"
+    if worst > 1:
+        return Check(False, float(worst), None,
+                     note=f"{_count(diff > 1)} of {diff.numel()} integers differ by more than one ({first})")
+    return Check(False, float(worst), None,
+                 note=f"{off} of {diff.numel()} integers off by one, more than the {allowed} allowed "
+                      f"(int_off_by_one {tol.int_off_by_one:g}; {first})")
 
 
 def _special_values(o: torch.Tensor, r: torch.Tensor) -> str:

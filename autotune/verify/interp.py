@@ -1,4 +1,5 @@
-"""The worker's changes to Triton's CPU interpreter: programs in a random order, and a hook before each launch.
+"""The worker's changes to Triton's CPU interpreter: programs in a random order, fp32 -> bf16 rounded as on a
+GPU, and a hook before each launch.
 
 A GPU runs a grid's programs in no promised order (and many at once); the interpreter runs them one by
 one in order (x, then y, then z), so a kernel in which program i reads what program i - 1 wrote passes
@@ -9,6 +10,11 @@ unwritten (NaN-filled) memory here and fails its comparison.
 The interpreter's grid loop (triton/runtime/interpreter.py, GridExecutor.__call__) calls
 `interpreter_builder.set_grid_idx(x, y, z)` once per program and the kernel reads its id back from the
 builder; the wrapper maps the loop's index through the permutation, so every program still runs once.
+
+Triton 3.9's interpreter truncates fp32 -> bf16 (`x.to(tl.bfloat16)` keeps the top 16 bits), where a GPU
+rounds to nearest even (Triton lowers the cast with RTNE; torch's `.to(torch.bfloat16)` does the same): half
+the values of a bf16 output are one ulp off toward zero, which a quantizer downstream of the rounding turns
+into integers off by one. `round_bf16_like_gpu` makes the interpreter round to nearest even.
 """
 
 from __future__ import annotations
@@ -43,6 +49,30 @@ def permute_programs() -> None:
 
     builder.set_grid_dim, builder.set_grid_idx = set_grid_dim, set_grid_idx
     builder._autotune_permuted = True
+
+
+def _fp32_to_bf16_rtne(data: np.ndarray) -> np.ndarray:
+    """fp32 values -> bf16 bits (uint16), rounded to nearest even; NaN stays a (quiet) NaN."""
+    bits = np.ascontiguousarray(data, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(data)
+    return np.where(nan, ((bits >> 16) | 0x40).astype(np.uint16), rounded) if nan.any() else rounded
+
+
+def round_bf16_like_gpu() -> None:
+    """From now on, the interpreter's fp32 -> bf16 casts round to nearest even, as the GPU's do."""
+    if getattr(interpreter, "_autotune_bf16_rtne", False):
+        return
+    convert = interpreter._convert_float
+
+    def convert_float(data, input_dtype, output_dtype, rounding_mode):
+        to_nearest = rounding_mode in (None, interpreter._ir.ROUNDING_MODE.RTNE)
+        if input_dtype == interpreter.tl.float32 and output_dtype == interpreter.tl.bfloat16 and to_nearest:
+            return _fp32_to_bf16_rtne(data)
+        return convert(data, input_dtype, output_dtype, rounding_mode)
+
+    interpreter._convert_float = convert_float
+    interpreter._autotune_bf16_rtne = True
 
 
 _launch_hooks: list[Callable[[str, tuple, dict], None]] = []

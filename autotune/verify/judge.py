@@ -106,7 +106,7 @@ class _Session:
             return "importing the candidate"
         return f"running case {self.cases[self.running].label}"
 
-    def conclude(self, run: SandboxResult, timeout_s: float) -> tuple[Status, str]:
+    def conclude(self, run: SandboxResult, limits: Limits) -> tuple[Status, str]:
         failed = next((r for _, r in sorted(self.results.items()) if not r.passed), None)
         denied = _denied(self.compile_error or str((self.case_error or {}).get("error", "")))
         if denied:
@@ -126,7 +126,10 @@ class _Session:
                 return Status.COMPILE_ERROR, f"the kernel does not compile ({self.running_label()}): {error}"
             return Status.RUNTIME_ERROR, f"raised while {self.running_label()}: {error}"
         if run.timed_out:
-            return Status.TIMEOUT, f"no answer within {timeout_s:g} s (killed while {self.running_label()})"
+            done = f"killed while {self.running_label()}, {len(self.results)} of {len(self.cases)} cases done"
+            if run.duration_s >= limits.total_s:
+                return Status.TIMEOUT, f"the run took over verify.total_timeout_s={limits.total_s:g} s ({done})"
+            return Status.TIMEOUT, f"no case finished within verify.timeout_s={limits.timeout_s:g} s ({done})"
         if self.protocol or run.channel_error:
             return Status.RUNTIME_ERROR, f"{self.protocol or run.channel_error} (while {self.running_label()})"
         if run.signal:
@@ -214,7 +217,7 @@ def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, de
         run = _run_worker(target, source, plan, limits, device, session, salt)
     if session.setup_error:
         raise UserError(f"the isolated worker could not start its work: {session.setup_error}")
-    status, reason = session.conclude(run, limits.timeout_s)
+    status, reason = session.conclude(run, limits)
     # Recorded only now that the candidate's process is gone: a salt is drawn for one run and useless for the
     # next, and with it a failing case can be made again (judge(..., salt=bytes.fromhex(inputs_salt))).
     verdict.inputs_salt = salt.hex()
@@ -255,7 +258,8 @@ def _run_worker(target, source, plan, limits: Limits, device, session: _Session,
     with tempfile.TemporaryDirectory(prefix="autotune-verify-", ignore_cleanup_errors=True) as tmp:
         return run_isolated("autotune.verify.worker", payload, limits=limits,
                             workdir=Path(tmp) / "work", gpu=device == "cuda", on_event=session.on_event,
-                            max_frame_bytes=_largest_frame(target, plan))
+                            max_frame_bytes=_largest_frame(target, plan),
+                            progress=lambda frame: frame.get("kind") == "case_result")
 
 
 def _largest_frame(target: Target, plan) -> int:

@@ -32,14 +32,14 @@ def cases_table(verdict: Verdict) -> Table:
 
 def timing_table(verdict: Verdict) -> Table:
     table = Table(title="timing (median of repetitions, us)", title_justify="left")
-    for name in ("shape", "dtype", "calls", "candidate", "spread", "eager", "compile", "speedup", "floor",
+    for name in ("shape", "dtype", "calls", "candidate", "spread", "eager", "compile", "speedup", "floor", "bound",
                  "% of floor"):
-        table.add_column(name, justify="left" if name in ("shape", "dtype") else "right")
+        table.add_column(name, justify="left" if name in ("shape", "dtype", "bound") else "right")
     for t in verdict.timings:
         flag = " [bold red]implausible[/]" if t.implausible else ""
         table.add_row(str(t.shape), t.dtype, str(t.calls), _num(t.candidate_us), _num(t.candidate_spread_us),
                       _num(t.eager_us), _num(t.compile_us), _num(t.speedup) + flag, _num(t.floor_us),
-                      _num(t.pct_of_floor))
+                      t.bound or "-", _num(t.pct_of_floor))
     return table
 
 

@@ -79,11 +79,11 @@ def shape_timing(target: Target, shape, dtype: str, calls: int, cand: dict, base
     eager, compiled = base.get("eager", {}).get("median_us"), base.get("compile", {}).get("median_us")
     best = min(t for t in (eager, compiled) if t is not None) if (eager or compiled) else None
     us = cand["median_us"]
-    floor = target.floor_us(tuple(shape), parse_dtype(dtype), peak_gbps, tflops)
+    floor, bound = target.roofline(tuple(shape), parse_dtype(dtype), peak_gbps, tflops)
     return ShapeTiming(shape=list(shape), dtype=dtype, candidate_us=us, candidate_spread_us=cand["spread_us"],
                        eager_us=eager, compile_us=compiled, speedup=best / us if best and us > 0 else None,
                        floor_us=floor, pct_of_floor=100.0 * floor / us if floor and us > 0 else None, calls=calls,
-                       implausible=floor is not None and us < floor)
+                       implausible=floor is not None and us < floor, bound=bound)
 
 
 def _payload(target: Target, todo, cfg_verify, mode: str, source: str) -> dict:

@@ -89,10 +89,11 @@ class ShapeTiming:
     eager_us: float | None
     compile_us: float | None
     speedup: float | None  # best baseline / candidate
-    floor_us: float | None  # bytes moved / peak bandwidth
-    pct_of_floor: float | None  # floor / candidate * 100: how close to the memory roofline
+    floor_us: float | None  # the roofline floor: max(bytes moved / peak bandwidth, FLOPs / peak FLOP rate)
+    pct_of_floor: float | None  # floor / candidate * 100: how close to the roofline
     calls: int = 0  # how often the served model made this call in the profile (the geomean weight)
-    implausible: bool = False  # faster than the bandwidth floor allows
+    implausible: bool = False  # faster than the roofline floor allows
+    bound: str | None = None  # which side of the roofline sets the floor: "memory" or "compute"
 
 
 @dataclasses.dataclass

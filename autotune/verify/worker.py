@@ -106,6 +106,7 @@ def _rotating_bench(self, *args, config, **meta) -> list[float]:
 if triton.knobs.runtime.interpret:
     triton_autotuner.Autotuner._bench = _rotating_bench
     interp.permute_programs()  # a kernel that needs its programs in order fails on the CPU too
+    interp.round_bf16_like_gpu()  # the interpreter truncates fp32 -> bf16; a GPU rounds to nearest even
 
 
 class _AtenOps(TorchDispatchMode):

@@ -35,7 +35,7 @@ def test_task_message_has_reference_shapes_roofline_and_rejections():
     assert target.signature in text and "xf.pow(2).mean" in text  # the reference's source
     assert "8.3% of serving time" in text and "| 37x2048 | bfloat16 | 234 | 34.3% |" in text
     # 37 x 2048 bf16: (2 * 37 * 2048 + 2048) * 2 bytes = 307,200 B; at 2000 GB/s the floor is 0.15 us.
-    assert "307.20 KB | 154 ns" in text and "2,000 GB/s" in text and "test figure" in text
+    assert "307.20 KB | 154 ns | memory |" in text and "2,000 GB/s" in text and "test figure" in text
     assert "c0_t1.py" in text and "/runs/" not in text
     assert "candidate 2 of 3" in text
 

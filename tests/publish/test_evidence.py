@@ -15,8 +15,9 @@ from autotune.verify.verdict import ShapeTiming, Status
 def measured(make_request, make_verdict):
     v = make_verdict(Status.ACCEPTED, "1.31x faster than torch.compile | weighted by calls")
     v.measured, v.speedup_geomean = True, 1.31
-    v.timings = [ShapeTiming([7, 1000], "float32", 4.21, 0.12, 9.8, 5.52, 1.311, 3.1, 73.6, calls=40),
-                 ShapeTiming([7, 1000], "bfloat16", 3.05, 0.08, 8.1, 1.0, 0.33, 1.6, 52.5, calls=1, implausible=True)]
+    v.timings = [ShapeTiming([7, 1000], "float32", 4.21, 0.12, 9.8, 5.52, 1.311, 3.1, 73.6, calls=40, bound="memory"),
+                 ShapeTiming([7, 1000], "bfloat16", 3.05, 0.08, 8.1, 1.0, 0.33, 1.6, 52.5, calls=1, implausible=True,
+                             bound="memory")]
     v.cases[0] = dataclasses.replace(v.cases[0], passed=False, max_abs_err=0.25, note="max abs err 0.25 at row 3")
     check = {"prompts": 4, "new_tokens": 8, "tokens_identical": False, "max_logit_diff": 0.5, "logit_tolerance": 1e-4,
              "latency": {"before": {"ttft_p50_ms": 20.0, "tpot_p50_ms": 5.0}, "after": {"ttft_p50_ms": 19.0, "tpot_p50_ms": 4.5}}}
@@ -27,8 +28,8 @@ def test_measured_verdicts_get_a_timing_table_and_the_gain_at_the_measured_speed
     text = evidence.render(measured, proposal_id="rms_norm-abc123", short_id="abc123", branch="autotune/rms_norm-abc123",
                            base="main", backend="github", sha256="f" * 64)
     assert text.startswith("# rms_norm: Triton kernel `abc123` — 1.31× faster than the best baseline\n")
-    assert "| 7×1000 | float32 | 40 | 4.21 ± 0.12 | 9.80 | 5.52 | 1.31× | 74% |" in text
-    assert "| 52% ⚠ faster than the bandwidth floor |" in text
+    assert "| 7×1000 | float32 | 40 | 4.21 ± 0.12 | 9.80 | 5.52 | 1.31× | 3.10 | memory | 74% |" in text
+    assert "| 52% ⚠ faster than the roofline floor |" in text
     # share 12%, 1.31x: 1 - (0.88 + 0.12 / 1.31) = 2.8% of serving time
     assert "**2.8%** of serving time at the measured 1.31×" in text
     assert "1.31x faster than torch.compile \\| weighted by calls" in text  # a "|" cannot break the table

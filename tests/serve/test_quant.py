@@ -42,3 +42,29 @@ def test_int8_model_tracks_the_float_model(tiny, int8_model):
 def test_unknown_quant_mode_is_a_user_error():
     with pytest.raises(UserError, match="model.quant='fp4' is not supported"):
         build_model(compose(["model.quant=fp4"]).model, "cpu")
+
+
+@pytest.fixture(scope="module")
+def w8a8_model():
+    return build_model(compose(["model.quant=w8a8"]).model, "cpu")
+
+
+def test_w8a8_norms_feeding_projections_are_fused_with_the_quantization(w8a8_model):
+    calls = []
+    spies = {name: (lambda name, ref: lambda *a: calls.append(name) or ref(*a))(name, dispatch.current(name))
+             for name in ("fused_add_rms_norm_quant", "fused_add_rms_norm", "rms_norm", "int8_linear", "linear")}
+    with dispatch.using(spies):
+        w8a8_model([Segment(0, 0, (1, 2, 3))], w8a8_model.new_cache(1, 8))
+    layers = w8a8_model.config.num_layers
+    # layer 0's input norm starts the residual stream (rms_norm); every other norm before a projection is fused
+    assert calls.count("fused_add_rms_norm_quant") == 2 * layers - 1
+    assert calls.count("rms_norm") == 1 and calls.count("fused_add_rms_norm") == 1  # the final norm: float
+    assert calls.count("int8_linear") == 0 and calls.count("linear") == 1  # int8 x int8; the LM head float
+
+
+def test_w8a8_model_tracks_the_float_model(tiny, w8a8_model):
+    prompts = check_prompts(tiny.config.vocab_size, n=2, length=8, seed=0)
+    _, ref = greedy_generate(tiny, prompts, 2)
+    _, got = greedy_generate(w8a8_model, prompts, 2)
+    assert not torch.equal(ref, got)
+    assert torch.corrcoef(torch.stack([ref.flatten(), got.flatten()]))[0, 1] > 0.99

@@ -63,6 +63,12 @@ def test_shapes_dtypes_tolerances_and_the_roofline_are_declared(name):
         for dtype in t.dtypes:
             assert t.bytes_moved(shape, dtype) > 0 and t.flops(shape, dtype) > 0, (shape, dtype)
             assert t.floor_us(shape, dtype, 3350.0, 989.0) >= t.floor_us(shape, dtype, 3350.0) > 0
+            assert t.roofline(shape, dtype, 3350.0)[1] == "memory" and t.roofline(shape, dtype, None, 989.0)[1] == \
+                "compute"
+            # a memory-bound op is memory-bound on an H100 at every declared shape
+            floor, bound = t.roofline(shape, dtype, 3350.0, 989.0)
+            if t.op_class is OpClass.MEMORY_BOUND:
+                assert bound == "memory", (shape, dtype)
         assert t.cut_shape(shape, None, None) == tuple(shape)
         cut = t.cut_shape(shape, 4, 4096)
         assert len(cut) == len(shape) and numel(cut) <= numel(shape)

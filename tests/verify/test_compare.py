@@ -78,6 +78,26 @@ def test_golden_fallback_tolerates_a_one_ulp_bf16_difference():
     assert compare(nudged, ref, gold, BF16).passed
 
 
+def test_integer_outputs_are_exact_or_off_by_one_in_the_declared_share():
+    ref = torch.randint(-127, 128, (100, 100), generator=torch.Generator().manual_seed(0)).to(torch.int8)
+    quant = get("fused_add_rms_norm_quant").tolerances[torch.bfloat16]  # int_off_by_one 1e-3: 10 of 10,000
+    golden = ref.double()  # not consulted for integers
+    nudged = ref.clone().flatten()
+    nudged[:10] += torch.where(nudged[:10] < 127, 1, -1).to(torch.int8)
+    assert compare(ref.clone(), ref, golden, FP32).passed
+    assert not compare(nudged.view(100, 100), ref, golden, FP32).passed  # no share declared: exact only
+    ok = compare(nudged.view(100, 100), ref, golden, quant)
+    assert ok.passed and "10 of 10000 integers off by one" in ok.note
+    more = nudged.clone()
+    more[10] += 1 if more[10] < 127 else -1
+    assert "11 of 10000 integers off by one, more than the 10 allowed" in compare(more.view(100, 100), ref, golden,
+                                                                                   quant).note
+    two = ref.clone().flatten()
+    two[0] = two[0] + 2 if two[0] < 126 else two[0] - 2
+    assert "differ by more than one" in compare(two.view(100, 100), ref, golden, quant).note
+    assert "dtype int32" in compare(ref.int(), ref, golden, quant).note
+
+
 def test_same_bits_sees_nan_payloads_and_signed_zero():
     a = torch.tensor([0.0, float("nan")])
     assert same_bits(a, a.clone())

@@ -22,7 +22,8 @@ PROBE = "autotune.sandbox.probe"
 
 
 def run_probe(tmp_path, payload, **kwargs):
-    limits = Limits(timeout_s=kwargs.pop("timeout_s", 60), memory_mb=4096)
+    limits = Limits(timeout_s=kwargs.pop("timeout_s", 60), memory_mb=4096,
+                    total_timeout_s=kwargs.pop("total_timeout_s", None))
     return run_isolated(PROBE, payload, limits=limits, workdir=tmp_path / "work", **kwargs)
 
 
@@ -90,6 +91,19 @@ def test_a_hang_is_killed_at_the_time_limit(tmp_path):
     r = run_probe(tmp_path, {"sleep_s": 600}, timeout_s=8)
     assert r.timed_out and not r.ok and r.signal == "SIGKILL"
     assert 8 <= r.duration_s < 30
+
+
+def test_a_run_that_reports_progress_gets_the_time_limit_per_step_and_a_total(tmp_path):
+    def is_step(frame):
+        return frame.get("kind") == "step"
+
+    # 20 s of steps, one every 2.5 s: past a 15 s limit in all, never 15 s without a step (start-up, ~12 s on a
+    # busy 2-core machine, is the first wait)
+    steps = {"steps": 8, "step_s": 2.5}
+    r = run_probe(tmp_path / "a", steps, timeout_s=15, total_timeout_s=120, progress=is_step)
+    assert r.ok and not r.timed_out and r.duration_s >= 20
+    r = run_probe(tmp_path / "b", steps, timeout_s=15, total_timeout_s=6, progress=is_step)  # the total still holds
+    assert r.timed_out and 6 <= r.duration_s < 15
 
 
 def test_death_by_signal_and_exceptions_are_reported(tmp_path):
