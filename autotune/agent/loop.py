@@ -5,7 +5,8 @@ so on. A turn's file is saved as `<run_dir>/candidates/<target>/c<i>_t<turn>.py`
 in the ledger (`llm` records per request, `candidate` records per file, one `agent_search` record per
 target). A conversation ends when its candidate passes (on a CPU `unmeasured` is the best there is:
 without timings there is nothing left to improve), when its turns run out, when a budget is spent, or
-when any candidate is accepted and `agent.stop_on_accept` is set.
+when any candidate is accepted and `agent.stop_on_accept` is set; with it set on a machine that cannot time
+kernels, the first correct candidate ends the search too (candidates already being judged still finish).
 
 Resuming on a run directory repeats nothing: requests already in the transcript are answered from it,
 and files already judged (same candidate, turn and content) keep their recorded verdict.
@@ -246,7 +247,13 @@ class _Search:
                 self.halt(f"accepted: {record.id}")
                 return True
             return False  # with timings there is still something to improve
-        return record.status == Status.UNMEASURED.value
+        if record.status == Status.UNMEASURED.value:
+            # correct, and nothing here can time it (no GPU): no later candidate can rank above it, so with
+            # stop_on_accept the search ends as at an accept; candidates already being judged finish
+            if self.settings.stop_on_accept:
+                self.halt(f"correct (not timed: no GPU): {record.id}")
+            return True
+        return False
 
     def finish(self) -> TargetSearch:
         records = sorted(self.records, key=lambda r: (r.index, r.turn))

@@ -21,7 +21,7 @@ import pytest
 from autotune import ledger
 
 # Small but real: 4 requests, one candidate, one seed in fp32 keeps a run near 30 s on 2 cores.
-FAST = ["workload.num_requests=4", "agent.candidates=1", "verify.seeds=1", "verify.dtypes=[float32]",
+FAST = ["workload.num_requests=4", "agent.candidates=1", "verify=quick", "verify.dtypes=[float32]",
         "run.check_prompts=2", "run.check_new_tokens=4"]
 
 

@@ -10,17 +10,18 @@ from autotune.verify import verify
 from autotune.verify.verdict import Status
 
 CANDIDATES = Path(__file__).parent / "candidates"
-# Every target's own example kernel (Target.example, autotune/targets/examples/), then other designs of one target.
-CORRECT = [(t.name, t.example_path) for t in all_targets()] + [
-    ("rms_norm", CANDIDATES / "rms_norm_rowwise.py"),  # one row per program
-    ("rms_norm", CANDIDATES / "rms_norm_chunked.py"),  # loops over wide rows in blocks of 1024
-    ("rms_norm", CANDIDATES / "rms_norm_autotuned.py"),  # @triton.autotune: on CPU the configs take turns
+# Every target's own example kernel (Target.example, autotune/targets/examples/) on the default plan, then other
+# designs of one target on the quick plan (conf/verify/quick.yaml: every dtype, kind, layout and width; fewer rows).
+CORRECT = [(t.name, t.example_path, "default") for t in all_targets()] + [
+    ("rms_norm", CANDIDATES / "rms_norm_rowwise.py", "quick"),  # one row per program
+    ("rms_norm", CANDIDATES / "rms_norm_chunked.py", "quick"),  # loops over wide rows in blocks of 1024
+    ("rms_norm", CANDIDATES / "rms_norm_autotuned.py", "quick"),  # @triton.autotune: on CPU the configs take turns
 ]
 
 
-@pytest.mark.parametrize("target, path", CORRECT, ids=[f"{c[0]}:{c[1].name}" for c in CORRECT])
-def test_correct_kernels_are_unmeasured_on_cpu(target, path):
-    v = verify(target, path, compose([]))
+@pytest.mark.parametrize("target, path, plan", CORRECT, ids=[f"{c[0]}:{c[1].name}" for c in CORRECT])
+def test_correct_kernels_are_unmeasured_on_cpu(target, path, plan):
+    v = verify(target, path, compose([f"verify={plan}"]))
     assert v.status is Status.UNMEASURED, v.reason
     assert v.passed and v.reason.endswith("timing: not measured (no GPU)")
     assert v.cases and all(c.passed for c in v.cases)

@@ -107,7 +107,8 @@ def test_what_looks_like_a_secret_is_masked_in_a_failing_verdict():
 
 
 def test_a_passing_verdict_carries_no_stderr():
-    v = judge(get("rms_norm"), (CANDIDATES / "rms_norm_rowwise.py").read_text(), "rms_norm_rowwise.py", CFG)
+    v = judge(get("rms_norm"), (CANDIDATES / "rms_norm_rowwise.py").read_text(), "rms_norm_rowwise.py",
+              compose(["verify=quick"]).verify)
     assert v.passed, v.reason
     assert v.stderr_tail == ""
 
