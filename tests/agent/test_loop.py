@@ -49,7 +49,8 @@ def test_a_broken_kernel_is_fixed_after_feedback(tmp_path, keyed_llm, reply_cls,
 
     assert [c.status for c in result.candidates] == ["incorrect", "unmeasured"]
     assert result.best.id == "rms_norm-c0-t2" and result.best.path == tmp_path / "candidates/rms_norm/c0_t2.py"
-    assert result.best.path.read_text() == kernels["good"] and result.stopped.startswith("done")
+    assert result.best.path.read_text() == kernels["good"]
+    assert result.stopped == "correct (not timed: no GPU): rms_norm-c0-t2"  # nothing here can rank another above it
 
     first, second = (r.body["messages"] for r in keyed_llm.chat_requests())
     assert second[:2] == first  # the prefix, byte for byte
@@ -212,7 +213,9 @@ def test_the_search_agent_needs_no_endpoint(tmp_path):
     assert not (tmp_path / "transcript.jsonl").exists() and os.listdir(tmp_path / "candidates/silu_and_mul")
 
 
-@pytest.mark.parametrize("name", targets.NAMES)
+# Each target's first search configuration passes the checker in tests/agent/test_search.py; here the loop runs
+# the search agent and the real checker end to end, on a target with more than one input and a 3-D case shape.
+@pytest.mark.parametrize("name", ["decode_attention"])
 def test_the_search_agent_yields_a_candidate_the_checker_passes(tmp_path, name):
     cfg = compose(["agent=search", "agent.candidates=1", *FAST_VERIFY])
     result = search_target(targets.get(name), None, cfg, tmp_path, Ledger(tmp_path / "l.jsonl"))  # the real checker

@@ -110,6 +110,7 @@ def test_bad_requests_are_user_errors(call, words):
 # one child per group, each within its own time limit: the attention and GEMM templates' configurations
 # cost the interpreter more than all the row-wise ones together
 SWEEP_GROUPS = [("rms_norm", "silu_and_mul", "fused_add_rms_norm", "rotary_embedding", "softmax"),
+                ("fused_add_rms_norm_quant",),
                 ("decode_attention",), ("prefill_attention",), ("linear",), ("int8_linear",)]
 
 
@@ -200,6 +201,9 @@ def _sweep(workdir: Path, names: list[str]) -> None:
     # tiny tensors: one thread is 3x faster than torch's pool when pytest -n 2 already fills both cores
     # (measured: three softmax configurations, 2.0 s against 5.7 s)
     torch.set_num_threads(1)
+    from autotune.verify import interp
+
+    interp.round_bf16_like_gpu()  # as the checker's worker does: fp32 -> bf16 rounded as on a GPU
     failures, count = [], 0
     for name in names:
         for params in search.search_space(name):
