@@ -1,6 +1,7 @@
 """`autotune verify` as a user runs it: a real subprocess, its stdout, its exit status."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -30,8 +31,9 @@ def test_readable_report_for_a_broken_kernel_and_exit_1(tmp_path):
     # it fails on the first case whose width is not a power of two or whose rows are padded (both kinds now
     # come before [7, 1000]: drawn widths and the padded layout)
     for expected in ("autotune verify rms_norm", "max abs err", "FAIL", "isolation", "network:",
-                     "status: incorrect", "float32 normal seed", "NaN at"):
+                     "status: incorrect", "NaN at"):
         assert expected in out, expected
+    assert re.search(r"case \[\d+(, \d+)*\] float32 (normal|special) seed \d", out), out  # the failing case, named
 
 
 def test_policy_violation_in_json_exits_1(tmp_path):
