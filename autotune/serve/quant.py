@@ -50,6 +50,7 @@ def quantize_layers(model) -> None:
 def w8a8_linear(q: torch.Tensor, x_scale: torch.Tensor, weight: torch.Tensor, w_scale: torch.Tensor,
                 dtype: torch.dtype) -> torch.Tensor:
     """(q [T, K] int8 with x_scale [T, 1]) @ (weight [N, K] int8 with w_scale [N]).T -> [T, N] in `dtype`.
-    The int8 products are summed in fp32 (exact up to 2**24, a few rounding steps beyond at large K)."""
+    The int8 products are summed in fp32 (exact up to 2**24, a few rounding steps beyond at large K): torch._int_mm
+    sums them exactly in int32 but took 6x as long on the CPU (245 ms against 42 ms in the tiny model's profile)."""
     acc = q.float() @ weight.float().T
     return (acc * x_scale.float() * w_scale.float()).to(dtype)
