@@ -168,7 +168,9 @@ class Target:
         return tuple(inspect.signature(self.reference).parameters)
 
     def reference_source(self) -> str:
-        return inspect.getsource(self.reference)
+        """The reference's source, then that of every helper of this package it calls (`upcast`, the ops a fused
+        target's reference runs in turn), each once: what the prompt shows as the op's whole definition."""
+        return "\n\n".join(inspect.getsource(fn) for fn in _own_functions(self.reference))
 
     @property
     def schema(self) -> str:
@@ -201,6 +203,23 @@ class Target:
         if tflops:
             sides.append((self.flops(shape, dtype) / (tflops * 1e6), "compute"))
         return max(sides) if sides else (None, None)
+
+
+def _own_functions(fn: Callable) -> list[Callable]:
+    """fn, and the functions of autotune.targets it calls by a global name, depth first, each once."""
+    found: list[Callable] = []
+
+    def visit(f: Callable) -> None:
+        if f in found:
+            return
+        found.append(f)
+        for name in f.__code__.co_names:
+            g = f.__globals__.get(name)
+            if inspect.isfunction(g) and g.__module__.startswith("autotune.targets"):
+                visit(g)
+
+    visit(fn)
+    return found
 
 
 def dtype_name(dtype: torch.dtype) -> str:

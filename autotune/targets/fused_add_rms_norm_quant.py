@@ -31,8 +31,6 @@ from autotune.targets.base import DEFAULT_TOLERANCES, ForeignOp, Target, numel, 
 from autotune.targets.fused_add_rms_norm import TARGET as FUSED_ADD, fused_add_rms_norm
 from autotune.targets.space import row_space
 
-INT8_MAX = 127
-SCALE_MIN = 1e-10  # an all-zero row's max |y|: its scale stays positive and its q zero
 QUANT_FLIPS = 1e-3  # share of int8 values that may be off by one (see the module docstring)
 
 
@@ -40,10 +38,10 @@ def per_token_int8(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric dynamic per-token int8 of y [..., W]: (q int8 [..., W], scale fp32 [..., 1]), y ~= q * scale.
     fp64 in (the checker's golden run) stays fp64 until the cast."""
     yf = y.double() if y.dtype == torch.float64 else y.float()
-    scale = yf.abs().amax(-1, keepdim=True).clamp(min=SCALE_MIN) / INT8_MAX
+    scale = yf.abs().amax(-1, keepdim=True).clamp(min=1e-10) / 127  # an all-zero row: scale > 0, q = 0
     v = yf / scale
-    v = torch.where(torch.isnan(v), 0.0, v)
-    return torch.round(v).clamp(-INT8_MAX, INT8_MAX).to(torch.int8), scale.to(yf.dtype)
+    v = torch.where(torch.isnan(v), 0.0, v)  # a row with NaN or Inf in it: its q is 0 (its scale is NaN)
+    return torch.round(v).clamp(-127, 127).to(torch.int8), scale.to(yf.dtype)
 
 
 def fused_add_rms_norm_quant(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,

@@ -55,6 +55,20 @@ def test_reference_is_annotated_and_its_schema_is_the_dispatch_points(name):
 
 
 @pytest.mark.parametrize("name", targets.NAMES)
+def test_the_reference_the_prompt_shows_defines_every_helper_it_calls(name):
+    source = targets.get(name).reference_source()
+    namespace = {"torch": torch, "F": torch.nn.functional}  # what every target module imports
+    exec(compile(source, f"<{name} reference>", "exec"), namespace)  # noqa: S102 - our own targets' source
+    t = targets.get(name)
+    args = t.make_inputs(_small_shape(t), torch.float32, generator(t, _small_shape(t), torch.float32, "normal", 0,
+                                                                       SALT), "normal")
+    shown, direct = as_tuple(namespace[name](*args)), as_tuple(t.reference(*args))  # runs on its own
+    assert all(torch.equal(a, b) for a, b in zip(shown, direct))
+    if name == "fused_add_rms_norm_quant":
+        assert source.count("\ndef ") == 3 and "def per_token_int8" in source and "def upcast" in source
+
+
+@pytest.mark.parametrize("name", targets.NAMES)
 def test_shapes_dtypes_tolerances_and_the_roofline_are_declared(name):
     t = targets.get(name)
     assert t.summary and t.default_shapes and t.edge_shapes and t.dtypes
