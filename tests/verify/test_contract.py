@@ -7,6 +7,7 @@ fp32 and one seed (the failure does not depend on the dtype), so each stops afte
 """
 
 import hashlib
+import math
 import os
 import secrets
 import subprocess
@@ -33,7 +34,7 @@ CFG = compose(["verify.dtypes=[float32]", "verify.seeds=1"]).verify
 # what the failing case has that no case of the old plan had
 THREE_D = lambda s: len(s) == 3  # noqa: E731
 WIDTH_WITH_TAIL = lambda s: s[-1] > 1024 and s[-1] % 1024  # noqa: E731
-ROWS_WITH_TAIL = lambda s: 32 < s[-2] and s[-2] % 32  # noqa: E731
+ROWS_WITH_TAIL = lambda s: 32 < math.prod(s[:-1]) and math.prod(s[:-1]) % 32  # noqa: E731 - rows: all leading dims
 
 CHEATS = [
     ("rms_norm", "hardcoded_eps.py", "eps=1e-06", None),
