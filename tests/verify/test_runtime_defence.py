@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from autotune.config import compose
-from autotune.sandbox.runner import _processes
 from autotune.targets import get
 from autotune.verify.judge import judge
 from autotune.verify.verdict import Status, mask_secrets
+from tests.verify.processes import alive_with
 
 CANDIDATES = Path(__file__).parent / "candidates"
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -46,24 +46,13 @@ def test_the_candidate_cannot_forge_its_evidence(name, fragment):
     assert fragment in v.reason
 
 
-def _alive_with(marker: str) -> list[int]:
-    found = []
-    for pid, _ in _processes():
-        try:
-            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.append(pid)
-        except OSError:
-            continue
-    return found
-
-
 def test_a_process_chain_is_denied_and_nothing_survives():
     marker = f"autotune-chain-{uuid.uuid4().hex}"
     v = deep("fork_chain.py", (CANDIDATES / "fork_chain.py").read_text().replace("autotune-fork-chain-marker", marker))
     assert v.status is Status.POLICY_VIOLATION, v.reason
     assert "not allowed in the sandbox: os.fork" in v.reason  # subprocess.Popen was denied first, then fork
     for _ in range(3):
-        assert not _alive_with(marker)
+        assert not alive_with(marker)
         time.sleep(0.3)
 
 

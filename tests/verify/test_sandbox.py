@@ -17,6 +17,7 @@ import torch
 
 from autotune.sandbox import Limits
 from autotune.sandbox.runner import _processes, child_env, run_isolated
+from tests.verify.processes import alive_with
 
 PROBE = "autotune.sandbox.probe"
 
@@ -124,18 +125,6 @@ def test_a_forged_pickle_frame_is_refused_without_being_unpickled(tmp_path):
 CHECKOUT = Path(__file__).resolve().parents[2]
 
 
-def _alive_with(marker: str) -> list[int]:
-    """Host pids of live processes whose command line holds `marker`."""
-    found = []
-    for pid, _ in _processes():
-        try:
-            if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.append(pid)
-        except OSError:
-            continue
-    return found
-
-
 def test_a_chain_of_processes_in_new_sessions_does_not_outlive_the_run(tmp_path):
     marker = f"autotune-chain-{uuid.uuid4().hex}"
     r = run_probe(tmp_path, {"fork_chain": marker, "sleep_s": 1.5})
@@ -143,7 +132,7 @@ def test_a_chain_of_processes_in_new_sessions_does_not_outlive_the_run(tmp_path)
     if not applied(r, "processes"):
         pytest.skip(f"no PID namespace here: {r.isolation['processes']}")
     for _ in range(3):  # a survivor keeps the chain going: look more than once
-        assert not _alive_with(marker)
+        assert not alive_with(marker)
         time.sleep(0.3)
 
 
