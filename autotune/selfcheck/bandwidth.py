@@ -58,9 +58,9 @@ def roofline(device: str, nbytes: int) -> dict:
 
 
 def fraction_of_roofline(target: str, shape, dtype: str, candidate_us: float, roofline_gbps: float) -> float:
-    """The kernel's effective bandwidth (ideal bytes moved / its time) over the measured roofline."""
-    nbytes = get_target(target).bytes_moved(tuple(shape), parse_dtype(dtype))
-    return nbytes / (candidate_us * 1e3) / roofline_gbps
+    """The kernel's effective bandwidth (ideal bytes moved / its time) over the measured roofline: the target's
+    bandwidth floor at that roofline over the kernel's time."""
+    return get_target(target).floor_us(tuple(shape), parse_dtype(dtype), roofline_gbps) / candidate_us
 
 
 def load_kernel(path: Path, entry: str):
