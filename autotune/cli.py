@@ -1,6 +1,6 @@
 """The `autotune` command: `autotune <command> [arguments] [key=value ...]`.
 
-Each command reads the Hydra config in conf/ with the overrides given; `run` goes through
+Each command reads the Hydra config in autotune/conf/ with the overrides given; `run` goes through
 `hydra.main` so that sweeps (`autotune run -m agent.turns=1,3`) and launchers work.
 """
 
@@ -182,7 +182,7 @@ def top_help() -> str:
         commands:
         {cmds}
 
-        Settings live in conf/ (Hydra). Override any key with key=value, swap a preset with group=name:
+        Settings live in autotune/conf/ (Hydra). Override any key with key=value, swap a preset with group=name:
         {groups}
 
         Examples:

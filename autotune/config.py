@@ -1,4 +1,5 @@
-"""Loading the Hydra configuration in `conf/` with one-line errors for bad overrides.
+"""Loading the Hydra configuration in `autotune/conf/` (package data: a wheel install has it) with one-line errors
+for bad overrides.
 
 `compose(overrides)` is what every command uses; `autotune run` hands the same overrides to
 `hydra.main` afterwards so that sweeps (`-m`) and launchers work, but it validates them here first.
@@ -13,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from autotune.errors import UserError
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CONF_DIR = Path(__file__).resolve().parent / "conf"  # inside the package, so that a wheel install has it
 
 # `${first:a,b}`: a unless it is null or empty, else b (e.g. the run dir: the resumed one, else a new one).
 if not OmegaConf.has_resolver("first"):
@@ -22,7 +23,8 @@ if not OmegaConf.has_resolver("first"):
 
 def conf_dir() -> Path:
     if not (CONF_DIR / "config.yaml").is_file():
-        raise UserError(f"no config found at {CONF_DIR} (install the project with `pip install -e .` from its checkout)")
+        raise UserError(f"no config found at {CONF_DIR}: this autotune install lacks its package data (reinstall it: "
+                        "`pip install --force-reinstall autotune` or `pip install -e .` from a checkout)")
     return CONF_DIR
 
 
@@ -30,7 +32,7 @@ def groups() -> dict[str, list[str]]:
     """Config groups and their presets, e.g. {"model": ["llama3_8b", "tiny"], ...}."""
     found = {}
     for d in sorted(p for p in conf_dir().iterdir() if p.is_dir()):
-        if d.name == "hydra":  # Hydra's own groups: conf/hydra/launcher/ holds the sweep launchers
+        if d.name == "hydra":  # Hydra's own groups: autotune/conf/hydra/launcher/ holds the sweep launchers
             found.update({f"hydra/{s.name}": sorted(f.stem for f in s.glob("*.yaml")) for s in sorted(d.iterdir())
                           if s.is_dir()})
         else:

@@ -1,4 +1,4 @@
-"""Rendering the agent's messages from the Jinja2 templates in `prompts/`.
+"""Rendering the agent's messages from the Jinja2 templates in `autotune/prompts/`.
 
 A conversation is `[system, task, reply_1, feedback_1, reply_2, ...]`. The system message is the same
 for every target and turn, the task message is rendered once per candidate, and each turn only appends,
@@ -25,7 +25,7 @@ from autotune.verify.verdict import Status, Verdict
 if TYPE_CHECKING:
     from autotune.profile.records import Hotspot
 
-PROMPTS_DIR = Path(__file__).resolve().parents[2] / "prompts"
+PROMPTS_DIR = Path(__file__).resolve().parents[1] / "prompts"  # autotune/prompts/, package data
 EXAMPLE_TARGET = "rms_norm"  # whose correct example kernel (Target.example) the system message shows
 ASSUMED_GPU = "H100 SXM"  # whose bandwidth the floors assume when there is no GPU to look up
 STDERR_LINES = 30  # the end of a traceback that the model sees; more is noise at ~10 tokens a line
@@ -127,7 +127,7 @@ def task_message(target: Target, hotspot: Hotspot | None, roofline: Roofline, *,
 
 
 def advice(target: Target, roofline: Roofline) -> str:
-    """What makes a kernel for this target fast: its class's advice (prompts/advice/<class>.md.j2), then its own."""
+    """What makes a kernel for this target fast: its class's advice (autotune/prompts/advice/<class>.md.j2), then its own."""
     text = render(f"advice/{target.op_class.value}.md.j2", target=target, roofline=_roofline_slots(roofline))
     return text + (f"- {target.advice.strip()}\n" if target.advice else "")
 

@@ -20,7 +20,7 @@ GPU = {"roofline_bytes": 1 << 30, "model": "llama3_8b", "run_model": "llama3_2_1
 DRY = {"roofline_bytes": 32 << 20, "model": "tiny", "run_model": "tiny",
        "profile": ["workload.num_requests=4"], "run_targets": "[rms_norm]", "candidates": 1, "workers": 2,
        "verify": ["verify=quick", "verify.dtypes=[float32]", "verify.timeout_s=600"]}  # the dry run checks the
-# path, not the kernels: fewer interpreter cases (conf/verify/quick.yaml, fp32 only), and room for a loaded machine
+# path, not the kernels: fewer interpreter cases (autotune/conf/verify/quick.yaml, fp32 only), and room for a loaded machine
 # (the slowed kernel reads each row 8 times)
 
 

@@ -3,7 +3,7 @@ on, and their data.
 
 Shapes come from the profile (with their call counts) or the target's defaults, plus the target's edge
 shapes (one row, widths that are not powers of two, widths above 4096, many rows), the shapes every model
-preset in conf/model/ passes the op (its widths: hidden, 2 x intermediate, heads x head_dim, context) and
+preset in autotune/conf/model/ passes the op (its widths: hidden, 2 x intermediate, heads x head_dim, context) and
 shapes drawn for this run (prime and odd widths, 2^k + small, row counts above 32 that are not a multiple
 of 32; 1-D, 2-D and 3-D). Every shape is run in every dtype with realistic inputs; each shape also gets a
 repeat on the same inputs (bitwise agreement: races show here) and a refill of the same buffers with new
@@ -133,7 +133,7 @@ def selection_note(shapes, limit: int) -> str:
 
 @functools.lru_cache(maxsize=1)
 def model_presets() -> tuple[dict, ...]:
-    """Every model preset in conf/model/ as a plain dict: the sizes and scalars the model is served with."""
+    """Every model preset in autotune/conf/model/ as a plain dict: the sizes and scalars the model is served with."""
     return tuple(OmegaConf.to_container(OmegaConf.load(p)) for p in sorted((conf_dir() / "model").glob("*.yaml")))
 
 

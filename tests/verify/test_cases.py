@@ -58,7 +58,7 @@ def test_gpu_plan_cuts_nothing_and_checks_everything():
 
 
 def test_every_preset_width_is_checked():
-    """Read from conf/model/, not a hand list: Llama 3.2 1B's hidden 2048 was never a case before."""
+    """Read from autotune/conf/model/, not a hand list: Llama 3.2 1B's hidden 2048 was never a case before."""
     hidden = {int(p.hidden_size) for p in PRESETS}
     gate_up = {2 * int(p.intermediate_size) for p in PRESETS}
     assert {2048, 4096} <= hidden and 28672 in gate_up

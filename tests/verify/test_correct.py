@@ -11,7 +11,7 @@ from autotune.verify.verdict import Status
 
 CANDIDATES = Path(__file__).parent / "candidates"
 # Every target's own example kernel (Target.example, autotune/targets/examples/) on the default plan, then other
-# designs of one target on the quick plan (conf/verify/quick.yaml: every dtype, kind, layout and width; fewer rows).
+# designs of one target on the quick plan (autotune/conf/verify/quick.yaml: every dtype, kind, layout and width; fewer rows).
 CORRECT = [(t.name, t.example_path, "default") for t in all_targets()] + [
     ("rms_norm", CANDIDATES / "rms_norm_rowwise.py", "quick"),  # one row per program
     ("rms_norm", CANDIDATES / "rms_norm_chunked.py", "quick"),  # loops over wide rows in blocks of 1024
