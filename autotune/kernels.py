@@ -24,8 +24,8 @@ from typing import Any, Callable
 
 from autotune import targets
 from autotune.errors import UserError
+from autotune.verify.verdict import Status, is_passed
 
-CORRECT = ("accepted", "unmeasured")  # verdict statuses a served model may use
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +48,7 @@ class MergedKernel:
     def speedup(self) -> float | None:
         """Weighted geometric-mean speedup, only when measured on a GPU and accepted."""
         v = self.provenance.get("verdict", {})
-        return v.get("speedup_geomean") if v.get("measured") and v.get("status") == "accepted" else None
+        return v.get("speedup_geomean") if v.get("measured") and v.get("status") == Status.ACCEPTED else None
 
 
 def _merge_order(kernels_dir: Path) -> dict[str, int]:
@@ -108,7 +108,7 @@ def merged(kernels_dir: str | os.PathLike) -> dict[str, list[MergedKernel]]:
 
 def best(kernels_dir: str | os.PathLike, target: str) -> MergedKernel | None:
     """The kernel the served model should use for `target`, among those judged correct; None if none."""
-    return next((k for k in merged(kernels_dir).get(target, []) if k.status in CORRECT), None)
+    return next((k for k in merged(kernels_dir).get(target, []) if is_passed(k.status)), None)  # what a served model may use
 
 
 def interpreter_on() -> None:
@@ -182,7 +182,7 @@ def enable(cfg) -> dict[str, MergedKernel]:
     found = merged(root)
     chosen = {}
     for name in only or targets.NAMES:
-        k = next((k for k in found.get(name, []) if k.status in CORRECT), None)
+        k = next((k for k in found.get(name, []) if is_passed(k.status)), None)
         if k is None and name in only:
             raise UserError(f"kernels.only names {name}, but {root} has no merged {name} kernel judged correct "
                             f"(drop it from kernels.only, or approve a {name} proposal)")

@@ -2,7 +2,7 @@
 
 The run's ledger is the single source: `ProgressLedger.append` writes the record and then shows it, so
 what the screen says is what the ledger holds (and a resumed run starts from the records it already has).
-Per target the table shows candidates judged and passing, the best measured speedup so far, tokens and
+Per target the table shows candidates judged and correct, the best measured speedup so far, tokens and
 dollars spent, and the time left of `agent.budget.wall_s`. When stdout is not a terminal (a scheduler's
 log, a pipe) there is no live display, only cli.log and the run's usual lines.
 """
@@ -21,8 +21,8 @@ from rich.live import Live
 from rich.table import Table
 
 from autotune.ledger import Ledger
+from autotune.verify.verdict import is_correct, is_passed
 
-PASSING = ("accepted", "unmeasured", "slower")  # correct candidates (slower is correct but not faster)
 log = logging.getLogger("autotune.events")
 
 
@@ -31,7 +31,7 @@ class TargetProgress:
     name: str
     state: str = "waiting"
     judged: int = 0
-    passing: int = 0
+    correct: int = 0  # Status.correct: accepted, unmeasured or slower
     best_speedup: float | None = None  # measured only (a GPU); None = nothing measured yet
     tokens: int = 0
     dollars: float = 0.0
@@ -89,7 +89,7 @@ class Progress:
             kind = r.get("kind")
             if kind == "candidate":
                 t.judged += 1
-                t.passing += r.get("status") in PASSING
+                t.correct += is_correct(r.get("status"))
                 speedup = _measured_speedup(r.get("verdict") or {})
                 if speedup is not None:
                     t.best_speedup = max(t.best_speedup or 0.0, speedup)
@@ -97,7 +97,7 @@ class Progress:
                 t.tokens += int(r.get("prompt_tokens", 0)) + int(r.get("completion_tokens", 0))
                 t.dollars += float(r.get("cost_usd") or 0.0)
             elif kind == "agent_search":
-                t.state = "model check" if r.get("best_status") in PASSING else "done"
+                t.state = "model check" if is_passed(r.get("best_status")) else "done"
             elif kind == "outcome":
                 t.state, t.ended = str(r.get("status", "done")).replace("_", " "), time.monotonic()
             elif kind == "failed":
@@ -105,11 +105,11 @@ class Progress:
 
     def __rich__(self) -> Table:
         table = Table(title="autotune run", expand=False)
-        for col in ("target", "state", "judged", "passing", "best speedup", "tokens", "$", "time left"):
+        for col in ("target", "state", "judged", "correct", "best speedup", "tokens", "$", "time left"):
             table.add_column(col, justify="left" if col in ("target", "state") else "right")
         with self.lock:
             for t in self.targets.values():
-                table.add_row(t.name, t.state, str(t.judged), str(t.passing),
+                table.add_row(t.name, t.state, str(t.judged), str(t.correct),
                               f"{t.best_speedup:.2f}x" if t.best_speedup else "not measured",
                               f"{t.tokens:,}", f"{t.dollars:.4f}", self._time_left(t))
         return table

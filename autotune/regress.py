@@ -4,7 +4,7 @@ Every merged kernel in `kernels.dir` (kernels/<op>/<id>/, see autotune/kernels.p
 checker on this machine, on the shapes its proposal recorded (provenance.json `hotspot.shapes`; the
 target's default shapes when none were recorded), and compared with the verdict it was merged with:
 
-- wrong: it was correct and is not any more (any status but accepted, unmeasured or slower);
+- wrong: it was correct and is not any more (its status is no longer `Status.correct`: accepted, unmeasured or slower);
 - slower: both verdicts were timed (a GPU, then and now) and the weighted speedup fell by more than
   `--margin` (default 5%) of the recorded one;
 - not compared: one of the two verdicts has no timings (say, a CPU machine), so only correctness counts.
@@ -26,8 +26,6 @@ from rich.table import Table
 
 from autotune import kernels, targets
 from autotune.errors import UserError
-
-CORRECT = ("accepted", "unmeasured", "slower")
 
 
 class Finding(str, enum.Enum):
@@ -71,7 +69,7 @@ def check(k: kernels.MergedKernel, cfg: DictConfig, margin: float, environment) 
     then = rec.get("speedup_geomean") if rec.get("measured") else None
     now = verdict.speedup_geomean if verdict.measured else None
     status = verdict.status.value
-    if status not in CORRECT:
+    if not verdict.status.correct:
         finding, detail = Finding.WRONG, verdict.reason
     elif then and now and now < then * (1 - margin):
         finding, detail = Finding.SLOWER, f"{now:.2f}x now, {then:.2f}x recorded (margin {margin:.0%})"

@@ -18,9 +18,9 @@ import sys
 from pathlib import Path
 
 from autotune.targets import NAMES
+from autotune.verify.verdict import Status
 
 CANDIDATES = Path("tests/verify/candidates")
-CORRECT_STATUSES = ("accepted", "slower")  # what a correct kernel gets where it can be timed
 TABLES = ("CORRECT", "CASES")
 
 
@@ -32,12 +32,12 @@ class Expectation:
 
     @property
     def correct(self) -> bool:
-        return self.expected == "unmeasured"
+        return self.expected == Status.UNMEASURED
 
     def matches(self, status: str, on_gpu: bool) -> bool:
         """On the CPU, the same status; on a GPU a correct kernel is timed (accepted or slower) instead."""
         if on_gpu and self.correct:
-            return status in CORRECT_STATUSES
+            return Status.parse(status) in Status.timed_set()
         return status == self.expected
 
 

@@ -60,7 +60,7 @@ def render(verdict: Verdict, console: Console | None = None) -> None:
         if verdict.speedup_geomean is not None:
             console.print(f"speedup over the best baseline, geometric mean weighted by calls: "
                           f"{verdict.speedup_geomean:.3f}x")
-    elif verdict.status.correct or verdict.status is Status.UNMEASURED:
+    elif verdict.status.correct:
         console.print("timing: not measured (no GPU)")
     for note in verdict.notes:
         console.print(f"note: {note}", markup=False)

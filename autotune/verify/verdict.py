@@ -39,6 +39,10 @@ def mask_secrets(text: str) -> str:
 
 
 class Status(str, enum.Enum):
+    """A verdict's status, and the one place that says what each status means to everything downstream (the
+    run's summary and progress, the report, the registry, `autotune regress`, the GPU self-check). A str enum:
+    `"slower" in Status.correct_set()` holds for a status read back from a ledger as text."""
+
     ACCEPTED = "accepted"  # correct and measurably faster than the best baseline
     UNMEASURED = "unmeasured"  # correct; no GPU to time it
     SLOWER = "slower"  # correct but not faster than the best baseline beyond the noise margin
@@ -49,13 +53,60 @@ class Status(str, enum.Enum):
     POLICY_VIOLATION = "policy_violation"
 
     @property
+    def correct(self) -> bool:
+        """Proven correct on every case, whatever its speed: accepted, unmeasured, slower."""
+        return self in (Status.ACCEPTED, Status.UNMEASURED, Status.SLOWER)
+
+    @property
     def passed(self) -> bool:
-        """The exit-0 statuses: correct, and either faster or not measurable here."""
+        """Correct, and faster or not measurable here: `autotune verify` exits 0, a run may propose it, the served
+        model may use it (accepted, unmeasured). `slower` is correct and does not pass."""
         return self in (Status.ACCEPTED, Status.UNMEASURED)
 
     @property
-    def correct(self) -> bool:
-        return self in (Status.ACCEPTED, Status.UNMEASURED, Status.SLOWER)
+    def timed(self) -> bool:
+        """Correct and timed on a GPU (accepted, slower): what a correct kernel gets where it can be timed."""
+        return self in (Status.ACCEPTED, Status.SLOWER)
+
+    @property
+    def crashed(self) -> bool:
+        """The candidate did not run to an answer (compile error, runtime error, timeout)."""
+        return self in (Status.COMPILE_ERROR, Status.RUNTIME_ERROR, Status.TIMEOUT)
+
+    @classmethod
+    def parse(cls, value: object) -> "Status | None":
+        """The Status a ledger's text names, or None for anything else ("no_code", a missing field)."""
+        try:
+            return cls(value)
+        except ValueError:
+            return None
+
+    @classmethod
+    def correct_set(cls) -> frozenset["Status"]:
+        return frozenset(s for s in cls if s.correct)
+
+    @classmethod
+    def passed_set(cls) -> frozenset["Status"]:
+        return frozenset(s for s in cls if s.passed)
+
+    @classmethod
+    def timed_set(cls) -> frozenset["Status"]:
+        return frozenset(s for s in cls if s.timed)
+
+    def __str__(self) -> str:  # the value in f-strings and tables, on every Python version
+        return self.value
+
+
+def is_correct(status: object) -> bool:
+    """For a status as text (ledger, provenance.json): see Status.correct; False for no status."""
+    s = Status.parse(status)
+    return bool(s and s.correct)
+
+
+def is_passed(status: object) -> bool:
+    """For a status as text: see Status.passed; False for no status ("no_code")."""
+    s = Status.parse(status)
+    return bool(s and s.passed)
 
 
 @dataclasses.dataclass

@@ -55,7 +55,7 @@ def test_progress_counts_records_and_logs_one_line_each(tmp_path):
                       verdict={"measured": True, "speedup_geomean": 1.4})
         ledger.append("candidate", target="rms_norm", id="rms_norm-c1-t1", status="incorrect", verdict={})
         t = progress.targets["rms_norm"]
-        assert (t.judged, t.passing, t.best_speedup, t.tokens, t.dollars) == (2, 1, 1.4, 120, 0.5)
+        assert (t.judged, t.correct, t.best_speedup, t.tokens, t.dollars) == (2, 1, 1.4, 120, 0.5)
         assert progress.live is None  # not a terminal: no live display
     lines = (tmp_path / "cli.log").read_text().splitlines()
     assert len(lines) == 4 and lines[2].endswith("rms_norm: rms_norm-c0-t1 accepted 1.40x")
