@@ -42,6 +42,7 @@ from rich.console import Console
 from autotune import env, targets
 from autotune.errors import UserError
 from autotune.ledger import Ledger
+from autotune.text import pct
 
 if TYPE_CHECKING:
     from autotune.profile.records import Hotspot
@@ -310,15 +311,23 @@ def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
 
 
 def accounting_line(agent: str, acc: dict[str, Any]) -> str:
-    """What the agent spent, and per kernel: the figures that say whether the loop pays."""
+    """What the agent spent, per kernel, and how much of it went to failed attempts and retries: the figures
+    that say whether the loop pays. Shares are cut, never rounded up (autotune.text.pct)."""
     kernels = acc.get("kernels_accepted") or acc.get("kernels_passing") or 0
     basis = acc.get("per_kernel_basis") or "kernel"
     line = f"agent {agent}: {acc.get('requests', 0)} LLM requests, {acc.get('tokens', 0):,} tokens"
     if acc.get("cache_hit_rate") is not None:
-        line += f" ({acc['cache_hit_rate']:.0%} of prompt tokens cached)"
+        line += f" ({pct(acc['cache_hit_rate'])} of prompt tokens cached)"
     line += f", ${acc.get('dollars', 0):.4f}; {kernels} {basis} kernel(s)"
     if kernels and acc.get("tokens"):
         line += f", {acc.get('tokens_per_kernel', 0):,.0f} tokens and ${acc.get('dollars_per_kernel', 0):.4f} each"
-    if acc.get("failed_token_share") is not None:
-        line += f"; {acc['failed_token_share']:.0%} of tokens went to candidates that failed"
+    if acc.get("attempts"):
+        line += (f"; {acc.get('failed_attempts', 0)} of {acc['attempts']} attempts failed, "
+                 f"{acc.get('retries', 0)} were retries")
+        spent = [f"{pct(acc[k])} of {what}" for k, what in (("failed_token_share", "tokens"),
+                 ("failed_dollar_share", "dollars"), ("failed_wall_share", "wall time")) if acc.get(k) is not None]
+        if spent:
+            line += f"; failed attempts took {', '.join(spent)}"
+        if acc.get("retry_token_share") is not None:
+            line += f"; retries {pct(acc['retry_token_share'])} of tokens"
     return line

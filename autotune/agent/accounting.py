@@ -5,14 +5,17 @@ Per request, `Usage` holds what the server reported; cached prompt tokens come f
 (`--enable-prompt-tokens-details`, `--enable-cache-report`), so their absence is recorded as unknown
 rather than as zero hits. `summarize(records)` turns a run's ledger into the numbers a team needs to
 decide whether the loop pays: tokens and dollars per accepted kernel (per passing kernel when nothing
-could be timed, and it says which), the share spent on candidates that failed, and the prompt cache
-hit rate.
+could be timed, and it says which), the share of tokens, dollars and wall time spent on attempts that failed
+and on retries (per attempt: a conversation that passes on its second turn paid for a failed first one), and
+the prompt cache hit rate.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Any, Iterable, Mapping
+
+from autotune.verify.verdict import Status, is_passed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,16 +70,23 @@ def usage_from_response(usage: Any) -> Usage:
 
 
 def summarize(ledger_records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """The run's agent accounting from its ledger's `llm` and `candidate` records (see loop.py)."""
+    """The run's agent accounting from its ledger's `llm` and `candidate` records (see loop.py): totals, per
+    kernel, the cost of failed attempts and of retries, per run and per target."""
     records = list(ledger_records)
     llm = [r for r in records if r.get("kind") == "llm"]
     candidates = [r for r in records if r.get("kind") == "candidate"]
     summary = _totals(llm)
     summary.update(_per_kernel(summary, candidates))
-    summary.update(_failed_share(llm, candidates))
-    summary["targets"] = {t: _totals([r for r in llm if r.get("target") == t])
-                          for t in sorted({r.get("target") for r in llm if r.get("target")})}
+    summary.update(failure_cost(llm, candidates))
+    summary["targets"] = {t: {**_totals([r for r in llm if r.get("target") == t]),
+                              **failure_cost([r for r in llm if r.get("target") == t],
+                                             [r for r in candidates if r.get("target") == t])}
+                          for t in sorted({r.get("target") for r in llm + candidates if r.get("target")})}
     return summary
+
+
+def _tokens(r: Mapping[str, Any]) -> int:
+    return int(r.get("prompt_tokens") or 0) + int(r.get("completion_tokens") or 0)
 
 
 def _totals(llm: list[Mapping[str, Any]]) -> dict[str, Any]:
@@ -90,7 +100,7 @@ def _totals(llm: list[Mapping[str, Any]]) -> dict[str, Any]:
         "prompt_tokens": prompt,
         "cached_tokens": cached,
         "completion_tokens": sum(int(r.get("completion_tokens") or 0) for r in llm),
-        "tokens": prompt + sum(int(r.get("completion_tokens") or 0) for r in llm),
+        "tokens": sum(_tokens(r) for r in llm),
         "dollars": round(sum(float(r.get("cost_usd") or 0.0) for r in llm), 6),
         "llm_latency_s": round(sum(float(r.get("latency_s") or 0.0) for r in llm), 3),
         # Over the requests whose server reported cached tokens; None when none did.
@@ -100,9 +110,10 @@ def _totals(llm: list[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def _per_kernel(totals: Mapping[str, Any], candidates: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """Tokens and dollars per accepted kernel; per passing kernel when nothing was accepted (CPU)."""
-    accepted = {(r.get("target"), r.get("index")) for r in candidates if r.get("status") == "accepted"}
-    passing = {(r.get("target"), r.get("index")) for r in candidates if r.get("status") in ("accepted", "unmeasured")}
+    """Tokens and dollars per accepted kernel; per passing kernel when nothing was accepted (CPU). Everything
+    spent counts, failed attempts included: the cost of a kernel is the cost of the search that found it."""
+    accepted = {_conversation(r) for r in candidates if r.get("status") == Status.ACCEPTED}
+    passing = {_conversation(r) for r in candidates if is_passed(r.get("status"))}
     basis, kernels = ("accepted", accepted) if accepted or not passing else ("passing (unmeasured)", passing)
     n = len(kernels)
     return {
@@ -114,16 +125,48 @@ def _per_kernel(totals: Mapping[str, Any], candidates: list[Mapping[str, Any]]) 
     }
 
 
-def _failed_share(llm: list[Mapping[str, Any]], candidates: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """Share of tokens and dollars spent on conversations that ended without a passing kernel."""
-    passed = {(r.get("target"), r.get("index")) for r in candidates if r.get("status") in ("accepted", "unmeasured")}
-    failed = [r for r in llm if (r.get("target"), r.get("index")) not in passed]
-    tokens = sum(int(r.get("prompt_tokens") or 0) + int(r.get("completion_tokens") or 0) for r in llm)
-    dollars = sum(float(r.get("cost_usd") or 0.0) for r in llm)
-    failed_tokens = sum(int(r.get("prompt_tokens") or 0) + int(r.get("completion_tokens") or 0) for r in failed)
-    failed_dollars = sum(float(r.get("cost_usd") or 0.0) for r in failed)
+def _conversation(r: Mapping[str, Any]) -> tuple:
+    return r.get("target"), r.get("index")
+
+
+def _attempt(r: Mapping[str, Any]) -> tuple:
+    return r.get("target"), r.get("index"), r.get("turn")
+
+
+def attempt_seconds(candidate: Mapping[str, Any]) -> float:
+    """An attempt's wall time: the model's answer and the checker's judgement of it."""
+    verdict = candidate.get("verdict") or {}
+    return float(candidate.get("llm_latency_s") or 0.0) + float(verdict.get("duration_s") or 0.0)
+
+
+def failure_cost(llm: list[Mapping[str, Any]], candidates: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """What went to attempts that failed (a turn whose file did not pass: incorrect, a crash, no code, slower)
+    and to retries (every turn after a conversation's first), as counts and as shares of tokens, dollars and
+    wall time. Per attempt, not per conversation: a conversation that passes on turn 2 still paid for turn 1.
+    A request with no judged attempt (the run died before the verdict) counts as failed."""
+    status = {_attempt(r): r.get("status") for r in candidates}
+    failed = [r for r in llm if not is_passed(status.get(_attempt(r)))]
+    retries = [r for r in llm if int(r.get("turn") or 1) > 1]
+    wall = sum(attempt_seconds(c) for c in candidates)
+    failed_wall = sum(attempt_seconds(c) for c in candidates if not is_passed(c.get("status")))
+    tokens, dollars = sum(_tokens(r) for r in llm), sum(float(r.get("cost_usd") or 0.0) for r in llm)
+
+    def share(part: float, whole: float) -> float | None:
+        return round(part / whole, 4) if whole else None
+
     return {
-        "failed_candidates": len({(r.get("target"), r.get("index")) for r in candidates} - passed),
-        "failed_token_share": round(failed_tokens / tokens, 4) if tokens else None,
-        "failed_dollar_share": round(failed_dollars / dollars, 4) if dollars else None,
+        "attempts": len(candidates),
+        "failed_attempts": sum(not is_passed(c.get("status")) for c in candidates),
+        "retries": sum(int(c.get("turn") or 1) > 1 for c in candidates),
+        "failed_candidates": len({_conversation(c) for c in candidates}
+                                 - {_conversation(c) for c in candidates if is_passed(c.get("status"))}),
+        "failed_tokens": sum(_tokens(r) for r in failed),
+        "failed_dollars": round(sum(float(r.get("cost_usd") or 0.0) for r in failed), 6),
+        "failed_wall_s": round(failed_wall, 3),
+        "attempts_wall_s": round(wall, 3),
+        "failed_token_share": share(sum(_tokens(r) for r in failed), tokens),
+        "failed_dollar_share": share(sum(float(r.get("cost_usd") or 0.0) for r in failed), dollars),
+        "failed_wall_share": share(failed_wall, wall),
+        "retry_token_share": share(sum(_tokens(r) for r in retries), tokens),
+        "retry_dollar_share": share(sum(float(r.get("cost_usd") or 0.0) for r in retries), dollars),
     }

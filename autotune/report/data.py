@@ -17,8 +17,8 @@ from omegaconf import OmegaConf
 
 from autotune.errors import UserError
 from autotune.ledger import frame
-
-PASSING = ("accepted", "unmeasured", "slower")  # correct candidates
+from autotune.ledger import read as ledger_records
+from autotune.verify.verdict import is_correct
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,34 +124,28 @@ def statuses_per_turn(r: Runs) -> pd.DataFrame:
 
 
 def costs(r: Runs) -> pd.DataFrame:
-    """Per run: tokens and dollars per accepted (else passing) kernel, the share spent on failures."""
-    c, llm = candidates(r), _of(r.ledger, "llm")
+    """Per run: the run summary's own accounting (autotune.agent.accounting.summarize over its ledger, so the
+    report and summary.json can never disagree): tokens and dollars per accepted (else passing) kernel, and
+    the shares of tokens, dollars and wall time that went to failed attempts and to retries."""
+    from autotune.agent.accounting import summarize
+
+    c = candidates(r)
     rows = []
     for run in r.runs["run"]:
-        cr = c[c["run"] == run]
-        lr = llm[llm["run"] == run] if not llm.empty else llm
-        tokens = int((lr["prompt_tokens"] + lr["completion_tokens"]).sum()) if not lr.empty else 0
-        dollars = float(lr["cost_usd"].sum()) if not lr.empty else 0.0
-        accepted, passing = int((cr["status"] == "accepted").sum()), int(cr["status"].isin(PASSING).sum())
-        kernels, basis = (accepted, "accepted") if accepted else (passing, "passing")
-        failed = _failed_tokens(cr, lr)
-        rows.append({"run": run, "candidates": len(cr), "passing": passing, "accepted": accepted,
-                     "tokens": tokens, "dollars": dollars, "per_kernel_basis": basis,
-                     "tokens_per_kernel": tokens / kernels if kernels else np.nan,
-                     "dollars_per_kernel": dollars / kernels if kernels else np.nan,
-                     "failed_token_share": failed / tokens if tokens else np.nan})
+        acc = summarize(ledger_records(Path(run) / "ledger.jsonl"))
+        rows.append({"run": run, "candidates": int((c["run"] == run).sum()),
+                     "correct": int(c[c["run"] == run]["status"].map(is_correct).sum()),
+                     "passing": acc["kernels_passing"], "accepted": acc["kernels_accepted"],
+                     "tokens": acc["tokens"], "dollars": acc["dollars"], "per_kernel_basis": acc["per_kernel_basis"],
+                     "tokens_per_kernel": _nan(acc["tokens_per_kernel"]),
+                     "dollars_per_kernel": _nan(acc["dollars_per_kernel"]),
+                     **{k: _nan(acc[k]) for k in ("attempts", "failed_attempts", "retries", "failed_token_share",
+                                                  "failed_dollar_share", "failed_wall_share", "retry_token_share")}})
     return pd.DataFrame(rows)
 
 
-def _failed_tokens(cr: pd.DataFrame, lr: pd.DataFrame) -> int:
-    """Tokens of the requests whose candidate did not pass (matched by target, index and turn)."""
-    if lr.empty or cr.empty:
-        return 0
-    status = {(t, int(i), int(u)): s for t, i, u, s in zip(cr["target"], cr["id"].str.extract(r"-c(\d+)-")[0],
-                                                            cr["turn"], cr["status"])}
-    failed = [status.get((t, int(i), int(u))) not in PASSING
-              for t, i, u in zip(lr["target"], lr["index"], lr["turn"])]
-    return int((lr["prompt_tokens"] + lr["completion_tokens"])[failed].sum())
+def _nan(x) -> float:
+    return np.nan if x is None else x
 
 
 def cache_per_turn(r: Runs) -> pd.DataFrame:
@@ -208,8 +202,8 @@ def settings_table(r: Runs) -> pd.DataFrame:
     best = c.groupby("run")["speedup"].max().rename("best_speedup")
     out = r.runs.merge(costs(r), on="run").merge(best, on="run", how="left")
     cols = ["run_id", "agent", "agent_model", "temperature", "turns", "candidates_x", "prompt_variant", "targets",
-            "candidates_y", "passing", "accepted", "best_speedup", "tokens", "dollars", "dollars_per_kernel",
-            "failed_token_share"]
+            "candidates_y", "correct", "passing", "accepted", "best_speedup", "tokens", "dollars",
+            "dollars_per_kernel", "failed_token_share", "failed_wall_share", "retry_token_share"]
     cols[1:1] = [c for c in out.columns if c.startswith("set:")]
     out = out[cols].rename(columns={"candidates_x": "candidates_per_target", "candidates_y": "judged"})
     return out

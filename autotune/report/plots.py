@@ -84,7 +84,7 @@ def statuses(t: pd.DataFrame, environments: list[str]) -> bytes:
 
 
 def cost_per_kernel(c: pd.DataFrame, environments: list[str]) -> bytes:
-    fig, ax = _figure("tokens per kernel, and the share spent on failures, per run")
+    fig, ax = _figure("tokens per kernel, and the shares spent on failed attempts and on retries, per run")
     if c.empty or c["tokens"].sum() == 0:
         _say(ax, "no LLM tokens spent (agent=search writes candidates from templates)")
         return _png(fig, environments)
@@ -92,9 +92,11 @@ def cost_per_kernel(c: pd.DataFrame, environments: list[str]) -> bytes:
     ax.bar(labels, c["tokens_per_kernel"].fillna(0), color="#4a7")
     ax.set_ylabel("tokens per kernel (" + ", ".join(sorted(set(c["per_kernel_basis"]))) + ")")
     twin = ax.twinx()
-    twin.plot(labels, c["failed_token_share"], "o-", color="#c44")
+    twin.plot(labels, c["failed_token_share"], "o-", color="#c44", label="failed attempts")
+    twin.plot(labels, c["retry_token_share"], "s--", color="#a6c", label="retries (turn 2 on)")
     twin.set_ylim(0, 1)
-    twin.set_ylabel("share of tokens spent on failures", color="#c44")
+    twin.set_ylabel("share of tokens", color="#c44")
+    twin.legend(fontsize=8, loc="upper right")
     return _png(fig, environments)
 
 

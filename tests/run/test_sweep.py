@@ -24,6 +24,7 @@ import pandas as pd
 import pytest
 
 from autotune import ledger
+from autotune.verify.verdict import Status
 
 TRACE = Path(__file__).resolve().parents[1] / "profile" / "fixtures" / "vllm_eager_worker.json.gz"
 TINY = ["targets=[rms_norm]", f"trace={TRACE}", "agent.candidates=1", "verify.seeds=1",
@@ -92,7 +93,7 @@ def test_a_2x2_local_sweep_survives_a_killed_job_and_ends_in_one_report_that_mat
         judged = [r for r in ledger.read(run / "ledger.jsonl") if r["kind"] == "candidate"]
         row = settings[settings["run_id"] == json.loads((run / "summary.json").read_text())["run_id"]].iloc[0]
         assert row["judged"] == len(judged) == 1  # the killed job's candidate was not judged twice
-        assert row["passing"] == sum(r["status"] in ("accepted", "unmeasured", "slower") for r in judged)
+        assert row["correct"] == sum(Status.parse(r["status"]) in Status.correct_set() for r in judged)
     assert "No speedup was measured (no GPU)" in (tmp_path / "report" / "report.html").read_text()
 
 

@@ -1,0 +1,41 @@
+"""How figures are written for people: percentages that never round up across a goal, durations, sizes.
+
+A share is written with one decimal and cut, not rounded (`pct(0.8496) == "84.9%"`): a run that cached 84.96%
+of its prompt tokens has not met an 85% goal, and its summary must not say "85%".
+
+    pct(0.847)          # "84.7%"
+    pct(0.999999)       # "99.9%"  (100.0% only for all of it)
+    us(1530.0)          # "1.53 ms"
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def pct(share: float | None, decimals: int = 1) -> str:
+    """`share` (0.847) as a percentage cut at `decimals` places ("84.7%"); "-" for None or NaN."""
+    if share is None or share != share:
+        return "-"
+    scale = 10 ** decimals
+    value = math.floor(round(100 * float(share) * scale, 6)) / scale  # round(.., 6): 0.29 * 100 is 28.999...
+    return f"{value:.{decimals}f}%"
+
+
+def us(x: float | None) -> str:
+    """Microseconds in the unit that reads best: "1.53 ms", "4.20 us", "350 ns"."""
+    if x is None:
+        return "-"
+    if x >= 1e3:
+        return f"{x / 1e3:,.2f} ms"
+    if x >= 1:
+        return f"{x:.2f} us"
+    return f"{x * 1e3:.0f} ns" if x >= 0.01 else f"{x * 1e3:.1f} ns"
+
+
+def size(n: int) -> str:
+    """Bytes in decimal units: "1.05 MB"."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} B"
