@@ -51,6 +51,10 @@ DEFAULT_SHAPES = ((8, 6144, 4096), (8, 28672, 4096), (512, 4096, 14336))
 EDGE_SHAPES = ((1, 256, 128), (7, 100, 352), (33, 128, 200), (5, 300, 64))
 
 
+# (M, N, K) as the prompt names them
+DIMS = ("M_tokens", "N_out", "K_in")  # x [M, K], weight [N, K], y [M, N]
+
+
 def element_size(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
@@ -86,4 +90,9 @@ CONFIGS = configs(tuple(k.name for k in KNOBS), [
 
 def search_space(template: str) -> SearchSpace:
     """The GEMM space, rendered through `template` (which imports the shared `_gemm.j2` kernel)."""
-    return SearchSpace(template=template, knobs=KNOBS, configs=CONFIGS)
+    return SearchSpace(template=template, knobs=KNOBS, configs=CONFIGS, sweep_shapes=sweep_shapes, own_sweep=True)
+
+
+def sweep_shapes(params: dict) -> tuple[Shape, ...]:
+    """Ragged M, N and K tiles; K over two blocks and every split."""
+    return ((params["block_m"] + 3, params["block_n"] + 5, params["block_k"] * params["split_k"] + 7),)

@@ -35,10 +35,14 @@ class OpClass(str, enum.Enum):
         return self.value
 
 
-# Input kinds the checker asks for. "normal": realistic activations; "large": magnitudes in the
-# hundreds (fp16/bf16 accumulation overflows here when a kernel skips fp32); "special": a few NaN
-# and Inf planted in the activations, which must land in the same output positions as the reference's.
-INPUT_KINDS = ("normal", "large", "special")
+# Input kinds the checker asks for (`activations` makes them), in the words the prompt and the feedback use.
+INPUT_KINDS = {
+    "normal": "realistic activations, N(0, 1)",
+    "large": "magnitudes in the hundreds, N(0, 1) x 300 (a float16/bfloat16 accumulator overflows or loses the "
+             "answer here)",
+    "special": "N(0, 1) with one NaN, one +Inf and one -Inf planted at random positions of the first argument; "
+               "the output must have NaN and +-Inf exactly where the reference has them",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +129,14 @@ class Target:
     # a profiler "Input Dims" list -> this target's case shape; every target so far: its first input's shape
     shape_from_dims: Callable[[list], Shape] = lambda dims: tuple(dims[0])
     op_class: OpClass = OpClass.MEMORY_BOUND
-    advice: str = ""  # prompt advice for this target beyond its class's (autotune/prompts/advice/<class>.md)
+    # what makes a kernel for this op fast, beyond its class's advice (autotune/prompts/advice/<class>.md.j2):
+    # one line per bullet of the prompt (the row reductions share ROW_REDUCTION_ADVICE)
+    advice: tuple[str, ...] = ()
+    # designs candidate 2, 3, ... of a search explore (candidate 1 writes the kernel it expects to be fastest);
+    # empty: its class's (CLASS_DIRECTIONS)
+    directions: tuple[str, ...] = ()
+    # names of the case shape's dims, last dim last; leading dims beyond them are rows ("rows=2x3, hidden=1000")
+    dims: tuple[str, ...] = ("width",)
     search: SearchSpace | None = None  # the `search` agent's template and configurations
     example: str = ""  # a correct kernel for it, a file in autotune/targets/examples/ (the tests check it passes)
     # (shape, max rows, max elements) -> the shape run under the CPU interpreter; None limits mean no cut
@@ -150,6 +161,8 @@ class Target:
 
     def __post_init__(self):
         names = self.arg_names
+        if isinstance(self.advice, str) or isinstance(self.directions, str):
+            raise ValueError(f"target {self.name}: advice and directions are tuples of lines, not one string")
         unknown = [x for x in self.layouts if x not in LAYOUTS]
         if unknown or not self.layouts:
             raise ValueError(f"target {self.name}: layouts {unknown or '()'} (known: {', '.join(LAYOUTS)})")
@@ -157,6 +170,19 @@ class Target:
             bad = [a for a in getattr(self, field) if a not in names]
             if bad:
                 raise ValueError(f"target {self.name}: {field} names {bad}, not arguments of {self.signature}")
+
+    def label_shape(self, shape: Shape) -> str:
+        """A case shape with its dims named: "seqs=8, heads=32, kv_heads=8, head_dim=128, max_context=1024", or
+        for a row op "rows=64, hidden=4096" (several leading dims: "rows=2x3")."""
+        shape = tuple(shape)
+        named = min(len(self.dims), len(shape))
+        lead, tail = shape[:len(shape) - named], shape[len(shape) - named:]
+        parts = [f"{n}={v}" for n, v in zip(self.dims[len(self.dims) - named:], tail)]
+        return ", ".join(([f"rows={'x'.join(map(str, lead))}"] if lead else []) + parts)
+
+    @property
+    def candidate_directions(self) -> tuple[str, ...]:
+        return self.directions or CLASS_DIRECTIONS[self.op_class]
 
     @property
     def signature(self) -> str:
@@ -220,6 +246,41 @@ def _own_functions(fn: Callable) -> list[Callable]:
 
     visit(fn)
     return found
+
+
+FIRST_DIRECTION = "Write the kernel you expect to be fastest for the shapes that take the most time."
+# Designs the later candidates of a search explore, by class; a target's own `directions` replace them.
+CLASS_DIRECTIONS = {
+    OpClass.MEMORY_BOUND: (
+        "Focus on memory traffic: touch every byte exactly once, with wide coalesced loads and stores.",
+        "Focus on the launch: block sizes and num_warps chosen per shape, so that the shapes with the most calls "
+        "fill the GPU.",
+    ),
+    OpClass.COMPUTE_BOUND: (
+        "Explore the tile shape: larger BLOCK_M x BLOCK_N tiles for the prefill-sized shapes, a small BLOCK_M for "
+        "the decode-sized ones.",
+        "Explore split-K for the shapes with few rows, where the output tiles alone cannot fill the GPU.",
+        "Focus on the pipeline: num_stages, num_warps and a grouped launch order for L2 reuse.",
+    ),
+    OpClass.MIXED: (
+        "Explore splitting the long dimension across programs (split-K / flash-decoding), merged by a second pass.",
+        "Focus on the tiles: block sizes, num_warps and num_stages for the shapes that take the most time.",
+    ),
+}
+
+# The row reductions (rms_norm, fused_add_rms_norm, softmax, the fused quantization) share this advice.
+ROW_REDUCTION_ADVICE = (
+    "One program per row with the whole row in one block (`BLOCK = triton.next_power_of_2(n_cols)`) is best for "
+    "rows up to a few thousand elements; for wider rows loop over the row in chunks (a two-pass loop: reduce, "
+    "then normalise and store) to keep register use bounded.",
+    "With many short rows, process several rows per program (a 2-D block) so that each program has work.",
+)
+ROW_DIRECTIONS = (
+    "Explore several rows per program with a 2-D block, so that the short rows in the profile keep the GPU busy.",
+    "Explore a chunked design: loop over the last dimension in fixed-size blocks, so that register use stays "
+    "bounded on the widest shapes.",
+    "Focus on launch parameters and memory traffic: block sizes, num_warps, and touching every byte exactly once.",
+)
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -306,7 +367,7 @@ def activations(shape: Shape, dtype: torch.dtype, gen: torch.Generator, kind: st
         flat[picks[1]] = float("inf")
         flat[picks[2]] = float("-inf")
     elif kind != "normal":
-        raise ValueError(f"unknown input kind '{kind}' (one of {INPUT_KINDS})")
+        raise ValueError(f"unknown input kind '{kind}' (one of {', '.join(INPUT_KINDS)})")
     return x.to(dtype)
 
 

@@ -106,6 +106,9 @@ SEARCH = SearchSpace(
         (64, 1, 4, 2), (64, 4, 4, 2), (128, 1, 4, 2), (32, 1, 4, 2), (64, 8, 4, 3), (128, 2, 8, 3),
         (16, 1, 2, 1), (256, 4, 8, 2), (64, 16, 4, 2),
     ]),
+    # contexts over two key blocks (splits part-empty), ragged head_dim 48
+    sweep_shapes=lambda p: ((2, 4, 2, 48, p["block_n"] + 5),),
+    own_sweep=True,
 )
 
 
@@ -131,6 +134,11 @@ TARGET = Target(
     op_class=OpClass.MIXED,
     search=SEARCH,
     example="decode_attention.py",
+    dims=("seqs", "heads", "kv_heads", "head_dim", "max_context"),
+    advice=("One program per (sequence, kv head) serves the heads // kv_heads query heads that share it (GQA): "
+            "load each key/value block once for the whole group, with an online softmax (running max and sum) "
+            "in float32.",
+            "Read only each sequence's own context length from its cache slot; the rest of the slot is garbage.",),
     cut_shape=cut_shape,
     input_elements=input_elements,
     output_elements=output_elements,

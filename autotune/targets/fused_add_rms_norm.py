@@ -61,4 +61,7 @@ TARGET = Target(
                  ForeignOp("sgl_kernel::fused_add_rmsnorm")),
     search=row_space("fused_add_rms_norm.py.j2"),
     example="fused_add_rms_norm.py",
+    dims=RMS_NORM.dims,
+    advice=RMS_NORM.advice,
+    directions=RMS_NORM.directions,
 )

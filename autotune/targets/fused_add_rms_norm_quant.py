@@ -80,11 +80,14 @@ TARGET = Target(
     random_shapes=FUSED_ADD.random_shapes,
     # vLLM: rms_norm_dynamic_per_token_quant(out, input, weight, scales, var_epsilon, scale_ub, residual)
     foreign_ops=(ForeignOp("_C::rms_norm_dynamic_per_token_quant", case_arg=1),),
-    search=row_space("fused_add_rms_norm_quant.py.j2"),
+    search=row_space("fused_add_rms_norm_quant.py.j2", own_sweep=True),  # three outputs: the costliest row op
     example="fused_add_rms_norm_quant.py",
-    advice="max |y| needs the whole normed row before any value can be quantized: keep the row in registers "
-           "when it fits; a wider row takes another pass over x and residual (re-adding them in fp32) rather than "
-           "a round trip of y through memory. Round y to x's dtype before dividing by the scale, as the unfused "
-           "ops do, and round half to even (torch.round); the int8 store is a quarter of fp32's bytes.",
+    dims=FUSED_ADD.dims,
+    directions=FUSED_ADD.directions,
+    advice=FUSED_ADD.advice + (
+        "max |y| needs the whole normed row before any value can be quantized: keep the row in registers when it "
+        "fits; a wider row takes another pass over x and residual (re-adding them in fp32) rather than a round "
+        "trip of y through memory. Round y to x's dtype before dividing by the scale, as the unfused ops do, and "
+        "round half to even (torch.round); the int8 store is a quarter of fp32's bytes.",),
     output_elements=lambda shape: 2 * numel(shape) + rows_and_width(shape)[0],  # q, the sum, a scale per row
 )

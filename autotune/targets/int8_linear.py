@@ -55,6 +55,10 @@ TARGET = Target(
     shape_from_dims=_gemm.shape_from_dims,
     op_class=OpClass.COMPUTE_BOUND,  # at a decode step's few tokens the weight read bounds it: the floor says so
     search=_gemm.search_space("int8_linear.py.j2"),
+    dims=_gemm.DIMS,
+    advice=("The weight is int8 with one fp32 scale per output channel: convert each weight tile to x's dtype "
+            "(exact: |w| <= 127 fits bfloat16 and float16) and feed `tl.dot` the two 16-bit tiles; multiply the "
+            "float32 accumulator by the scales once, after the K loop.",),
     example="int8_linear.py",
     cut_shape=_gemm.cut_shape,
     input_elements=_gemm.input_elements,

@@ -47,6 +47,7 @@ TARGET = Target(
     shape_from_dims=_gemm.shape_from_dims,
     op_class=OpClass.COMPUTE_BOUND,  # at a decode step's few tokens the weight read bounds it: the floor says so
     search=_gemm.search_space("linear.py.j2"),
+    dims=_gemm.DIMS,
     example="linear.py",
     cut_shape=_gemm.cut_shape,
     input_elements=_gemm.input_elements,

@@ -126,6 +126,9 @@ SEARCH = SearchSpace(
         (64, 64, 4, 2), (128, 64, 8, 3), (64, 32, 4, 2), (32, 64, 4, 2), (128, 128, 8, 2), (16, 32, 2, 1),
         (64, 128, 4, 3), (128, 32, 4, 4),
     ]),
+    # over two query or key blocks, the last ragged; ragged head_dim 48
+    sweep_shapes=lambda p: ((2, 4, 2, 48, max(p["block_m"], p["block_n"]) + 3),),
+    own_sweep=True,
 )
 
 
@@ -147,6 +150,10 @@ TARGET = Target(
     op_class=OpClass.COMPUTE_BOUND,  # each key tile is reused by a block of query rows: tensor-core bound
     search=SEARCH,
     example="prefill_attention.py",
+    dims=("chunks", "heads", "kv_heads", "head_dim", "max_query_len"),
+    advice=("FlashAttention's forward: a block of query rows per program, a loop over key blocks up to the "
+            "causal limit only (the chunk's start position plus the row), an online softmax in float32, and "
+            "`tl.dot` for q @ k^T and p @ v with the 16-bit tiles fed straight in (p cast to v's dtype).",),
     cut_shape=cut_shape,
     input_elements=input_elements,
     output_elements=output_elements,

@@ -10,7 +10,7 @@ checker's fp64-golden fallback accepts results that round differently but are no
 
 import torch
 
-from autotune.targets.base import (ForeignOp, Target, activations, norm_weight, quiet_rows, random_rows,
+from autotune.targets.base import (ROW_DIRECTIONS, ROW_REDUCTION_ADVICE, ForeignOp, Target, activations, norm_weight, quiet_rows, random_rows,
                                    random_widths, rows_and_width, rowwise_shapes, upcast)
 from autotune.targets.space import row_space
 
@@ -64,5 +64,8 @@ TARGET = Target(
     foreign_ops=(ForeignOp("vllm_ir::rms_norm"), ForeignOp("_C::rms_norm", case_arg=1),
                  ForeignOp("sgl_kernel::rmsnorm", case_arg=1)),
     search=row_space("rms_norm.py.j2"),
+    dims=("hidden",),
+    advice=ROW_REDUCTION_ADVICE,
+    directions=ROW_DIRECTIONS,
     example="rms_norm.py",
 )

@@ -63,6 +63,7 @@ SEARCH = SearchSpace(
     configs=configs(("heads", "warps"), [
         (16, "auto"), (32, "auto"), (8, "auto"), (4, "auto"), (64, 16), (2, 4), (1, 4), (16, 8),
     ]),
+    sweep_shapes=lambda p: ((3, p["heads"] + 3, 96), (2, 1, 32)),  # a part-empty head tile; half-widths 48 and 16
 )
 
 
@@ -84,4 +85,14 @@ TARGET = Target(
     foreign_ops=(ForeignOp("_C::rotary_embedding", case_arg=1, head_size_arg=3),),
     search=SEARCH,
     example="rotary_embedding.py",
+    dims=("tokens", "heads", "head_dim"),
+    advice=("No reduction: each output element needs x at j and at j +- head_dim/2 of the same head, and the "
+            "token's cos and sin at j mod head_dim/2. A program per token (or per token and block of heads) "
+            "loads that token's cos/sin row once and reuses it for every head it rotates.",
+            "x is a strided view (q or k inside the fused qkv projection): index it by its token, head and dim "
+            "strides, and write a dense output.",),
+    directions=("Explore the heads per program: all of a token's heads in one program (most cos/sin reuse) "
+                "against fewer heads and more programs for a decode step's few tokens.",
+                "Focus on memory traffic: each x element read once, the two halves of a head loaded as two "
+                "half-width blocks, cos/sin read once per token."),
 )

@@ -51,6 +51,7 @@ SEARCH = SearchSpace(
     configs=configs(("block", "warps"), [
         (4096, 8), (2048, 8), (1024, 4), (4096, 16), (2048, 4), (8192, 16), (512, 4), (256, 2),
     ]),
+    sweep_shapes=lambda p: ((2, 3, 2 * (p["block"] + 37)),),  # two programs per row, the second part-empty
 )
 
 
@@ -70,4 +71,8 @@ TARGET = Target(
     foreign_ops=(ForeignOp("_C::silu_and_mul", case_arg=1), ForeignOp("sgl_kernel::silu_and_mul", case_arg=1)),
     search=SEARCH,
     example="silu_and_mul.py",
+    dims=("2I",),  # the gate_up projection's output: gate x[..., :I], up x[..., I:]
+    advice=("Elementwise, no reduction: output column j reads x[..., j] (gate) and x[..., I + j] (up). A grid of "
+            "(rows, column blocks) with a 1-D block of columns per program keeps every load coalesced; with one "
+            "row (a decode step) the column blocks alone must fill the GPU.",),
 )

@@ -10,7 +10,7 @@ checker's fp64-golden fallback accepts results that round differently but are no
 
 import torch
 
-from autotune.targets.base import ForeignOp, Target, activations, random_rows, random_widths, rows_and_width, upcast
+from autotune.targets.base import ROW_DIRECTIONS, ROW_REDUCTION_ADVICE, ForeignOp, Target, activations, random_rows, random_widths, rows_and_width, upcast
 from autotune.targets.space import row_space
 
 
@@ -50,6 +50,18 @@ def flops(shape, dtype):
     return 4 * rows * width  # max, sub+exp, sum, div
 
 
+def edge_rows(shape, params, dtype):
+    """Rows whose answer a running max gets wrong: all -inf (NaN out), NaN in the first lane, -inf across the
+    first block, +inf at the end."""
+    width = shape[-1]
+    x = torch.randn(4, width)
+    x[0] = float("-inf")
+    x[1, 0] = float("nan")
+    x[2, :min(params["max_block"], width)] = float("-inf")
+    x[3, -1] = float("inf")
+    yield "edge rows", (x.to(dtype),)
+
+
 TARGET = Target(
     name="softmax",
     summary="softmax over the last dim (attention probabilities, -inf masked), fp32 math, output in x's dtype",
@@ -63,6 +75,11 @@ TARGET = Target(
     model_shapes=model_shapes,
     random_shapes=random_shapes,
     foreign_ops=(ForeignOp("aten::_softmax"),),  # what torch.softmax runs in any engine's trace
-    search=row_space("softmax.py.j2"),
+    search=row_space("softmax.py.j2", sweep_inputs=edge_rows),
+    dims=("keys",),  # a row of attention scores per (head, query), leading dims [heads, queries]
+    advice=ROW_REDUCTION_ADVICE + (
+        "A running max and sum (online softmax) reads a wide row once instead of twice; a row that is all -inf "
+        "gives NaN, as torch.softmax does.",),
+    directions=ROW_DIRECTIONS,
     example="softmax.py",
 )

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Callable, Iterable
+
+Shape = tuple[int, ...]
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 
@@ -31,6 +34,16 @@ class SearchSpace:
     knobs: tuple[Knob, ...]
     configs: tuple[dict, ...]
     max_tile: int | None = None  # rows x max_block bound on values per program, when the knobs have both
+    # a configuration's parameters -> small shapes that take every code path it has (ragged tiles, more than one
+    # block, part-empty programs), cheap under the interpreter: tests/agent/test_search.py runs every
+    # configuration on them
+    sweep_shapes: Callable[[dict], tuple[Shape, ...]] | None = None
+    # (shape, parameters, dtype) -> extra (label, args) inputs for those shapes beyond make_inputs' kinds, e.g.
+    # rows that are all -inf for a softmax
+    sweep_inputs: Callable[[Shape, dict, object], Iterable[tuple[str, tuple]]] | None = None
+    # its configurations cost the interpreter tens of seconds (attention, GEMMs): the sweep judges them in a child
+    # process of their own, with its own time limit, rather than with the cheap row-wise ones
+    own_sweep: bool = False
 
     def __post_init__(self):
         names = tuple(k.name for k in self.knobs)
@@ -39,6 +52,8 @@ class SearchSpace:
                 raise ValueError(f"{self.template}: configuration {c} does not give exactly the knobs {names}")
         if not (TEMPLATES_DIR / self.template).is_file():
             raise ValueError(f"search template {self.template} is not in {TEMPLATES_DIR}")
+        if self.sweep_shapes is None:
+            raise ValueError(f"{self.template}: a search space names the sweep_shapes that take each code path")
 
 
 def configs(names: tuple[str, ...], rows: list[tuple]) -> tuple[dict, ...]:
@@ -66,6 +81,13 @@ ROW_CONFIGS = configs(("max_block", "rows", "warps"), [
 ])
 
 
-def row_space(template: str) -> SearchSpace:
+def row_sweep_shapes(params: dict) -> tuple[Shape, ...]:
+    """Narrow ragged rows (with leading dims, a row count that is not a multiple of ROWS), then rows wider than
+    the block: the chunked loop runs twice, the second chunk ragged."""
+    return (2, 3, 1000), (2, params["max_block"] + 37)
+
+
+def row_space(template: str, sweep_inputs=None, own_sweep: bool = False) -> SearchSpace:
     """The row reductions' space, rendered through `template`."""
-    return SearchSpace(template=template, knobs=ROW_KNOBS, configs=ROW_CONFIGS, max_tile=MAX_TILE)
+    return SearchSpace(template=template, knobs=ROW_KNOBS, configs=ROW_CONFIGS, max_tile=MAX_TILE,
+                       sweep_shapes=row_sweep_shapes, sweep_inputs=sweep_inputs, own_sweep=own_sweep)

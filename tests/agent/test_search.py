@@ -49,9 +49,9 @@ def test_first_candidate_passes_the_checker(name, cfg):
     assert verdict.status is Status.UNMEASURED, f"{name} {label}: {verdict.reason}"
     assert {c.dtype for c in verdict.cases} == {"float32", "bfloat16", "float16"}
     assert {c.kind for c in verdict.cases} >= {"normal", "special"}
-    if name in ("rms_norm", "fused_add_rms_norm", "softmax", "silu_and_mul"):  # the chunked path (several
-        # programs per row for silu_and_mul) ran
-        assert max(c.shape[-1] for c in verdict.cases) > 4096
+    widest = max(s[-1] for s in targets.get(name).edge_shapes)
+    if widest > 4096:  # a target with edge widths above 4096 (the chunked path of the row ops) ran one
+        assert max(c.shape[-1] for c in verdict.cases) >= widest
 
 
 @pytest.mark.parametrize("name", targets.NAMES)
@@ -107,26 +107,43 @@ def test_bad_requests_are_user_errors(call, words):
     assert "\n" not in message and all(w in message for w in words), message
 
 
-# one child per group, each within its own time limit: the attention and GEMM templates' configurations
-# cost the interpreter more than all the row-wise ones together
-SWEEP_GROUPS = [("rms_norm", "silu_and_mul", "fused_add_rms_norm", "rotary_embedding", "softmax"),
-                ("fused_add_rms_norm_quant",),
-                ("decode_attention",), ("prefill_attention",), ("linear",), ("int8_linear",)]
+# One child per group, each within its own time limit: a target whose search space says `own_sweep` (the
+# attention and GEMM templates cost the interpreter more than all the row-wise ones together) has a child of its
+# own; the others share one. Both come from the target modules, so a new target joins without a line here.
+SHARED = tuple(n for n in targets.NAMES if not targets.get(n).search.own_sweep)
+SWEEP_GROUPS = [SHARED] + [(n,) for n in targets.NAMES if targets.get(n).search.own_sweep]
 
 
 def test_sweep_groups_cover_every_target():
     assert sorted(n for g in SWEEP_GROUPS for n in g) == sorted(targets.NAMES)
 
 
-@pytest.mark.parametrize("names", SWEEP_GROUPS, ids=[g[0] if len(g) == 1 else "row-wise" for g in SWEEP_GROUPS])
-def test_every_configuration_is_correct_on_every_code_path(tmp_path, names):
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, __file__, str(tmp_path), *names], env=env, capture_output=True,
-                          text=True, timeout=480)  # 137 s for prefill_attention alone on 2 busy cores
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["failures"] == []
-    assert report["configurations"] == sum(len(search.search_space(n)) for n in names)
+@pytest.fixture(scope="module")
+def sweeps(request, tmp_path_factory):
+    """A group's report, made once per group for the group's targets this session selected (`-k layer_norm`
+    runs the shared child for layer_norm alone)."""
+    selected = {item.callspec.params["name"] for item in request.session.items
+                if item.originalname == "test_every_configuration_is_correct_on_every_code_path"}
+    reports: dict[tuple, dict] = {}
+
+    def report(name: str) -> dict:
+        group = next(tuple(n for n in g if n in selected or n == name) for g in SWEEP_GROUPS if name in g)
+        if group not in reports:
+            env = {**os.environ, "TRITON_INTERPRET": "1"}
+            done = subprocess.run([sys.executable, __file__, str(tmp_path_factory.mktemp("sweep")), *group],
+                                  env=env, capture_output=True, text=True,
+                                  timeout=480)  # 137 s for prefill_attention alone on 2 busy cores
+            assert done.returncode == 0, done.stderr[-3000:]
+            reports[group] = json.loads(done.stdout.strip().splitlines()[-1])
+        return reports[group]
+    return report
+
+
+@pytest.mark.parametrize("name", targets.NAMES)
+def test_every_configuration_is_correct_on_every_code_path(sweeps, name):
+    report = sweeps(name)
+    assert [f for f in report["failures"] if f.startswith(f"{name} ")] == []
+    assert report["configurations"][name] == len(search.search_space(name))
 
 
 # --- the child process of the last test: every configuration, in the interpreter ---------------------------
@@ -134,42 +151,14 @@ def test_every_configuration_is_correct_on_every_code_path(tmp_path, names):
 # fp32, and bf16 (which the interpreter emulates); fp16 takes the same code and is in the checker runs above
 SWEEP_DTYPES = ("float32", "bfloat16")
 
-def _sweep_shapes(name: str, params: dict) -> list[tuple[int, ...]]:
-    """Shapes that take every path of this configuration, small enough for the interpreter."""
-    if name == "silu_and_mul":
-        return [(2, 3, 2 * (params["block"] + 37))]  # two programs per row, the second part-empty
-    if name == "decode_attention":  # contexts over two key blocks (splits part-empty), ragged head_dim 48
-        return [(2, 4, 2, 48, params["block_n"] + 5)]
-    if name == "prefill_attention":  # over two query or key blocks, the last ragged; ragged head_dim 48
-        return [(2, 4, 2, 48, max(params["block_m"], params["block_n"]) + 3)]
-    if name in ("linear", "int8_linear"):  # ragged M, N and K tiles; K over two blocks and every split
-        return [(params["block_m"] + 3, params["block_n"] + 5, params["block_k"] * params["split_k"] + 7)]
-    if name == "rotary_embedding":
-        return [(3, params["heads"] + 3, 96), (2, 1, 32)]  # a part-empty head tile; half-widths 48 and 16
-    # narrow ragged rows (with leading dims, a row count that is not a multiple of ROWS), then rows wider
-    # than the block: the chunked loop runs twice, the second chunk ragged
-    return [(2, 3, 1000), (2, params["max_block"] + 37)]
-
-
-def _softmax_special_rows(width: int, block: int, dtype):
-    """All -inf (NaN out), NaN in the first lane, -inf across the first block, +inf at the end."""
-    import torch
-
-    x = torch.randn(4, width)
-    x[0] = float("-inf")
-    x[1, 0] = float("nan")
-    x[2, :block] = float("-inf")
-    x[3, -1] = float("inf")
-    return (x.to(dtype),)
-
 
 def _inputs(target, shape, params, dtype):
     import torch
 
     for kind in ("normal", "special"):
         yield kind, target.make_inputs(shape, dtype, torch.Generator().manual_seed(0), kind)
-    if target.name == "softmax":
-        yield "edge rows", _softmax_special_rows(shape[-1], min(params["max_block"], shape[-1]), dtype)
+    if target.search.sweep_inputs:
+        yield from target.search.sweep_inputs(shape, params, dtype)
 
 
 def _run_configuration(name: str, params: dict, workdir: Path) -> list[str]:
@@ -185,7 +174,7 @@ def _run_configuration(name: str, params: dict, workdir: Path) -> list[str]:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     failures = []
-    for shape in _sweep_shapes(name, params):
+    for shape in target.search.sweep_shapes(params):
         for dtype in (getattr(torch, d) for d in SWEEP_DTYPES):
             for kind, args in _inputs(target, shape, params, dtype):
                 refs, goldens = answers(target, args)
@@ -204,11 +193,11 @@ def _sweep(workdir: Path, names: list[str]) -> None:
     from autotune.verify import interp
 
     interp.round_bf16_like_gpu()  # as the checker's worker does: fp32 -> bf16 rounded as on a GPU
-    failures, count = [], 0
+    failures, count = [], {}
     for name in names:
         for params in search.search_space(name):
             failures += _run_configuration(name, params, workdir)
-            count += 1
+            count[name] = count.get(name, 0) + 1
     print(json.dumps({"configurations": count, "failures": failures}))
 
 
