@@ -243,12 +243,16 @@ def choose_targets(cfg: DictConfig, hotspots: dict) -> list[str]:
 def work_on(name: str, hotspot: Hotspot | None, cfg: DictConfig, run_dir: Path, ledger: Ledger) -> Outcome:
     """Agent and checker, then the model-level check, then publish: one target, start to end."""
     from autotune.agent import search_target
+    from autotune.agent.loop import missing_from_trace
     from autotune.publish import rejection_reasons
 
     done = [r for r in ledger.read("outcome") if r["target"] == name]
     if done:  # a resumed run: this target was finished before the interruption
         return Outcome(**{k: v for k, v in done[-1].items() if k in Outcome.__dataclass_fields__})
     console.rule(f"[bold]{name}[/]")
+    missing = missing_from_trace(cfg, hotspot)
+    if missing:
+        console.print(f"[yellow]note[/]: {name}: {missing} The agent is given its default shapes.")
     search = search_target(targets.get(name), hotspot, cfg, run_dir, ledger,
                            rejections=rejection_reasons(cfg, name))
     best = search.best

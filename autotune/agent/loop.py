@@ -124,6 +124,15 @@ def default_verify(cfg: DictConfig, hotspot: Hotspot | None) -> VerifyFn:
     return verify_fn
 
 
+def missing_from_trace(cfg: DictConfig, hotspot: Hotspot | None) -> str:
+    """Why a target has no figures when a trace was given and it is not in it (the run says so too); "" else."""
+    trace = OmegaConf.select(cfg, "trace", default=None)
+    if not trace or hotspot is not None:
+        return ""
+    return (f"this target does not appear in the trace you gave ({Path(str(trace)).name}): its kernel was never "
+            "called there, so nothing in it measured this op.")
+
+
 def _converse(s: "_Search", index: int) -> None:
     """One candidate's conversation, turn after turn, until it passes or is stopped."""
     convo = prompts.Conversation(s.system, s.task(index))
@@ -140,7 +149,8 @@ def _converse(s: "_Search", index: int) -> None:
         record = s.judge(slot, exchange, extraction)
         if s.ends(record) or turn == s.settings.turns:
             return
-        feedback = prompts.feedback_message(record.verdict, file=_file_name(slot), no_code=extraction.reason)
+        feedback = prompts.feedback_message(record.verdict, file=_file_name(slot), no_code=extraction.reason,
+                                            target=s.target)
         convo.add_turn(exchange.text, feedback, record.status)
 
 
@@ -156,8 +166,9 @@ class _Search:
         self.client, self.settings, self.n, self.verify_fn = client, settings, n, verify_fn
         self.rejections = rejections
         self.incumbent = prompts.incumbent_from(incumbent.id, incumbent.path, incumbent.verdict) if incumbent else None
-        self.system = prompts.system_message()
+        self.system = prompts.system_message(cfg=cfg)
         self.roofline = prompts.roofline(cfg)
+        self.missing = missing_from_trace(cfg, hotspot)
         self.prior = {(r["index"], r["turn"]): r for r in ledger.read("candidate") if r.get("target") == target.name}
         self.logged = {r.get("request_sha256") for r in ledger.read("llm")}
         self.requests: list[dict[str, Any]] = []
@@ -169,7 +180,7 @@ class _Search:
 
     def task(self, index: int) -> str:
         return prompts.task_message(self.target, self.hotspot, self.roofline, index=index, candidates=self.n,
-                                    incumbent=self.incumbent, rejections=self.rejections)
+                                    incumbent=self.incumbent, rejections=self.rejections, missing=self.missing)
 
     def halt(self, why: str) -> None:
         with self.lock:

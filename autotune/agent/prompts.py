@@ -12,6 +12,7 @@ salt (case values) and measured (timings), so replay matches a feedback message 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
@@ -19,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 import jinja2
 from omegaconf import OmegaConf
 
-from autotune.targets.base import Target, dtype_name, parse_dtype
+from autotune.targets.base import FIRST_DIRECTION, INPUT_KINDS, LAYOUTS, Target, dtype_name, numel, parse_dtype
+from autotune.text import pct, size, us
 from autotune.verify.verdict import Status, Verdict
 
 if TYPE_CHECKING:
@@ -102,34 +104,97 @@ def render(template: str, **slots: Any) -> str:
     return re.sub(r"\n{3,}", "\n\n", text).strip() + "\n"
 
 
-def system_message(example: Path | None = None) -> str:
+def judged_on(cfg=None) -> str:
+    """Where the checker judges the agent's files: the Triton version and the GPU, or the CPU without timing."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        triton = f"Triton {version('triton')}"
+    except PackageNotFoundError:
+        triton = "Triton (version unknown)"
+    gpu = _gpu_name(str(OmegaConf.select(cfg, "device", default="auto")) if cfg is not None else "auto")
+    if gpu:
+        return f"{triton} on an {gpu}; correctness first, then timed against eager PyTorch and torch.compile"
+    return (f"{triton} under its interpreter on a CPU (no GPU: correctness only; nothing is timed, and a correct "
+            "file is `unmeasured`); write for a GPU all the same, the kernel is deployed on one")
+
+
+def system_message(example: Path | None = None, cfg=None) -> str:
     from autotune import targets
     from autotune.verify.policy import ALLOWED_IMPORTS  # the contract as the checker enforces it
 
     example = example or targets.get(EXAMPLE_TARGET).example_path
     source = example.read_text().rstrip() if example.is_file() else ""
     return render("system.md.j2", allowed_imports=", ".join(f"`{m}`" for m in ALLOWED_IMPORTS),
-                  example_name=example.stem if source else "", example_source=source)
+                  judged_on=judged_on(cfg), example_name=example.stem if source else "", example_source=source)
 
 
 def task_message(target: Target, hotspot: Hotspot | None, roofline: Roofline, *, index: int, candidates: int,
-                 incumbent: Incumbent | None = None, rejections: Iterable[str] = ()) -> str:
+                 incumbent: Incumbent | None = None, rejections: Iterable[str] = (), missing: str = "") -> str:
+    """The task for candidate `index`. `missing`: why the profile has no figures for this target (a trace it is
+    absent from), said at the top."""
     profile = None
     if hotspot:
-        profile = {"share_pct": _pct(hotspot.share), "calls": f"{hotspot.calls:,}", "total_us": _us(hotspot.total_us)}
+        profile = {"share_pct": pct(hotspot.share), "calls": f"{hotspot.calls:,}", "total_us": us(hotspot.total_us)}
+    directions = (FIRST_DIRECTION, *target.candidate_directions)
     return render("task.md.j2", target=target, signature=target.signature,
-                  reference_source=target.reference_source(), profile=profile,
-                  shapes=shape_rows(target, hotspot, roofline), roofline=_roofline_slots(roofline),
-                  advice=advice(target, roofline),
-                  edge_shapes=", ".join("x".join(map(str, s)) for s in target.edge_shapes),
+                  reference_source=target.reference_source(), missing=missing, **contract_slots(target),
+                  advice=advice(target, roofline), roofline=_roofline_slots(roofline),
                   incumbent=incumbent, rejections=[scrub_paths(r) for r in rejections if r],
-                  index=index, candidates=candidates)
+                  profile=profile, shapes=shape_rows(target, hotspot, roofline),
+                  direction=directions[index % len(directions)], index=index, candidates=candidates)
+
+
+def contract_slots(target: Target) -> dict[str, Any]:
+    """What the checker will do to the kernel, each fact from its owner: the target's dims, dtypes, layouts,
+    scalar values and tolerances, the comparison's fp64-golden multipliers, the case kinds."""
+    from autotune.verify.compare import GOLDEN_MULTIPLIER
+
+    tolerances = [f"{dtype_name(d)}: rtol {t.rtol:g}, atol {t.atol:g}" for d, t in target.tolerances.items()
+                  if d in target.dtypes]
+    k = {dtype_name(d): f"{GOLDEN_MULTIPLIER[d]:g}" for d in target.dtypes if d in GOLDEN_MULTIPLIER}
+    golden = ("A case outside that tolerance still passes when your result is no less accurate than the reference's "
+              "own, both measured against the reference run in float64: RMSE <= k x the reference's RMSE + atol/10 "
+              "and max error <= k x the reference's max error + atol, with k = "
+              + ", ".join(f"{v} for {n}" for n, v in k.items()) + ". Summing in another order passes; 16-bit "
+              "accumulation does not.")
+    shares = {t.int_off_by_one for t in target.tolerances.values()}
+    integer_rule = "" if not _integer_outputs(target.name) else "Integer outputs must be exact" + (
+        f", except that up to {pct(max(shares), 2)} of their values may be off by one (rounding ties)."
+        if max(shares) else ".")
+    scalars = "; ".join(f"`{name}` in {', '.join(f'{v:g}' for v in values)} and each model preset's"
+                        if name in target.scalar_from_model else f"`{name}` in {', '.join(f'{v:g}' for v in values)}"
+                        for name, values in target.scalar_values.items())
+    leading = ("...rows",) if len(target.dims) == 1 else ()  # a row op takes any leading dims
+    return {"dims": f"[{', '.join(leading + target.dims)}]",
+            "dtypes": ", ".join(dtype_name(d) for d in target.dtypes), "scalars": scalars,
+            "layouts": [(name, LAYOUTS[name]) for name in target.layouts],
+            "edge_shapes": "; ".join(f"[{target.label_shape(s)}]" for s in target.edge_shapes),
+            "tolerances": tolerances, "golden": golden, "integer_rule": integer_rule,
+            "kinds": list(INPUT_KINDS.items())}
+
+
+@functools.lru_cache(maxsize=None)
+def _integer_outputs(name: str) -> bool:
+    """Whether the reference returns an integer tensor (a quantizer's), found by running it on its smallest edge
+    shape rather than said by hand."""
+    import torch
+
+    from autotune import targets
+
+    target = targets.get(name)
+    shape = min(target.edge_shapes, key=lambda s: numel(s))
+    args = target.make_inputs(shape, torch.float32, torch.Generator().manual_seed(0), "normal")
+    out = target.reference(*args)
+    outs = out if isinstance(out, tuple) else (out,)
+    return any(not (o.is_floating_point() or o.is_complex()) for o in outs if isinstance(o, torch.Tensor))
 
 
 def advice(target: Target, roofline: Roofline) -> str:
-    """What makes a kernel for this target fast: its class's advice (autotune/prompts/advice/<class>.md.j2), then its own."""
+    """What makes a kernel for this target fast: its class's advice (autotune/prompts/advice/<class>.md.j2), then
+    the op's own (Target.advice)."""
     text = render(f"advice/{target.op_class.value}.md.j2", target=target, roofline=_roofline_slots(roofline))
-    return text + (f"- {target.advice.strip()}\n" if target.advice else "")
+    return text + "".join(f"- {line.strip()}\n" for line in target.advice)
 
 
 def shape_rows(target: Target, hotspot: Hotspot | None, roofline: Roofline) -> list[dict[str, str]]:
@@ -141,30 +206,64 @@ def shape_rows(target: Target, hotspot: Hotspot | None, roofline: Roofline) -> l
         entries = [(tuple(s), dtype_name(d), None, None) for s in target.default_shapes for d in target.dtypes]
     total_us = sum(e[3] for e in entries) if profiled else 0.0
     rows = []
-    for shape, dtype, calls, us in entries:
+    for shape, dtype, calls, op_us in entries:
         moved = _bytes_moved(target, shape, dtype)
         floor, bound = _roofline(target, shape, dtype, roofline)
-        rows.append({"shape": "x".join(str(d) for d in shape), "dtype": dtype,
+        rows.append({"shape": target.label_shape(shape), "dtype": dtype,
                      "calls": f"{calls:,}" if calls is not None else "-",
-                     "share": _pct(us / total_us) if total_us and us else "-",
-                     "bytes": _size(moved) if moved is not None else "?", "floor": _us(floor) if floor else "?",
+                     "share": pct(op_us / total_us) if total_us and op_us else "-",
+                     "bytes": size(moved) if moved is not None else "?", "floor": us(floor) if floor else "?",
                      "bound": bound or "?"})
     return rows
 
 
-def feedback_message(verdict: Verdict | None, *, file: str, no_code: str = "") -> str:
-    """What the model reads about its last reply: the verdict, or why the reply held no file."""
+def feedback_message(verdict: Verdict | None, *, file: str, no_code: str = "", target: Target | None = None) -> str:
+    """What the model reads about its last reply: the verdict (with the failing case's layout and strides in words,
+    and which kinds of case failed and which passed), or why the reply held no file."""
     if verdict is None:
         return render("feedback.md.j2", no_code=no_code or "no usable code", file=file, status="no_code",
-                      reason="", case=None, policy=[], stderr="", timings=[], speedup="", measured=False)
+                      reason="", case=None, tally=[], policy=[], stderr="", timings=[], speedup="", measured=False)
     case = verdict.failing_case()
     reason = scrub_paths(verdict.reason)
-    crashed = verdict.status in (Status.COMPILE_ERROR, Status.RUNTIME_ERROR, Status.TIMEOUT)
     return render("feedback.md.j2", no_code="", file=file, status=verdict.status.value, reason=reason,
-                  case=_case_slots(case, reason) if case else None, policy=[scrub_paths(p) for p in verdict.policy],
-                  stderr=trim_stderr(verdict.stderr_tail) if crashed else "",  # else interpreter warnings, noise
-                  timings=[_timing_slots(t) for t in verdict.timings] if verdict.measured else [],
+                  case=_case_slots(case, reason, target) if case else None, tally=case_tally(verdict),
+                  policy=[scrub_paths(p) for p in verdict.policy],
+                  stderr=trim_stderr(verdict.stderr_tail) if verdict.status.crashed else "",  # else warnings, noise
+                  timings=[_timing_slots(t, target) for t in verdict.timings] if verdict.measured else [],
                   speedup=_ratio(verdict.speedup_geomean), measured=verdict.measured)
+
+
+def case_tally(verdict: Verdict) -> list[str]:
+    """Per kind of case (input kind, layout, dtype): how many passed and failed, the failing kinds first; [] when
+    every case passed."""
+    if all(c.passed for c in verdict.cases):
+        return []
+    lines = []
+    for what, key in (("input kind", "kind"), ("layout", "layout"), ("dtype", "dtype")):
+        counts: dict[str, list[int]] = {}
+        for c in verdict.cases:
+            counts.setdefault(getattr(c, key), [0, 0])[0 if c.passed else 1] += 1
+        failed = [f"{k} ({n_bad} of {n_ok + n_bad})" for k, (n_ok, n_bad) in counts.items() if n_bad]
+        passed = [f"{k} ({n_ok})" for k, (n_ok, n_bad) in counts.items() if not n_bad]
+        lines.append(f"by {what}: failed {', '.join(failed) or 'none'}; all passed: {', '.join(passed) or 'none'}")
+    return lines
+
+
+def layout_in_words(target: Target | None, case) -> str:
+    """The case's layout as the checker made it (its LAYOUTS description), with the first argument's strides and
+    storage offset, measured on the checker's own `lay_out` of that shape."""
+    words = LAYOUTS.get(case.layout, case.layout)
+    try:
+        import torch
+
+        from autotune.verify.cases import lay_out
+
+        x = lay_out((torch.empty(tuple(case.shape), dtype=parse_dtype(case.dtype)),), case.layout)[0]
+        where = (f"; the first argument had strides {tuple(x.stride())} (elements) at storage offset "
+                 f"{x.storage_offset()} of its buffer" if case.layout not in ("contiguous", "offset0") else "")
+    except (ValueError, TypeError, RuntimeError):  # a shape the layout does not apply to
+        where = ""
+    return f"`{case.layout}`: {words}{where}"
 
 
 def incumbent_from(name: str, path: Path, verdict: Verdict | None) -> Incumbent:
@@ -215,17 +314,20 @@ def _roofline_slots(roofline: Roofline) -> dict[str, str]:
     return {"bandwidth": f"{roofline.bandwidth_gbps:,.0f} GB/s", "flop_rate": flop_rate, "source": roofline.source}
 
 
-def _case_slots(case, reason: str) -> dict[str, Any]:
+def _case_slots(case, reason: str, target: Target | None) -> dict[str, Any]:
     note = scrub_paths(case.note)
-    return {"shape": "x".join(str(d) for d in case.shape), "dtype": case.dtype, "kind": case.kind, "seed": case.seed,
+    shape = target.label_shape(case.shape) if target else "x".join(str(d) for d in case.shape)
+    scalars = ", ".join(f"{k}={v:g}" for k, v in (case.scalars or {}).items())
+    return {"shape": shape, "dtype": case.dtype, "kind": case.kind, "seed": case.seed,
+            "kind_words": INPUT_KINDS.get(case.kind, ""), "layout": layout_in_words(target, case), "scalars": scalars,
             "max_abs_err": _num(case.max_abs_err), "max_rel_err": _num(case.max_rel_err),
             "atol": _num(case.atol), "rtol": _num(case.rtol), "note": "" if note in reason else note}
 
 
-def _timing_slots(t) -> dict[str, str]:
-    return {"shape": "x".join(str(d) for d in t.shape), "dtype": t.dtype, "candidate": _num(t.candidate_us),
-            "eager": _num(t.eager_us), "compile": _num(t.compile_us), "speedup": _ratio(t.speedup),
-            "floor": f"{t.pct_of_floor:.0f}%" if t.pct_of_floor is not None else "-"}
+def _timing_slots(t, target: Target | None = None) -> dict[str, str]:
+    return {"shape": target.label_shape(t.shape) if target else "x".join(str(d) for d in t.shape), "dtype": t.dtype,
+            "candidate": _num(t.candidate_us), "eager": _num(t.eager_us), "compile": _num(t.compile_us),
+            "speedup": _ratio(t.speedup), "floor": pct(t.pct_of_floor / 100) if t.pct_of_floor is not None else "-"}
 
 
 def _roofline(target: Target, shape: tuple[int, ...], dtype: str, roofline: Roofline
@@ -250,24 +352,3 @@ def _num(x: float | None) -> str:
 
 def _ratio(x: float | None) -> str:
     return "" if x is None else f"{x:.2f}x"
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * float(x):.1f}%"
-
-
-def _us(x: float | None) -> str:
-    if x is None:
-        return "-"
-    if x >= 1e3:
-        return f"{x / 1e3:,.2f} ms"
-    if x >= 1:
-        return f"{x:.2f} us"
-    return f"{x * 1e3:.0f} ns" if x >= 0.01 else f"{x * 1e3:.1f} ns"
-
-
-def _size(n: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{n} B"

@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import torch
+
 from autotune import targets
 from autotune.agent import prompts
 from autotune.config import compose
@@ -33,7 +35,7 @@ def test_task_message_has_reference_shapes_roofline_and_rejections():
     text = prompts.task_message(target, HOTSPOT, ROOF, index=1, candidates=3,
                                 rejections=["slower than torch.compile at /runs/2026/x/c0_t1.py"])
     assert target.signature in text and "xf.pow(2).mean" in text  # the reference's source
-    assert "8.3% of serving time" in text and "| 37x2048 | bfloat16 | 234 | 34.3% |" in text
+    assert "8.3% of serving time" in text and "| rows=37, hidden=2048 | bfloat16 | 234 | 34.3% |" in text
     # 37 x 2048 bf16: (2 * 37 * 2048 + 2048) * 2 bytes = 307,200 B; at 2000 GB/s the floor is 0.15 us.
     assert "307.20 KB | 154 ns | memory |" in text and "2,000 GB/s" in text and "test figure" in text
     assert "c0_t1.py" in text and "/runs/" not in text
@@ -43,7 +45,7 @@ def test_task_message_has_reference_shapes_roofline_and_rejections():
 def test_task_message_without_profile_uses_default_shapes_and_states_assumption():
     target = targets.get("silu_and_mul")
     text = prompts.task_message(target, None, prompts.roofline(compose(["device=cpu"])), index=0, candidates=1)
-    assert "No profile was taken" in text and "| 64x28672 | float16 | - | - |" in text
+    assert "No profile was taken" in text and "| rows=64, 2I=28672 | float16 | - | - |" in text
     assert "3,350 GB/s" in text and "assumed: an H100 SXM's, since no GPU was seen here" in text
     given = prompts.roofline(compose(["verify.peak_bandwidth_gbps=1000"]))
     assert given == prompts.Roofline(1000.0, "set by verify.peak_bandwidth_gbps")
@@ -60,8 +62,9 @@ def test_feedback_shows_the_failing_case_and_a_trimmed_traceback_without_paths()
     verdict = Verdict(status=Status.RUNTIME_ERROR, reason="the kernel raised on 1 of 12 cases", target="rms_norm",
                       candidate="/runs/a/candidates/rms_norm/c0_t1.py",
                       cases=[CaseResult([1, 128], "float32", "normal", 0, True), case], stderr_tail=tb)
-    text = prompts.feedback_message(verdict, file="c0_t1.py")
-    assert "**runtime_error**" in text and "shape 7x1000, float32, normal" in text and "Max |error| 0.0123" in text
+    text = prompts.feedback_message(verdict, file="c0_t1.py", target=targets.get("rms_norm"))
+    assert "**runtime_error**" in text and "Max |error| 0.0123" in text
+    assert "shape [rows=7, hidden=1000], float32, normal inputs (realistic activations" in text
     assert 'File "c0_t1.py", line 22' in text and "ValueError: shape mismatch in c0_t1.py" in text
     assert "harness.py" not in text and "jit.py" not in text and "/tmp/" not in text and "/work/" not in text
 
@@ -83,7 +86,7 @@ def test_feedback_on_a_reply_without_code_and_on_measured_timings():
     verdict = Verdict(Status.SLOWER, "not faster than torch.compile beyond the noise margin", "rms_norm", "x.py",
                       timings=[timing], speedup_geomean=1.01, measured=True)
     text = prompts.feedback_message(verdict, file="c0_t1.py")
-    assert "| 64x4096 | bfloat16 | 10 | 12 | 11 | 1.10x | 6% |" in text and "1.01x" in text and "faster" in text
+    assert "| 64x4096 | bfloat16 | 10 | 12 | 11 | 1.10x | 6.0% |" in text and "1.01x" in text and "faster" in text
 
 
 def test_each_turn_only_appends_so_the_prefix_is_byte_identical():
@@ -96,3 +99,85 @@ def test_each_turn_only_appends_so_the_prefix_is_byte_identical():
 
 def test_prompts_dir_holds_the_templates():
     assert {p.name for p in Path(prompts.PROMPTS_DIR).glob("*.j2")} >= {"system.md.j2", "task.md.j2", "feedback.md.j2"}
+
+
+def _common_prefix(a: str, b: str) -> str:
+    n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return a[:n]
+
+
+def test_what_a_new_run_measures_comes_after_everything_that_does_not_change():
+    """Two runs' profiles differ in their figures; their first-turn task messages share everything before them
+    (the contract, the reference, the advice), so a prefix cache serves a new run's first turn up to there."""
+    target = targets.get("rms_norm")
+    other = Hotspot("rms_norm", share=0.047, calls=50, total_us=39850.0, projected_gain=0.02,
+                    shapes=(ProfiledShape((1, 2048), "bfloat16", 40, 30000.0),
+                            ProfiledShape((37, 2048), "bfloat16", 10, 9850.0)))
+    first, second = (prompts.task_message(target, h, ROOF, index=0, candidates=2) for h in (HOTSPOT, other))
+    shared = _common_prefix(first, second)
+    for stable in ("xf.pow(2).mean", "## The inputs your kernel is given", "## How the checker compares",
+                   "## What makes it fast", "two-pass loop"):
+        assert stable in shared
+    assert first.index("## Where it matters") > first.index("## What makes it fast") > first.index("xf.pow(2)")
+    assert "8.3%" not in shared and len(shared) > 0.8 * first.index("## Where it matters")
+
+
+def test_the_task_states_layouts_tolerances_kinds_and_the_golden_rule_from_their_owners():
+    from autotune.targets.base import INPUT_KINDS, LAYOUTS
+    from autotune.verify.compare import GOLDEN_MULTIPLIER
+
+    rotary = targets.get("rotary_embedding")
+    text = prompts.task_message(rotary, None, ROOF, index=0, candidates=1)
+    assert "[tokens, heads, head_dim]" in text and "[tokens=7, heads=3, head_dim=96]" in text
+    for name in rotary.layouts:
+        assert f"`{name}`: {LAYOUTS[name]}" in text
+    for dtype, tol in rotary.tolerances.items():
+        assert f"rtol {tol.rtol:g}, atol {tol.atol:g}" in text
+    assert f"k = {GOLDEN_MULTIPLIER[torch.float32]:g} for float32" in text and "float64" in text
+    assert all(words in text for words in INPUT_KINDS.values())
+    assert "Integer outputs" not in text  # rotary returns floats
+    fused = targets.get("fused_add_rms_norm_quant")
+    quant = prompts.task_message(fused, None, ROOF, index=0, candidates=1)
+    share = fused.tolerances[torch.float32].int_off_by_one
+    assert f"Integer outputs must be exact, except that up to {100 * share:.2f}% of their values may be off" in quant
+
+
+def test_advice_and_directions_fit_the_op():
+    rotary = prompts.task_message(targets.get("rotary_embedding"), None, ROOF, index=0, candidates=1)
+    assert "two-pass loop" not in rotary and "cos/sin row once" in rotary  # rotary is no row reduction
+    linear = [prompts.task_message(targets.get("linear"), None, ROOF, index=i, candidates=3) for i in range(3)]
+    assert not any("rows per program" in t or "one-row-per-program" in t for t in linear)
+    assert "split-K" in linear[2] or "tile shape" in linear[1]
+    # issue 16: a compute-bound op is told to feed 16-bit tiles to tl.dot and to keep fp32 tl.dot exact
+    assert 'input_precision="ieee"' in linear[0] and "forgoes the 16-bit tensor cores" in linear[0]
+    assert 'input_precision="ieee"' in prompts.system_message()
+
+
+def test_the_judge_is_named_and_without_a_gpu_it_says_correctness_only():
+    from importlib.metadata import version
+
+    text = prompts.system_message(cfg=compose(["device=cpu"]))
+    assert f"Triton {version('triton')}" in text and "no GPU: correctness only" in text
+
+
+def test_a_target_missing_from_the_trace_is_said_at_the_top(tmp_path):
+    from autotune.agent.loop import missing_from_trace
+
+    cfg = compose([f"trace={tmp_path / 'vllm_worker.json.gz'}"])
+    missing = missing_from_trace(cfg, None)
+    assert "vllm_worker.json.gz" in missing and missing_from_trace(cfg, HOTSPOT) == ""
+    assert missing_from_trace(compose([]), None) == ""
+    text = prompts.task_message(targets.get("softmax"), None, ROOF, index=0, candidates=1, missing=missing)
+    assert text.startswith("**Note: this target does not appear in the trace you gave (vllm_worker.json.gz)")
+
+
+def test_feedback_names_the_layout_with_its_strides_and_which_kinds_failed():
+    failing = CaseResult([7, 1000], "bfloat16", "special", 1, False, max_abs_err=1.0, max_rel_err=1.0, rtol=1.6e-2,
+                         atol=1e-5, layout="padded", scalars={"eps": 1e-6})
+    passing = [CaseResult([7, 1000], d, k, 0, True) for d in ("float32", "bfloat16") for k in ("normal", "large")]
+    verdict = Verdict(Status.INCORRECT, "1 of 5 cases wrong", "rms_norm", "x.py", cases=passing + [failing])
+    text = prompts.feedback_message(verdict, file="c0_t1.py", target=targets.get("rms_norm"))
+    assert "Layout `padded`: the first argument's rows padded" in text
+    assert "strides (1016, 1) (elements) at storage offset 0" in text and "eps=1e-06" in text
+    assert "by input kind: failed special (1 of 1); all passed: normal (2), large (2)" in text
+    assert "by layout: failed padded (1 of 1); all passed: contiguous (4)" in text

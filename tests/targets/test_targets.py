@@ -122,4 +122,6 @@ def test_prompt_section_renders_with_the_class_advice_and_the_floor(name):
     assert t.signature in text and t.summary in text
     assert f"`{name}` is {t.op_class.value}" in text  # autotune/prompts/advice/<class>.md.j2
     assert "3,350 GB/s" in text and "989 TFLOP/s" in text
-    assert "x".join(map(str, t.edge_shapes[0])) in text
+    assert f"[{t.label_shape(t.edge_shapes[0])}]" in text  # every dim named
+    assert all(f"- {line.strip()}" in text for line in t.advice)  # the op's own advice, after its class's
+    assert len(t.dims) == len(t.default_shapes[0]) or len(t.dims) == 1  # all dims named, or the last of a row op
