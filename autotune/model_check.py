@@ -7,12 +7,17 @@ this process computes the same generation with the reference ops and compares: t
 identical and the logits within the tolerance below. On a GPU the child also serves the workload twice,
 reference first then candidate, and returns both latency reports (TTFT, time per output token).
 
+The check proves the kernel ran: both sides count the calls that reach the target's dispatch point. A model
+that never calls it (int8_linear with `model.quant=none`) is refused before the candidate runs, since identical
+tokens would prove nothing; a check in which the kernel served fewer calls than the reference made fails.
+
     check = check_model(cfg, "rms_norm", source, workdir=run_dir / "model_check" / "rms_norm")
     check.passed, check.reason, check.to_dict()
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import sys
@@ -67,6 +72,8 @@ class ModelCheck:
     logit_tolerance: float | None
     latency: dict | None = None  # GPU only: {"before": figures, "after": figures}, see latency_figures
     duration_s: float = 0.0
+    reference_calls: int = 0  # calls the served model made to the target's dispatch point on the check's prompts
+    kernel_calls: int = 0  # calls the candidate served in the same generation (must equal reference_calls)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -100,8 +107,11 @@ def check_model(cfg: DictConfig, target: str, source: str, *, workdir: Path) -> 
     model = build_model(cfg.model, device)
     prompts = check_prompts(model.config.vocab_size, settings.prompts, 16, settings.seed)
     new_tokens = settings.new_tokens
-    ref_tokens, ref_logits = greedy_generate(model, prompts, new_tokens)
+    with counting(target) as calls:
+        ref_tokens, ref_logits = greedy_generate(model, prompts, new_tokens)
     del model
+    if not calls[0]:
+        return ModelCheck(False, never_called(cfg, target), len(prompts), new_tokens, False, None, None)
     payload = {"target": target, "source": source, "prompts": prompts, "new_tokens": new_tokens, "device": device,
                "cfg": OmegaConf.to_container(cfg, resolve=True)}
     checkpoint = (str(cfg.model.checkpoint),) if cfg.model.get("checkpoint") else ()
@@ -112,7 +122,36 @@ def check_model(cfg: DictConfig, target: str, source: str, *, workdir: Path) -> 
             ("timed out" if result.timed_out else f"exit status {result.returncode}")
         return ModelCheck(False, f"the model did not run with the candidate: {why.strip().splitlines()[-1]}",
                           len(prompts), new_tokens, False, None, None, duration_s=result.duration_s)
-    return compare(ref_tokens, ref_logits, result.result, len(prompts), new_tokens, result.duration_s)
+    check = compare(ref_tokens, ref_logits, result.result, len(prompts), new_tokens, result.duration_s)
+    served = int(result.result.get("kernel_calls", 0))
+    check = dataclasses.replace(check, reference_calls=calls[0], kernel_calls=served)
+    if served != calls[0]:
+        return dataclasses.replace(check, passed=False, reason=f"the kernel served {served} of the {calls[0]} "
+                                   f"calls the model made to {target}: it did not run where the model calls it")
+    return dataclasses.replace(check, reason=f"{check.reason}; the kernel served all {served} calls to {target}")
+
+
+def never_called(cfg: DictConfig, target: str) -> str:
+    quant = cfg.model.get("quant", "none")
+    return (f"the served model (model={cfg.model.name}, model.quant={quant}) never calls {target}: a kernel for it "
+            "would serve nothing, so there is nothing to check and nothing to propose (serve a model that calls "
+            "it, e.g. model.quant=int8 for int8_linear)")
+
+
+@contextlib.contextmanager
+def counting(target: str, fn=None):
+    """Route `target`'s dispatch point through a counter (around `fn`, else what it runs now); yields [calls]."""
+    from autotune.serve import dispatch
+
+    inner = fn or dispatch.current(target)
+    calls = [0]
+
+    def counted(*args):
+        calls[0] += 1
+        return inner(*args)
+
+    with dispatch.using({target: counted}):
+        yield calls
 
 
 def compare(ref_tokens, ref_logits, got: dict, prompts: int, new_tokens: int, duration_s: float) -> ModelCheck:
@@ -173,9 +212,9 @@ def _child(payload: dict, send) -> dict:
         with dispatch.using({payload["target"]: fn}):
             after = latency_figures(serve(cfg, model=model, requests=requests))
         out["latency"] = {"before": before, "after": after}
-    with dispatch.using({payload["target"]: fn}):
+    with counting(payload["target"], fn) as calls:
         tokens, logits = greedy_generate(model, payload["prompts"], payload["new_tokens"])
-    out.update(tokens=tokens.cpu(), logits=logits.float().cpu())
+    out.update(tokens=tokens.cpu(), logits=logits.float().cpu(), kernel_calls=calls[0])
     return out
 
 

@@ -244,12 +244,18 @@ def work_on(name: str, hotspot: Hotspot | None, cfg: DictConfig, run_dir: Path, 
     """Agent and checker, then the model-level check, then publish: one target, start to end."""
     from autotune.agent import search_target
     from autotune.agent.loop import missing_from_trace
+    from autotune.model_check import never_called
     from autotune.publish import rejection_reasons
 
     done = [r for r in ledger.read("outcome") if r["target"] == name]
     if done:  # a resumed run: this target was finished before the interruption
         return Outcome(**{k: v for k, v in done[-1].items() if k in Outcome.__dataclass_fields__})
     console.rule(f"[bold]{name}[/]")
+    if hotspot is None and not cfg.trace:  # the profile was of this very model: it never reached the op
+        outcome = Outcome(name, OutcomeStatus.SKIPPED, never_called(cfg, name) + "; no search was run")
+        console.print(f"[yellow]skipped[/]: {outcome.detail}")
+        ledger.append("outcome", **dataclasses.asdict(outcome))
+        return outcome
     missing = missing_from_trace(cfg, hotspot)
     if missing:
         console.print(f"[yellow]note[/]: {name}: {missing} The agent is given its default shapes.")

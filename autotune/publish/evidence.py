@@ -150,9 +150,12 @@ def _model_sentence(mc: dict[str, Any] | None) -> str:
     diff = f"max logit difference {_err(mc.get('max_logit_diff'))}"
     if mc.get("logit_tolerance") is not None:
         diff += f" (tolerance {_err(mc['logit_tolerance'])})"
+    served = f" The kernel served {mc['kernel_calls']:,} of the model's {mc['reference_calls']:,} calls to it." \
+        if mc.get("reference_calls") else " How many calls the kernel served was not recorded."
     if mc.get("tokens_identical"):
-        return f"Greedy tokens identical to the reference model's on {prompts} prompts × {new} new tokens; {diff}."
-    return f"⚠ Greedy tokens DIFFER from the reference model's on {prompts} prompts × {new} new tokens; {diff}."
+        return (f"Greedy tokens identical to the reference model's on {prompts} prompts × {new} new tokens; "
+                f"{diff}.{served}")
+    return f"⚠ Greedy tokens DIFFER from the reference model's on {prompts} prompts × {new} new tokens; {diff}.{served}"
 
 
 def _profile_lines(request: "ProposalRequest") -> dict[str, str]:

@@ -20,6 +20,7 @@ def measured(make_request, make_verdict):
                              bound="memory")]
     v.cases[0] = dataclasses.replace(v.cases[0], passed=False, max_abs_err=0.25, note="max abs err 0.25 at row 3")
     check = {"prompts": 4, "new_tokens": 8, "tokens_identical": False, "max_logit_diff": 0.5, "logit_tolerance": 1e-4,
+             "reference_calls": 1536, "kernel_calls": 1536,
              "latency": {"before": {"ttft_p50_ms": 20.0, "tpot_p50_ms": 5.0}, "after": {"ttft_p50_ms": 19.0, "tpot_p50_ms": 4.5}}}
     return dataclasses.replace(make_request(v=v), model_check=check)
 
@@ -35,6 +36,7 @@ def test_measured_verdicts_get_a_timing_table_and_the_gain_at_the_measured_speed
     assert "1.31x faster than torch.compile \\| weighted by calls" in text  # a "|" cannot break the table
     assert "| 7×1000 | float32 | normal | profile | 2.5e-01 | 3.1e-07 | 1.3e-06, 1.0e-05 | 0/1 — max abs err 0.25 at row 3 |" in text
     assert "⚠ Greedy tokens DIFFER" in text and "(tolerance 1.0e-04)" in text
+    assert "The kernel served 1,536 of the model's 1,536 calls to it." in text
     assert "| ttft_p50_ms | 20 | 19 | -5.0% |" in text and "| tpot_p50_ms | 5 | 4.5 | -10.0% |" in text
     assert "Merging this pull request registers the kernel" in text and "autotune review approve" not in text
 

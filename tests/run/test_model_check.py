@@ -32,6 +32,19 @@ def test_a_correct_kernel_passes_inside_a_model_loaded_from_a_checkpoint(tmp_pat
     check = check_model(cfg, "silu_and_mul", source, workdir=tmp_path / "work")
     assert check.passed, check.reason
     assert check.tokens_identical and 0 <= check.max_logit_diff <= check.logit_tolerance
+    # the kernel ran: every call the model made to silu_and_mul (one per layer and step) went to it
+    assert check.kernel_calls == check.reference_calls >= 2 * 4
+    assert f"the kernel served all {check.kernel_calls} calls to silu_and_mul" in check.reason
+
+
+def test_a_target_the_model_never_calls_is_refused_not_passed(tmp_path):
+    """int8_linear on the default model (model.quant=none): a kernel that raises on every call gave "same greedy
+    tokens, max logit difference 0" before, because nothing called it."""
+    source = "import triton\n\ndef int8_linear(x, weight, scale):\n    raise ValueError('never ran')\n"
+    check = check_model(compose(FAST), "int8_linear", source, workdir=tmp_path / "work")
+    assert not check.passed and check.reference_calls == 0 and check.kernel_calls == 0
+    assert "never calls int8_linear" in check.reason and "model.quant=int8" in check.reason
+    assert not (tmp_path / "work").exists()  # refused before the candidate ran
 
 
 def test_a_kernel_that_raises_inside_the_model_fails_with_the_reason(tmp_path):
