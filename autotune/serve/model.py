@@ -78,7 +78,7 @@ class ModelConfig:
             raise UserError(f"model.head_dim={self.head_dim} is odd (rotary embedding needs an even head_dim)")
         if self.dtype not in MODEL_DTYPES:
             raise UserError(f"model.dtype {self.dtype} is not supported (use float32, bfloat16 or float16)")
-        quant.check_mode(self.quant)
+        quant.mode(self.quant)  # a UserError for a mode nobody registered
         if self.family not in FAMILIES:
             raise UserError(f"model.family '{self.family}' is unknown (use one of {', '.join(FAMILIES)})")
         if self.attention_windows is not None and len(self.attention_windows) != self.num_layers:
@@ -147,7 +147,7 @@ class DecoderLayer(torch.nn.Module):
         super().__init__()
         kw = dict(device=device, dtype=c.dtype)
         self.c, self.window = c, window  # window: sliding-window length, 0 for full attention
-        self.quantized = False  # True once autotune.serve.quant has replaced the projections with int8
+        self.quant = quant.mode(c.quant)  # how the projections and the norms feeding them run (autotune.serve.quant)
         self.input_norm = _weight(c.hidden_size, **kw)
         self.qkv_proj = _weight((c.num_heads + 2 * c.num_kv_heads) * c.head_dim, c.hidden_size, **kw)
         self.o_proj = _weight(c.hidden_size, c.num_heads * c.head_dim, **kw)
@@ -172,21 +172,11 @@ class DecoderLayer(torch.nn.Module):
         eps = self.c.rms_norm_eps
         if residual is None:
             return dispatch.rms_norm(h, weight, eps), h
-        if self.c.quant == "w8a8":
-            q, scale, residual = dispatch.fused_add_rms_norm_quant(h, residual, weight, eps)
-            return (q, scale), residual
-        return dispatch.fused_add_rms_norm(h, residual, weight, eps)
+        return self.quant.add_norm(self, h, residual, weight, eps)
 
     def project(self, x, name: str):
-        """x @ W.T for projection `name`: through the linear dispatch point, int8_linear (model.quant=int8),
-        or int8 x int8 (w8a8; x is quantized here unless it came quantized from the norm as (q, scale))."""
-        if self.c.quant == "w8a8":
-            q, scale = x if isinstance(x, tuple) else quant.per_token_int8(x)
-            return quant.w8a8_linear(q, scale, getattr(self, f"{name}_int8"), getattr(self, f"{name}_scale"),
-                                     self.c.dtype)
-        if self.quantized:
-            return dispatch.int8_linear(x, getattr(self, f"{name}_int8"), getattr(self, f"{name}_scale"))
-        return dispatch.linear(x, getattr(self, name))
+        """x @ W.T for projection `name`, as the quant mode computes it (dispatch.linear for a float model)."""
+        return self.quant.project(self, x, name)
 
     def attention(self, h, cos, sin, batch: Batch, k_cache, v_cache):
         c = self.c
@@ -287,8 +277,8 @@ def build_model(model_cfg, device: str) -> LlamaModel:
     else:
         model = LlamaModel(ModelConfig.from_cfg(model_cfg), device)
         init_weights(model, model.config.init_seed)
-    if model.config.quant != "none":
-        quant.quantize_layers(model)
+    for layer in model.layers:
+        layer.quant.prepare(layer)
     return model.eval()
 
 

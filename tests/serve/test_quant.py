@@ -2,11 +2,15 @@
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from autotune.config import compose
 from autotune.errors import UserError
 from autotune.serve import build_model, check_prompts, dispatch, greedy_generate
 from autotune.serve.attention import Segment
+from autotune.config import groups
+from autotune.serve import quant
+from autotune.serve.model import FAMILIES
 from autotune.serve.quant import PROJECTIONS
 
 
@@ -68,3 +72,30 @@ def test_w8a8_model_tracks_the_float_model(tiny, w8a8_model):
     _, got = greedy_generate(w8a8_model, prompts, 2)
     assert not torch.equal(ref, got)
     assert torch.corrcoef(torch.stack([ref.flatten(), got.flatten()]))[0, 1] > 0.99
+
+
+def test_every_preset_takes_every_quant_mode():
+    """model.quant is one setting of the config (autotune/conf/config.yaml), not a key each preset must carry:
+    `model=qwen3_0_6b model.quant=int8` was an unknown setting before."""
+    modes = list(quant.MODES)
+    for i, preset in enumerate(groups()["model"]):
+        name = modes[i % len(modes)]
+        assert compose([f"model={preset}", f"model.quant={name}"]).model.quant == name
+
+
+@pytest.fixture(scope="module")
+def tiny_cfg():
+    return compose([]).model
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_serves_every_quant_mode(family, tiny_cfg):
+    for name, handler in quant.MODES.items():
+        model = build_model(OmegaConf.merge(tiny_cfg, {"family": family, "quant": name}), "cpu")
+        calls = []
+        spies = {t: (lambda t, ref: lambda *a: calls.append(t) or ref(*a))(t, dispatch.current(t))
+                 for t in handler.targets}
+        with dispatch.using(spies):
+            logits = model([Segment(0, 0, (1, 2, 3))], model.new_cache(1, 8))
+        assert torch.isfinite(logits).all(), (family, name)
+        assert set(calls) == set(handler.targets), (family, name)  # the mode's dispatch points were called
