@@ -122,6 +122,10 @@ def _hydra_run(args: list[str], overrides: list[str], rest: list[str]) -> int:
         if cfg.resume and not (Path(cfg.resume) / "config.yaml").is_file():
             raise UserError(f"resume={cfg.resume} is not an autotune run directory (it has no config.yaml); "
                             "pass the folder `autotune run` printed at its start")
+        if not cfg.resume:
+            from autotune.run import preflight
+
+            preflight(cfg, publish=True)  # before hydra.main makes the run directory: a refused run leaves none
     status = {"code": 0}
 
     @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")

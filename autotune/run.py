@@ -188,18 +188,45 @@ def start(cfg: DictConfig, run_dir: Path) -> DictConfig:
     return cfg
 
 
-def preflight(cfg: DictConfig) -> None:
-    """Input errors a run would otherwise meet minutes in: unknown targets, a missing trace, a checkpoint
-    the sandboxed model check cannot read."""
-    for name in cfg.targets:
-        targets.get(str(name))
-    if cfg.trace and not Path(cfg.trace).is_file():
-        raise UserError(f"trace file {cfg.trace} not found (give the path of a torch-profiler trace, .json or .json.gz)")
+def preflight(cfg: DictConfig, *, publish: bool = False) -> None:
+    """Every input error a run would otherwise meet minutes in, found before any work starts and said in one
+    message: settings left unset (???), agent settings missing or contradictory, unknown targets, a missing
+    trace, a checkpoint the sandboxed model check cannot read, and with `publish` a publish.repo that cannot
+    take a proposal. `autotune run` calls it (with publish) before Hydra makes the run directory, so a refused
+    run leaves nothing to resume; a sweep's job checks all but the repository when it starts (a job whose
+    repository is fixed later resumes)."""
+    from autotune.agent.clients import settings_problems
     from autotune.model_check import unreadable_checkpoint
 
-    problem = unreadable_checkpoint(cfg)
-    if problem:
-        raise UserError(problem)
+    problems = settings_problems(cfg.agent)
+    unset = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("agent."))
+    problems += [f"{k} is not set (pass {k}=VALUE)" for k in unset]
+    for name in cfg.targets:
+        if str(name) not in targets.NAMES:
+            problems.append(f"unknown target '{name}' (known targets: {', '.join(targets.NAMES)})")
+    if cfg.trace and not Path(cfg.trace).is_file():
+        problems.append(f"trace file {cfg.trace} not found (give the path of a torch-profiler trace, .json or .json.gz)")
+    problems.append(unreadable_checkpoint(cfg) or "")
+    if publish:
+        problems.append(_publish_problem(cfg))
+    problems = [p for p in problems if p]
+    if problems:
+        raise UserError("; ".join(problems) + " (nothing was run)")
+
+
+def _publish_problem(cfg: DictConfig) -> str:
+    """Why a proposal could not be published into publish.repo (not a git checkout, no commits, no base branch,
+    no GitHub token), or ""."""
+    from autotune.publish import gitops
+
+    try:
+        gitops.base_commit(gitops.open_repo(cfg.publish.repo), str(cfg.publish.base))
+    except UserError as e:
+        return str(e)
+    if cfg.publish.backend == "github" and not os.environ.get(str(cfg.publish.token_env), "").strip():
+        return (f"no GitHub token: the environment variable {cfg.publish.token_env} is empty or unset (export it, "
+                "or name another with publish.token_env=VAR)")
+    return ""
 
 
 def profile_stage(cfg: DictConfig, run_dir: Path, ledger: Ledger) -> dict:

@@ -160,6 +160,30 @@ def make(cfg: DictConfig, run_dir: Path, target: str) -> Client:
     raise UserError(f"unknown agent '{name}' (use agent=openai, agent=replay or agent=search)")
 
 
+# What each agent needs set, with the override that sets it (the openai preset leaves them ??? on purpose).
+REQUIRED = {"openai": {"base_url": "agent.base_url=http://127.0.0.1:8000/v1",
+                       "model": "agent.model=<a model the server serves>"},
+            "replay": {"transcript": "agent.transcript=<a recorded run>/transcript.jsonl"}}
+
+
+def settings_problems(agent: DictConfig) -> list[str]:
+    """What is missing or contradictory in the agent's settings, found before a run does any work (the clients
+    raise the same errors later, for callers that build them directly)."""
+    name = agent.get("name", "search")
+    if name not in ("search", *REQUIRED):
+        return [f"unknown agent '{name}' (use agent=openai, agent=replay or agent=search)"]
+    problems = [f"agent.{key} is not set (pass {example})" for key, example in REQUIRED.get(name, {}).items()
+                if key not in agent or OmegaConf.is_missing(agent, key) or agent.get(key) in (None, "")]
+    if name == "replay" and not problems and not Path(str(agent.transcript)).is_file():
+        problems.append(f"agent.transcript: no transcript at {agent.transcript} (point it at a recorded run's "
+                        "transcript.jsonl)")
+    for key in ("candidates", "turns"):
+        value = agent.get(key, 1)
+        if not isinstance(value, int) or value < 1:
+            problems.append(f"agent.{key}={value!r}: give a whole number of at least 1")
+    return problems
+
+
 def _transcript_path(agent: DictConfig, run_dir: Path) -> Path:
     own = agent.get("transcript") if agent.get("name") == "openai" else None
     path = Path(own or TRANSCRIPT)

@@ -156,3 +156,16 @@ def test_resume_of_a_folder_that_is_no_run_says_so(tmp_path):
     done = autotune("run", f"resume={tmp_path}")
     assert done.returncode == 2 and "is not an autotune run directory" in done.stderr
     assert not (tmp_path / ".hydra").exists()  # nothing was started there
+
+
+def test_missing_settings_are_refused_before_any_work_and_leave_no_run_dir(tmp_path):
+    """`agent=openai` without its endpoint, into a folder that is no git checkout: one line that names every
+    problem, before the profile is taken, and no run directory that a `resume=` could never finish."""
+    run_dir = tmp_path / "run"
+    done = autotune("run", f"hydra.run.dir={run_dir}", "agent=openai", f"publish.repo={tmp_path}")
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: ") and len(done.stderr.strip().splitlines()) == 1
+    for problem in ("agent.base_url is not set", "agent.model is not set", "is not a git repository"):
+        assert problem in line, line
+    assert not run_dir.exists() and "profiler" not in done.stdout
