@@ -99,3 +99,23 @@ def test_every_family_serves_every_quant_mode(family, tiny_cfg):
             logits = model([Segment(0, 0, (1, 2, 3))], model.new_cache(1, 8))
         assert torch.isfinite(logits).all(), (family, name)
         assert set(calls) == set(handler.targets), (family, name)  # the mode's dispatch points were called
+
+
+def test_a_new_quant_mode_is_one_registered_class(tiny_cfg):
+    """The README's "Adding a quant mode", done in the test: a class with `@quant.register` is all a mode needs to
+    be accepted by the config, the model and every family (fp16 weights here, a throwaway)."""
+    @quant.register
+    class Fp16Weights(quant.QuantMode):
+        name = "test_fp16_weights"
+
+        def prepare(self, layer) -> None:
+            for proj in PROJECTIONS:
+                setattr(layer, proj, torch.nn.Parameter(getattr(layer, proj).half().float(), requires_grad=False))
+
+    try:
+        assert compose(["model.quant=test_fp16_weights"]).model.quant == "test_fp16_weights"
+        model = build_model(OmegaConf.merge(tiny_cfg, {"quant": "test_fp16_weights"}), "cpu")
+        assert torch.isfinite(model([Segment(0, 0, (1, 2, 3))], model.new_cache(1, 8))).all()
+        assert torch.equal(model.layers[0].qkv_proj, model.layers[0].qkv_proj.half().float())
+    finally:
+        del quant.MODES["test_fp16_weights"]
