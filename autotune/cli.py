@@ -1,17 +1,16 @@
 """The `autotune` command: `autotune <command> [arguments] [key=value ...]`.
 
-Each command reads the Hydra config in autotune/conf/ with the overrides given; `run` goes through
-`hydra.main` so that sweeps (`autotune run -m agent.turns=1,3`) and launchers work.
+Each command's entry is `main(argv)` in `autotune/<package>/command.py` (PACKAGE below); it reads the Hydra config
+in autotune/conf/ with the overrides given; `run` goes through `hydra.main` so that sweeps (`autotune run -m
+agent.turns=1,3`) and launchers work.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 import sys
 import textwrap
-from pathlib import Path
 
 from autotune.errors import UserError
 
@@ -25,15 +24,15 @@ COMMANDS = {
     "export": "write the merged kernels as a vLLM plugin package or a transformers patch package",
 }
 
-USAGE = {
-    "profile": "autotune profile [trace=PATH] [key=value ...]",
-    "verify": "autotune verify TARGET FILE [--json] [key=value ...]",
-    "run": "autotune run [-m] [resume=RUN_DIR] [key=value ...]",
-    "review": "autotune review list | show ID | approve ID | reject ID --reason TEXT  [key=value ...]",
-    "report": "autotune report RUN_OR_SWEEP_DIR... [--out DIR]",
-    "regress": "autotune regress [--margin 0.05] [--out regress.md] [key=value ...]",
-    "export": "autotune export vllm|hf [--out DIR] [key=value ...]",
-}
+# Each command's entry is `main(argv) -> int` in `autotune/<package>/command.py`, which also holds its USAGE line
+# and, as its docstring, its help text.
+PACKAGE = {"profile": "profile", "verify": "verify", "run": "run", "review": "publish", "report": "report",
+           "regress": "regress", "export": "export"}
+
+
+def entry(command: str):
+    return importlib.import_module(f"autotune.{PACKAGE[command]}.command")
+
 
 EXAMPLES = {
     "profile": ["autotune profile", "autotune profile model=llama3_8b workload=chat device=cuda",
@@ -78,93 +77,8 @@ def fail(message: str) -> int:
     return 2
 
 
-def _split(args: list[str]) -> tuple[list[str], list[str]]:
-    """(overrides, everything else): an override is key=value and does not start with '-'."""
-    overrides = [a for a in args if "=" in a and not a.startswith("-")]
-    return overrides, [a for a in args if a not in overrides]
-
-
 def _dispatch(command: str, args: list[str]) -> int:
-    from autotune.config import compose
-
-    overrides, rest = _split(args)
-    if command == "run":
-        return _hydra_run(args, overrides, rest)
-    if command == "verify":
-        parser = _ArgParser(prog="autotune verify", add_help=False)
-        parser.add_argument("target")
-        parser.add_argument("file")
-        parser.add_argument("--json", action="store_true")
-        ns = parser.parse_args(rest)
-        return importlib.import_module("autotune.verify.command").main(compose(overrides), ns.target, ns.file, ns.json)
-    if command == "review":
-        return importlib.import_module("autotune.publish.review").main(compose(overrides), rest)
-    if command == "report":  # paths, not overrides: a run dir may contain '=' only by accident
-        return importlib.import_module("autotune.report").main(args)
-    if command == "regress":
-        return importlib.import_module("autotune.regress").main(compose(overrides), rest)
-    if command == "export":
-        return importlib.import_module("autotune.export.command").main(compose(overrides), rest)
-    if rest:
-        raise UserError(f"unexpected argument(s) {' '.join(rest)} (usage: {USAGE[command]})")
-    return importlib.import_module("autotune.profile.command").main(compose(overrides))
-
-
-def _hydra_run(args: list[str], overrides: list[str], rest: list[str]) -> int:
-    """`autotune run` through hydra.main (run dir, sweeps, launchers), after checking the overrides here."""
-    import hydra
-
-    from autotune.config import compose, conf_dir
-
-    sweeping = "-m" in rest or "--multirun" in rest
-    if not sweeping and not any(a.startswith("--") for a in rest):
-        cfg = compose(overrides)  # a one-line error for a bad override before Hydra starts
-        if cfg.resume and not (Path(cfg.resume) / "config.yaml").is_file():
-            raise UserError(f"resume={cfg.resume} is not an autotune run directory (it has no config.yaml); "
-                            "pass the folder `autotune run` printed at its start")
-        if not cfg.resume:
-            from autotune.run import preflight
-
-            preflight(cfg, publish=True)  # before hydra.main makes the run directory: a refused run leaves none
-    status = {"code": 0}
-
-    @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")
-    def _app(cfg) -> None:
-        from autotune.run import main as run_main
-
-        try:
-            status["code"] = max(status["code"], run_main(cfg) or 0)
-        except UserError as e:
-            status["code"] = fail(str(e))
-            if not sweeping:
-                raise SystemExit(status["code"])
-
-    saved = sys.argv
-    sys.argv = ["autotune run", *args]
-    try:
-        _app()
-    except SystemExit as e:  # Hydra's own exit (a launcher error, say): still account for the jobs
-        status["code"] = max(status["code"], e.code if isinstance(e.code, int) else 1)
-    finally:
-        sys.argv = saved
-    if sweeping:
-        return max(status["code"], _sweep_end())
-    return status["code"]
-
-
-def _sweep_end() -> int:
-    """After a sweep, whatever the launcher: each job's state, and the resume command of each that died."""
-    from autotune.run import console
-    from autotune.sweep import SWEEP_DIR, jobs, print_jobs
-
-    if not SWEEP_DIR:
-        return 0
-    return 1 if print_jobs(jobs(SWEEP_DIR[-1]), console) else 0
-
-
-class _ArgParser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, our format, exit 2
-        raise UserError(f"{message} (usage: {USAGE['verify']})")
+    return entry(command).main(args)
 
 
 def _groups_text() -> str:
@@ -200,15 +114,10 @@ def top_help() -> str:
 
 def command_help(command: str) -> str:
     examples = "\n".join(f"  {e}" for e in EXAMPLES[command])
-    return (f"usage: {USAGE[command]}\n\n{COMMANDS[command][0].upper()}{COMMANDS[command][1:]}.\n\n"
-            f"{importlib.import_module(_doc_module(command)).__doc__.strip()}\n\n"
+    module = entry(command)
+    return (f"usage: {module.USAGE}\n\n{COMMANDS[command][0].upper()}{COMMANDS[command][1:]}.\n\n"
+            f"{(getattr(module, 'HELP', None) or module.__doc__).strip()}\n\n"
             f"Presets (group=name):\n{_groups_text()}\n\nExamples:\n{examples}\n")
-
-
-def _doc_module(command: str) -> str:
-    return {"profile": "autotune.profile.command", "verify": "autotune.verify.command", "run": "autotune.run",
-            "review": "autotune.publish.review", "report": "autotune.report", "regress": "autotune.regress",
-            "export": "autotune.export.command"}[command]
 
 
 if __name__ == "__main__":

@@ -77,5 +77,17 @@ def explain(e: Exception, overrides) -> str:
     return f"bad configuration ({' '.join(overrides)}): {first}"
 
 
+def split_overrides(args: list[str]) -> tuple[list[str], list[str]]:
+    """(overrides, everything else): an override is key=value and does not start with '-'."""
+    overrides = [a for a in args if "=" in a and not a.startswith("-")]
+    return overrides, [a for a in args if a not in overrides]
+
+
+def from_argv(argv: list[str]) -> tuple[DictConfig, list[str]]:
+    """A command's arguments as (the config composed from its key=value overrides, the other arguments)."""
+    overrides, rest = split_overrides(argv)
+    return compose(overrides), rest
+
+
 def to_yaml(cfg: DictConfig) -> str:
     return OmegaConf.to_yaml(cfg, resolve=True)

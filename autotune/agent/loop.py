@@ -26,16 +26,17 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
-from autotune.agent import NO_CODE, CandidateRecord, TargetSearch, clients, prompts
+from autotune.agent import clients, prompts
 from autotune.agent.accounting import summarize
 from autotune.agent.extract import Extraction, extract
+from autotune.agent.records import NO_CODE, CandidateRecord, TargetSearch
 from autotune.agent.slots import judge_slots
 from autotune.ledger import Ledger
 from autotune.targets.base import Target
 from autotune.verify.verdict import Status, Verdict
 
 if TYPE_CHECKING:
-    from autotune.profile.records import Hotspot
+    from autotune.records import Hotspot
 
 VerifyFn = Callable[[Target, Path], Verdict]
 # Set by the thread that received Ctrl-C while searches run in other threads (targets side by side):

@@ -25,7 +25,7 @@ from autotune.text import pct, size, us
 from autotune.verify.verdict import Status, Verdict
 
 if TYPE_CHECKING:
-    from autotune.profile.records import Hotspot
+    from autotune.records import Hotspot
 
 PROMPTS_DIR = Path(__file__).resolve().parents[1] / "prompts"  # autotune/prompts/, package data
 EXAMPLE_TARGET = "rms_norm"  # whose correct example kernel (Target.example) the system message shows

@@ -29,13 +29,19 @@ from autotune.export.bundle import HF, VLLM, ExportedPackage, write_package
 
 IR_TARGETS = ("rms_norm", "fused_add_rms_norm")  # the targets vLLM IR has ops for
 
+USAGE = "autotune export vllm|hf [--out DIR] [key=value ...]"
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, our format
         raise UserError(f"{message} (usage: autotune export vllm|hf [--out DIR])")
 
 
-def main(cfg: DictConfig, args: list[str]) -> int:
+def main(argv: list[str]) -> int:
+    """The command's entry (every command's is `main(argv)` in its stage's command.py)."""
+    from autotune.config import from_argv
+
+    cfg, args = from_argv(argv)
     parser = _Parser(prog="autotune export", add_help=False)
     parser.add_argument("engine", choices=("vllm", "hf"))
     parser.add_argument("--out", default=None)

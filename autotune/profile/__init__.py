@@ -10,7 +10,7 @@
 from autotune.profile.hotspots import hotspot_for, hotspots_in, latest_hotspots, rank_hotspots, shapes_for
 from autotune.profile.optable import op_table, read_op_table, read_trace, serving_time_us
 from autotune.profile.profiler import ProfileResult, profile_serving, profile_trace
-from autotune.profile.records import Hotspot, ProfiledShape, amdahl_gain
+from autotune.records import Hotspot, ProfiledShape, amdahl_gain
 
 __all__ = ["Hotspot", "ProfileResult", "ProfiledShape", "amdahl_gain", "hotspot_for", "hotspots_in",
            "latest_hotspots", "op_table", "profile_serving", "profile_trace", "rank_hotspots", "read_op_table",

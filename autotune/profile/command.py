@@ -42,11 +42,25 @@ from rich.table import Table
 
 from autotune.env import Environment
 from autotune.profile.hotspots import hotspots_in
-from autotune.profile.records import Coverage, ProfiledShape
+from autotune.records import Coverage, ProfiledShape
 from autotune.profile.profiler import ProfileResult, profile_serving, profile_trace
 
 
-def main(cfg: DictConfig) -> int:
+USAGE = "autotune profile [trace=PATH] [key=value ...]"
+
+
+def main(argv: list[str]) -> int:
+    """The command's entry (every command's is `main(argv)` in its stage's command.py)."""
+    from autotune.config import from_argv
+    from autotune.errors import UserError
+
+    cfg, rest = from_argv(argv)
+    if rest:
+        raise UserError(f"unexpected argument(s) {' '.join(rest)} (usage: {USAGE})")
+    return profile(cfg)
+
+
+def profile(cfg: DictConfig) -> int:
     result = profile_trace(cfg, cfg.trace) if cfg.trace else profile_serving(cfg)
     console = Console()
     console.print(hotspot_table(result.hotspots, int(cfg.profile.top)))

@@ -23,7 +23,7 @@ import pandas as pd
 
 from autotune.errors import UserError
 from autotune.profile.optable import op_time_us
-from autotune.profile.records import Hotspot, ProfiledShape, amdahl_gain
+from autotune.records import Hotspot, ProfiledShape, amdahl_gain
 
 __all__ = ["FILE", "amdahl_gain", "hotspot_for", "hotspots_in", "hotspots_record", "latest_hotspots",
            "rank_hotspots", "shapes_for"]

@@ -37,7 +37,7 @@ from autotune import targets
 from autotune.errors import UserError
 from autotune.profile.opmap import MappedOp, OpMap, declared_map
 from autotune.profile.patterns import Match, find_rms_norms
-from autotune.profile.records import Coverage
+from autotune.records import Coverage
 
 COLUMNS = ["op", "target", "input_shapes", "case_shape", "dtype", "calls", "total_us", "self_us", "device_us", "share"]
 SERVE_SPAN = "autotune::serve"  # the record_function around the profiled serving window

@@ -21,7 +21,7 @@ from rich.markdown import Markdown
 from rich.table import Table
 
 from autotune import publish
-from autotune.publish import ProposalStatus
+from autotune.publish.types import ProposalStatus
 from autotune.errors import UserError
 
 USAGE = "autotune review list | show ID | approve ID | reject ID --reason TEXT  [key=value ...]"
@@ -44,7 +44,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(cfg, args: list[str]) -> int:
+def main(argv: list[str]) -> int:
+    """The command's entry (every command's is `main(argv)` in its stage's command.py)."""
+    from autotune.config import from_argv
+
+    cfg, args = from_argv(argv)
     if not args:
         raise UserError(f"say what to do: list, show ID, approve ID or reject ID --reason TEXT (usage: {USAGE})")
     ns = _parser().parse_args(args)

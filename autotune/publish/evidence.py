@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 
 from autotune.env import Environment
-from autotune.profile.records import ProfiledShape, amdahl_gain
+from autotune.records import ProfiledShape, amdahl_gain
 from autotune.verify.verdict import Verdict
 
 if TYPE_CHECKING:
-    from autotune.publish import ProposalRequest
+    from autotune.publish.types import ProposalRequest
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 REGRESSION_SHAPES = 4  # profile shapes a generated regression test re-checks

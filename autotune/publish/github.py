@@ -25,7 +25,8 @@ from omegaconf import OmegaConf
 
 from autotune.errors import UserError
 from autotune.ledger import redact
-from autotune.publish import Proposal, ProposalRequest, ProposalStatus, evidence, gitops, proposal
+from autotune.publish import evidence, gitops, proposal
+from autotune.publish.types import Proposal, ProposalRequest, ProposalStatus
 
 BODY_LIMIT = 65_536  # characters GitHub accepts in a pull request body (longer ones get a 422)
 

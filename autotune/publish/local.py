@@ -9,7 +9,8 @@ the record, from where `rejection_reasons` hands it to the next run's prompts.
 from __future__ import annotations
 
 from autotune.errors import UserError
-from autotune.publish import Proposal, ProposalRequest, ProposalStatus, gitops, proposal, records
+from autotune.publish import gitops, proposal, records
+from autotune.publish.types import Proposal, ProposalRequest, ProposalStatus
 
 
 def publish(request: ProposalRequest, cfg) -> Proposal:

@@ -15,7 +15,8 @@ import git
 
 from autotune import targets
 from autotune.errors import UserError
-from autotune.publish import Proposal, ProposalRequest, ProposalStatus, evidence, gitops, records
+from autotune.publish import evidence, gitops, records
+from autotune.publish.types import Proposal, ProposalRequest, ProposalStatus
 
 
 @dataclasses.dataclass

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from autotune.errors import UserError
 
 if TYPE_CHECKING:
-    from autotune.publish import Proposal
+    from autotune.publish.types import Proposal
 
 
 def store_dir(repo, create: bool = True) -> Path:
@@ -51,7 +51,7 @@ def save_evidence(repo, proposal_id: str, markdown: str) -> Path:
 
 
 def load(repo, proposal_id: str) -> "Proposal | None":
-    from autotune.publish import Proposal
+    from autotune.publish.types import Proposal
 
     path = store_dir(repo, create=False) / f"{proposal_id}.json"
     if not path.is_file():

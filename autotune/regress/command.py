@@ -27,6 +27,8 @@ from rich.table import Table
 from autotune import kernels, targets
 from autotune.errors import UserError
 
+USAGE = "autotune regress [--margin 0.05] [--out regress.md] [key=value ...]"
+
 
 class Finding(str, enum.Enum):
     OK = "ok"
@@ -120,13 +122,16 @@ def print_table(checks: list[Check], console: Console) -> None:
     console.print(table)
 
 
-def main(cfg: DictConfig, argv: list[str]) -> int:
+def main(argv: list[str]) -> int:
+    """The command's entry (every command's is `main(argv)` in its stage's command.py)."""
+    from autotune.config import from_argv
     from autotune.env import collect
     from autotune.report.data import environment_line
 
     parser = argparse.ArgumentParser(prog="autotune regress", add_help=False)
     parser.add_argument("--margin", type=float, default=0.05)
     parser.add_argument("--out", default="regress.md")
+    cfg, argv = from_argv(argv)
     ns, unknown = parser.parse_known_args(argv)
     if unknown:
         raise UserError(f"unexpected argument(s) {' '.join(unknown)} "

@@ -9,6 +9,6 @@ path given): report.html (one self-contained page, the PNGs embedded), report.md
 linking the PNGs), one CSV per table and one PNG per figure.
 """
 
-from autotune.report.build import Written, build, main
+from autotune.report.build import Written, build
 
-__all__ = ["Written", "build", "main"]
+__all__ = ["Written", "build"]

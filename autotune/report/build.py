@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import base64
 import dataclasses
 from pathlib import Path
@@ -10,7 +9,6 @@ from pathlib import Path
 import jinja2
 import pandas as pd
 
-from autotune.errors import UserError
 from autotune.report import data, plots
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -100,16 +98,3 @@ def _csv(df: pd.DataFrame, path: Path) -> Path:
 def _write(path: Path, content: bytes) -> Path:
     path.write_bytes(content)
     return path
-
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="autotune report", add_help=False)
-    parser.add_argument("paths", nargs="*")
-    parser.add_argument("--out", default=None)
-    ns, unknown = parser.parse_known_args(argv)
-    if unknown or not ns.paths:
-        raise UserError(f"usage: autotune report RUN_OR_SWEEP_DIR... [--out DIR]"
-                        + (f" (unexpected: {' '.join(unknown)})" if unknown else " (give at least one directory)"))
-    w = build(ns.paths, ns.out)
-    print(f"report: {w.html}\n        {w.markdown}\n        {len(w.csvs)} CSV and {len(w.pngs)} PNG files in {w.out}")
-    return 0

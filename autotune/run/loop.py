@@ -12,12 +12,12 @@
 
 The run directory holds config.yaml (resolved), env.json, ledger.jsonl (one JSON record per event; read
 it with `autotune.ledger.frame`), transcript.jsonl (every LLM exchange), candidates/<op>/, profile/ and
-summary.json; cli.log gets one line per event, and a terminal shows a live table (autotune/progress.py).
+summary.json; cli.log gets one line per event, and a terminal shows a live table (autotune/run/progress.py).
 Targets are worked on side by side; candidates are judged at most verify.workers at a time
 (autotune/agent/slots.py). Overnight runs die: a run that fails records why, keeps everything judged so
 far and prints `autotune run resume=<run dir>`, which continues it with its saved configuration,
 repeating no finished candidate and no LLM call. `autotune run -m key=a,b` sweeps (Hydra multirun;
-launchers in autotune/conf/hydra/launcher/, the jobs' fates in autotune/sweep.py).
+launchers in autotune/conf/hydra/launcher/, the jobs' fates in autotune/run/sweep.py).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from autotune.ledger import Ledger
 from autotune.text import pct
 
 if TYPE_CHECKING:
-    from autotune.profile.records import Hotspot
+    from autotune.records import Hotspot
 
 console = Console(highlight=False)
 _PUBLISH = threading.Lock()
@@ -96,7 +96,7 @@ def main(cfg: DictConfig) -> int:
 
 
 def _run(cfg: DictConfig, run_dir: Path) -> int:
-    from autotune.progress import Progress, ProgressLedger
+    from autotune.run.progress import Progress, ProgressLedger
 
     names = list(cfg.targets) if cfg.targets else []
     budget = cfg.agent.get("budget", {}) or {}
@@ -196,7 +196,7 @@ def preflight(cfg: DictConfig, *, publish: bool = False) -> None:
     run leaves nothing to resume; a sweep's job checks all but the repository when it starts (a job whose
     repository is fixed later resumes)."""
     from autotune.agent.clients import settings_problems
-    from autotune.model_check import unreadable_checkpoint
+    from autotune.run.model_check import unreadable_checkpoint
 
     problems = settings_problems(cfg.agent)
     unset = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("agent."))
@@ -271,7 +271,7 @@ def work_on(name: str, hotspot: Hotspot | None, cfg: DictConfig, run_dir: Path, 
     """Agent and checker, then the model-level check, then publish: one target, start to end."""
     from autotune.agent import search_target
     from autotune.agent.loop import missing_from_trace
-    from autotune.model_check import never_called
+    from autotune.run.model_check import never_called
     from autotune.publish import rejection_reasons
 
     done = [r for r in ledger.read("outcome") if r["target"] == name]
@@ -300,7 +300,7 @@ def work_on(name: str, hotspot: Hotspot | None, cfg: DictConfig, run_dir: Path, 
 
 def check_and_publish(name: str, best, hotspot: Hotspot | None, cfg: DictConfig, run_dir: Path,
                       ledger: Ledger) -> Outcome:
-    from autotune.model_check import check_model
+    from autotune.run.model_check import check_model
     from autotune.publish import ProposalRequest, publish
 
     source = Path(best.path).read_text()

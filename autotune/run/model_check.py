@@ -115,7 +115,7 @@ def check_model(cfg: DictConfig, target: str, source: str, *, workdir: Path) -> 
     payload = {"target": target, "source": source, "prompts": prompts, "new_tokens": new_tokens, "device": device,
                "cfg": OmegaConf.to_container(cfg, resolve=True)}
     checkpoint = (str(cfg.model.checkpoint),) if cfg.model.get("checkpoint") else ()
-    result = run_isolated("autotune.model_check", payload, limits=settings.limits, workdir=workdir,
+    result = run_isolated("autotune.run.model_check", payload, limits=settings.limits, workdir=workdir,
                           gpu=device == "cuda", readable=checkpoint)
     if not result.ok:
         why = result.error or (f"killed by {result.signal}" if result.signal else "") or \

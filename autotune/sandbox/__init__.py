@@ -5,7 +5,7 @@
     result.ok, result.result, result.isolation          # the handler's dict; what confinement was applied
 
 A module run this way ends with `autotune.sandbox.child_main(handler)`. The checker (`autotune.verify`)
-runs every candidate kernel through it and the model-level check (`autotune.model_check`) runs the whole
+runs every candidate kernel through it and the model-level check (`autotune.run.model_check`) runs the whole
 model with a candidate plugged in; neither the runner nor the parent ever imports what runs inside.
 
 What it guarantees (runner.py and confine.py say how; tests/verify/test_sandbox.py shows each):

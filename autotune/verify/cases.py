@@ -39,7 +39,7 @@ from omegaconf import OmegaConf
 
 from autotune.config import conf_dir
 from autotune.errors import UserError
-from autotune.profile.records import ProfiledShape
+from autotune.records import ProfiledShape
 from autotune.targets.base import Shape, Target, cut_rows, dtype_name, parse_dtype, random_rows
 
 __all__ = ["Case", "CaseData", "cut_rows", "make_data", "plan"]  # cut_rows: the default cut, from base

@@ -27,13 +27,35 @@ runtime_error, timeout, policy_violation); 2 bad input (unknown target, missing 
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 
+from autotune.config import from_argv
+from autotune.errors import UserError
 from autotune.verify import verify
 
 
-def main(cfg, target: str, file: str, as_json: bool) -> int:
+USAGE = "autotune verify TARGET FILE [--json] [key=value ...]"
+
+
+class _ArgParser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, our format, exit 2
+        raise UserError(f"{message} (usage: {USAGE})")
+
+
+def main(argv: list[str]) -> int:
+    """The command's entry (every command's is `main(argv)` in its stage's command.py)."""
+    cfg, rest = from_argv(argv)
+    parser = _ArgParser(prog="autotune verify", add_help=False)
+    parser.add_argument("target")
+    parser.add_argument("file")
+    parser.add_argument("--json", action="store_true")
+    ns = parser.parse_args(rest)
+    return judge_file(cfg, ns.target, ns.file, ns.json)
+
+
+def judge_file(cfg, target: str, file: str, as_json: bool) -> int:
     verdict = verify(target, file, cfg)
     if as_json:
         print(json.dumps(_finite(verdict.to_dict()), allow_nan=False))

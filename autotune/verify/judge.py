@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from autotune.errors import UserError
-from autotune.profile.records import ProfiledShape
+from autotune.records import ProfiledShape
 from autotune.targets.base import Target
 from autotune.verify import cases as case_plan
 from autotune.verify import policy

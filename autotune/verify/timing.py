@@ -21,7 +21,7 @@ import secrets
 import tempfile
 from pathlib import Path
 
-from autotune.profile.records import ProfiledShape
+from autotune.records import ProfiledShape
 from autotune.targets.base import Target, dtype_name, parse_dtype
 from autotune.verify.cases import answers, generator, target_dtypes
 from autotune.verify.compare import compare_all

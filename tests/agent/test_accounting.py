@@ -81,7 +81,7 @@ def test_every_failed_first_attempt_counts_though_each_was_fixed_on_turn_2():
 
 
 def test_the_run_summary_never_rounds_a_share_up_across_a_goal():
-    from autotune.run import accounting_line
+    from autotune.run.loop import accounting_line
     from autotune.text import pct
 
     assert pct(0.847) == "84.7%" and pct(0.8499) == "84.9%" and pct(0.29) == "29.0%" and pct(1.0) == "100.0%"

@@ -10,7 +10,7 @@ from autotune.agent import search_target, summarize
 from autotune.config import compose
 from autotune.errors import UserError
 from autotune.ledger import Ledger
-from autotune.profile.records import Hotspot, ProfiledShape
+from autotune.records import Hotspot, ProfiledShape
 from autotune.verify.verdict import Status, Verdict
 
 KEY_ENV = "AUTOTUNE_TEST_LLM_KEY"

@@ -7,7 +7,7 @@ import torch
 from autotune import targets
 from autotune.agent import prompts
 from autotune.config import compose
-from autotune.profile.records import Hotspot, ProfiledShape
+from autotune.records import Hotspot, ProfiledShape
 from autotune.verify.verdict import CaseResult, ShapeTiming, Status, Verdict
 
 HOTSPOT = Hotspot("rms_norm", share=0.083, calls=1234, total_us=4567.0, projected_gain=0.04,

@@ -11,7 +11,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from autotune.errors import UserError
 from autotune.profile.opmap import build_map
 from autotune.profile.optable import SERVE_SPAN, coverage, op_table, read_op_table, read_trace, serving_time_us
-from autotune.profile.records import Coverage
+from autotune.records import Coverage
 from autotune.serve import dispatch
 
 FIXTURES = Path(__file__).parent / "fixtures"

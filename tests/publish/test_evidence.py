@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from autotune.profile.records import ProfiledShape
+from autotune.records import ProfiledShape
 from autotune.publish import evidence
 from autotune.verify.verdict import ShapeTiming, Status
 

@@ -10,7 +10,7 @@ import torch
 from autotune.agent import search
 from autotune.config import compose
 from autotune.errors import UserError
-from autotune.model_check import check_model, compare
+from autotune.run.model_check import check_model, compare
 
 FAST = ["run.check_prompts=2", "run.check_new_tokens=4"]
 

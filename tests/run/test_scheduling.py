@@ -8,7 +8,7 @@ import time
 
 from autotune.agent import slots
 from autotune.config import compose
-from autotune.progress import Progress, ProgressLedger
+from autotune.run.progress import Progress, ProgressLedger
 from autotune.sandbox import runner as sandbox
 
 

@@ -173,7 +173,7 @@ def test_every_target_makes_data_for_every_planned_case_kind():
 
 
 def test_profile_shapes_are_capped_to_the_extremes_and_the_most_called():
-    from autotune.profile.records import ProfiledShape
+    from autotune.records import ProfiledShape
     from autotune.verify.cases import select_profile_shapes, selection_note
 
     calls = {1: 50, 2: 40, 3: 30, 7: 9, 9: 8, 11: 7, 13: 6, 17: 1, 64: 5, 100: 2}

@@ -9,7 +9,7 @@ from autotune.config import compose
 from autotune.targets import get
 from autotune.verify import verify
 from autotune.verify.bench import activations, percentile
-from autotune.profile.records import ProfiledShape
+from autotune.records import ProfiledShape
 from autotune.verify.timing import decide, peak_bandwidth_gbps, shape_timing, timing_shapes, weighted_geomean
 from autotune.verify.verdict import Status, Verdict
 
