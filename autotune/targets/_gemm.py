@@ -8,17 +8,14 @@ gate_up (M, 2 * intermediate, hidden), down (M, hidden, intermediate).
 
 import torch
 
-from autotune.targets.base import Shape
+from autotune.targets.base import Shape, numel
 from autotune.targets.space import Knob, SearchSpace, configs
 
 
 def shape_from_dims(dims: list) -> Shape:
     """Profiler input dims [x [..., K], weight [N, K], ...] -> (M, N, K)."""
     x, w = dims[0], dims[1]
-    m = 1
-    for d in x[:-1]:
-        m *= d
-    return m, w[0], w[1]
+    return numel(x[:-1]), w[0], w[1]
 
 
 def flops(shape, dtype):

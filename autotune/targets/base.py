@@ -11,6 +11,7 @@ import dataclasses
 import enum
 import functools
 import inspect
+import math
 import random
 from pathlib import Path
 from typing import Callable, Mapping
@@ -304,10 +305,8 @@ def upcast(t: torch.Tensor) -> torch.Tensor:
 
 
 def numel(shape: Shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
+    """The elements of a shape (1 for ())."""
+    return math.prod(shape)
 
 
 def cut_rows(shape: Shape, max_rows: int | None, max_elements: int | None = None) -> Shape:
@@ -329,10 +328,7 @@ def cut_rows(shape: Shape, max_rows: int | None, max_elements: int | None = None
 
 def rows_and_width(shape: Shape) -> tuple[int, int]:
     """[..., W] -> (product of leading dims, W)."""
-    rows = 1
-    for d in shape[:-1]:
-        rows *= d
-    return rows, shape[-1]
+    return numel(shape[:-1]), shape[-1]
 
 
 @functools.lru_cache(maxsize=None)

@@ -40,7 +40,7 @@ from omegaconf import OmegaConf
 from autotune.config import conf_dir
 from autotune.errors import UserError
 from autotune.records import ProfiledShape
-from autotune.targets.base import Shape, Target, cut_rows, dtype_name, parse_dtype, random_rows
+from autotune.targets.base import Shape, Target, cut_rows, dtype_name, numel, parse_dtype, random_rows
 
 __all__ = ["Case", "CaseData", "cut_rows", "make_data", "plan"]  # cut_rows: the default cut, from base
 
@@ -70,7 +70,7 @@ class Case:
 
     @property
     def shape_numel(self) -> int:
-        return _numel(self.shape)
+        return numel(self.shape)
 
     @property
     def label(self) -> str:
@@ -109,7 +109,7 @@ def select_profile_shapes(shapes, limit: int) -> list:
     shapes = [ProfiledShape.of(s) for s in shapes]  # (shape, dtype, calls) tuples are read too
     if limit <= 0 or len(shapes) <= limit:
         return shapes
-    by_size = sorted(shapes, key=lambda s: _numel(s.shape))
+    by_size = sorted(shapes, key=lambda s: numel(s.shape))
     chosen = [by_size[0], by_size[-1]]
     for s in sorted(shapes, key=lambda s: -s.calls):
         if len(chosen) >= limit:
@@ -212,7 +212,7 @@ def plan(target: Target, shapes, cfg_verify, on_gpu: bool, salt: bytes = b"") ->
                 specs.append((requested, cut_rows(requested, *extra), dtype, "normal", seed, source, calls, False))
     cases = []
     layouts, scalars = target.layouts, scalar_variants(target)
-    for requested, shape, dtype, kind, seed, source, calls, checks in sorted(specs, key=lambda s: _numel(s[1])):
+    for requested, shape, dtype, kind, seed, source, calls, checks in sorted(specs, key=lambda s: numel(s[1])):
         key = (shape, dtype, kind, seed)
         if key in seen:
             continue
@@ -237,13 +237,6 @@ def target_dtypes(target: Target, cfg_verify) -> list[torch.dtype]:
         raise UserError(f"verify.dtypes={list(wanted)} leaves no dtype of {target.name}, which runs in "
                         f"{', '.join(dtype_name(d) for d in target.dtypes)}: name one of those, or verify.dtypes=null")
     return narrowed
-
-
-def _numel(shape: Shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def generator(target: Target, shape: Shape, dtype: torch.dtype, kind: str, seed: int, salt: bytes) -> torch.Generator:
