@@ -74,21 +74,18 @@ class Conversation:
 
 
 def roofline(cfg) -> Roofline:
-    """The bandwidth behind the prompt's time floors: configured, else the GPU's, else an assumption said so."""
-    from autotune.verify.timing import PEAK_BANDWIDTH_GBPS, peak_bandwidth_gbps, peak_tflops  # the checker's
+    """The figures behind the prompt's time floors: the checker's (`timing.peaks`: configured, else the GPU's),
+    else, with no GPU to look up, an assumed one, said so."""
+    from autotune.verify.timing import peaks  # the checker's
 
-    given = OmegaConf.select(cfg, "verify.peak_bandwidth_gbps", default=None)
-    given_tflops = OmegaConf.select(cfg, "verify.peak_tflops", default=None)
-    if given:
-        return Roofline(float(given), "set by verify.peak_bandwidth_gbps",
-                        float(given_tflops) if given_tflops else None)
     gpu = _gpu_name(str(OmegaConf.select(cfg, "device", default="auto")))
-    found = peak_bandwidth_gbps(gpu, None) if gpu else None
-    if found:
-        return Roofline(found, f"the {gpu}'s peaks", peak_tflops(gpu, given_tflops))
-    assumed = float(PEAK_BANDWIDTH_GBPS[ASSUMED_GPU])
+    bandwidth, tflops = peaks(gpu or "", cfg.verify)
+    if bandwidth:
+        given = OmegaConf.select(cfg, "verify.peak_bandwidth_gbps", default=None)
+        return Roofline(bandwidth, "set by verify.peak_bandwidth_gbps" if given else f"the {gpu}'s peaks", tflops)
     why = f"{gpu} is not in the checker's table" if gpu else "no GPU was seen here"
-    return Roofline(assumed, f"assumed: an {ASSUMED_GPU}'s, since {why}", peak_tflops(ASSUMED_GPU, given_tflops))
+    bandwidth, tflops = peaks(ASSUMED_GPU, cfg.verify)
+    return Roofline(bandwidth, f"assumed: an {ASSUMED_GPU}'s, since {why}", tflops)
 
 
 def _gpu_name(device: str) -> str | None:

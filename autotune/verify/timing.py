@@ -60,6 +60,14 @@ def peak_tflops(gpu_name: str, override=None) -> float | None:
     return _lookup(PEAK_TFLOPS, gpu_name, override)
 
 
+def peaks(gpu_name: str, cfg_verify) -> tuple[float | None, float | None]:
+    """(GB/s, TFLOP/s) the roofline floor uses for this GPU: verify.peak_bandwidth_gbps and verify.peak_tflops
+    when set, else the GPU's datasheet figures; None where neither is known. The checker's timing and the
+    prompt's floors both read it."""
+    return (peak_bandwidth_gbps(gpu_name, cfg_verify.get("peak_bandwidth_gbps")),
+            peak_tflops(gpu_name, cfg_verify.get("peak_tflops")))
+
+
 def timing_shapes(target: Target, shapes, cfg_verify) -> list[ProfiledShape]:
     """The profile's shapes, or the target's defaults in bf16 (the served dtype) with equal weight."""
     if shapes:
@@ -143,8 +151,7 @@ def measure(target: Target, source: str, shapes, cfg_verify, verdict: Verdict) -
     wrong = _recheck(target, todo, [s["candidate"]["samples"] for s in cand.result["shapes"]])
     if wrong:
         return Status.INCORRECT, wrong
-    peak = peak_bandwidth_gbps(cand.result["gpu"], cfg_verify.peak_bandwidth_gbps)
-    tflops = peak_tflops(cand.result["gpu"], cfg_verify.get("peak_tflops"))
+    peak, tflops = peaks(cand.result["gpu"], cfg_verify)
     verdict.timings = [shape_timing(target, s.shape, s.dtype, s.calls, c["candidate"], b, peak, tflops)
                        for s, c, b in zip(todo, cand.result["shapes"], base.result["shapes"])]
     verdict.measured = True
