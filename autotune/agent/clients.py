@@ -154,7 +154,7 @@ def make(cfg: DictConfig, run_dir: Path, target: str) -> Client:
         return SearchClient(target, int(agent.candidates))
     own = Transcript(_transcript_path(agent, run_dir))
     if name == "replay":
-        return ReplayClient(_required(agent, "transcript", "agent.transcript=<a recorded run>/transcript.jsonl"), own)
+        return ReplayClient(_required(agent, "transcript"), own)
     if name == "openai":
         return OpenAIClient(agent, own)
     raise UserError(f"unknown agent '{name}' (use agent=openai, agent=replay or agent=search)")
@@ -190,9 +190,9 @@ def _transcript_path(agent: DictConfig, run_dir: Path) -> Path:
     return path if path.is_absolute() else Path(run_dir) / path
 
 
-def _required(agent: DictConfig, key: str, example: str) -> str:
+def _required(agent: DictConfig, key: str) -> str:
     if key not in agent or OmegaConf.is_missing(agent, key) or agent.get(key) in (None, ""):
-        raise UserError(f"agent.{key} is not set (pass {example} on the command line)")
+        raise UserError(f"agent.{key} is not set (pass {REQUIRED[agent.name][key]} on the command line)")
     return str(agent.get(key))
 
 
@@ -200,8 +200,8 @@ class OpenAIClient:
     name = "openai"
 
     def __init__(self, agent: DictConfig, transcript: Transcript):
-        self.base_url = _required(agent, "base_url", "agent.base_url=http://127.0.0.1:8000/v1")
-        self.model = _required(agent, "model", "agent.model=<a model the server serves>")
+        self.base_url = _required(agent, "base_url")
+        self.model = _required(agent, "model")
         self.key_env = str(agent.get("api_key_env") or "OPENAI_API_KEY")
         key = os.environ.get(self.key_env) or None  # the one read of the key; it stays in memory only
         ledger_mod.redact(key)
