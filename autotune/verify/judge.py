@@ -31,6 +31,7 @@ from autotune.verify import policy
 from autotune.verify.compare import judge_case
 from autotune.sandbox import Limits, SandboxResult, run_isolated
 from autotune.verify.verdict import CaseResult, Status, Verdict
+from autotune.verify.wire import Placement
 
 
 class _Session:
@@ -46,6 +47,9 @@ class _Session:
         self.protocol = ""
         self.setup_error = ""  # the worker could not set up (no GPU inside the sandbox): not the candidate's fault
         self.nondeterministic = False
+        self.coverage: dict | None = None  # the device's account of the launches seen at served shapes
+        self.dry_labels: dict[int, str] = {}  # dry call index -> the served shape it stands for
+        self.host_isolation: dict = {}
 
     def on_event(self, frame: dict) -> bool:
         kind = frame.get("kind")
@@ -64,6 +68,17 @@ class _Session:
         elif kind == "setup_error":
             self.setup_error = str(frame.get("error", ""))
             return True
+        elif kind == "policy_error":  # the device refused to build a kernel (the kernel half of the allow-list)
+            self.runtime_policy.append(f"{frame.get('error', '')} (a kernel may use only the allow-listed "
+                                       "triton.language names)")
+            return True
+        elif kind in ("host_protocol", "host_gone"):
+            self.protocol = str(frame.get("error") or "the candidate's process ended before it finished its cases")
+            return True
+        elif kind == "coverage":
+            self.coverage = frame
+        elif kind == "host_isolation":
+            self.host_isolation = frame.get("report") if isinstance(frame.get("report"), dict) else {}
         return False
 
     def _on_import(self, frame: dict) -> bool:
@@ -117,9 +132,14 @@ class _Session:
             return Status.POLICY_VIOLATION, self.runtime_policy[0]
         if failed is not None:
             return Status.INCORRECT, f"case {_label(failed)}: {failed.note}"
-        if self.case_error is not None and self.case_error.get("tampered"):  # launch counter or op recorder gone
-            error = one_line(str(self.case_error.get("error", "")))
+        if self.case_error is not None and (self.case_error.get("tampered") or self.case_error.get("refused")):
+            error = one_line(str(self.case_error.get("error", "")))  # a defence switched off, or a rule broken
             return Status.POLICY_VIOLATION, f"{error} ({self.running_label()})"
+        if self.case_error is not None and self.case_error.get("out_of_bounds"):
+            return Status.INCORRECT, f"{one_line(str(self.case_error.get('error', '')))} ({self.running_label()})"
+        if self.case_error is not None and self.case_error.get("dry"):
+            error = one_line(str(self.case_error.get("error", "")))
+            return Status.RUNTIME_ERROR, f"raised when called at a served shape (launches recorded, not run): {error}"
         if self.case_error is not None:
             error = one_line(str(self.case_error.get("error", "")))
             if self.case_error.get("compile"):
@@ -145,11 +165,28 @@ class _Session:
             if not any(r.evidence for r in results if r.dtype == dtype):
                 return Status.INCORRECT, (f"not proven: no {dtype} case discriminates (every reference output is "
                                           "degenerate or a null candidate passes it)")
+        uncovered = self._uncovered()
+        if uncovered:
+            return Status.INCORRECT, uncovered
         shapes = len({c.requested_shape for c in self.cases})
         dtypes = ", ".join(dict.fromkeys(r.dtype for r in results))
         evidence = sum(r.evidence for r in results)
         return Status.UNMEASURED, (f"correct on all {len(results)} cases ({evidence} counted as evidence) over "
                                    f"{shapes} shapes in {dtypes}")
+
+
+    def _uncovered(self) -> str:
+        """'' when every launch signature seen at a served or preset shape and every autotune configuration ran in
+        a compared case; else the first that did not, named."""
+        coverage = self.coverage if isinstance(self.coverage, dict) else {}
+        for item in coverage.get("uncovered") or []:
+            where = self.dry_labels.get(item.get("dry_index"), "a served shape")
+            return (f"not proven: the launch {item.get('signature')} that the launcher makes at {where} never ran in "
+                    "a compared case (a code path only served sizes reach is not checked here)")
+        for item in coverage.get("configs_not_run") or []:
+            return (f"not proven: the autotune configuration {item.get('config')} of `{item.get('kernel')}` never ran "
+                    "in a compared case (on a GPU the autotuner may pick it)")
+        return ""
 
 
 def _well_formed(frame: dict) -> bool:
@@ -248,18 +285,32 @@ def _record(verdict: Verdict, session: _Session, run: SandboxResult, cut_note: s
 
 
 def _run_worker(target, source, plan, limits: Limits, device, session: _Session, salt: bytes) -> SandboxResult:
-    def payload() -> dict:  # made while the worker starts up; the session needs the data before any result
+    """The worker's two processes (autotune.verify.worker): the host gets the source and where each input sits,
+    the device the source and the data. Both payloads are made while the worker starts up; the session needs
+    the data before any result."""
+    def host_payload() -> dict:
         session.data.extend(case_plan.make_data(target, c, salt) for c in plan)
-        return {"source": source, "entry": target.name, "device": device, "cases": [
-            {"index": c.index, "args": list(d.args), "repeat": c.repeat, "front_guard": c.front_guard,
-             "refill_args": list(d.refill_args) if d.refill_args is not None else None}
+        return {"source": source, "entry": target.name, "autotune_turn": secrets.randbelow(1 << 16),
+                "cases": [{"index": c.index, "calls": len(_calls(c)), "args": [
+                    {"place": Placement.of(a, c.front_guard).to_wire()} if isinstance(a, torch.Tensor) else a
+                    for a in d.args]} for c, d in zip(plan, session.data)]}
+
+    def device_payload() -> dict:
+        return {"source": source, "device": device, "cases": [
+            {"index": c.index, "args": list(d.args), "front_guard": c.front_guard, "sequence": _calls(c),
+             "calls": len(_calls(c)), "refill_args": list(d.refill_args) if d.refill_args is not None else None}
             for c, d in zip(plan, session.data)]}
 
     with tempfile.TemporaryDirectory(prefix="autotune-verify-", ignore_cleanup_errors=True) as tmp:
-        return run_isolated("autotune.verify.worker", payload, limits=limits,
+        return run_isolated("autotune.verify.worker", device_payload, limits=limits, host=host_payload,
                             workdir=Path(tmp) / "work", gpu=device == "cuda", on_event=session.on_event,
                             max_frame_bytes=_largest_frame(target, plan),
                             progress=lambda frame: frame.get("kind") == "case_result")
+
+
+def _calls(case: case_plan.Case) -> list[str]:
+    """The calls of a case, in order: the first, a repeat on the same inputs, one after a refill."""
+    return ["first", *["repeat"] * case.repeat, *["refill"] * case.refill]
 
 
 def _largest_frame(target: Target, plan) -> int:

@@ -21,11 +21,13 @@ from __future__ import annotations
 import ast
 import builtins
 import threading
-
-from autotune.targets.base import Target
+from typing import TYPE_CHECKING
 from autotune.verify.allowlist import (ALLOWED_IMPORTS, ATTRIBUTES, BUILTINS, CONVERSIONS, IMPORTS,
                                        KERNEL_ATTRIBUTES, KERNEL_BUILTINS, KERNEL_MATH, KERNEL_TL, METHODS, NAMES,
                                        Use)
+
+if TYPE_CHECKING:  # the worker imports this module and must not hold the targets (their references)
+    from autotune.targets.base import Target
 
 __all__ = ["ALLOWED_IMPORTS", "RUNTIME_ALLOWED_OPS", "parse", "runtime_violations", "scan"]
 
@@ -72,6 +74,26 @@ def scan(tree: ast.Module, target: Target) -> list[str]:
     if not scanner.kernels:
         findings.append("no @triton.jit kernel: the math must happen in a Triton kernel the entry function launches")
     return sorted(dict.fromkeys(findings), key=_line_of)  # stable: on one line, the order they were found
+
+
+def kernel_findings(tree: ast.Module) -> list[str]:
+    """The findings of the scan in the file's @triton.jit kernels alone (their decorators but the jit one left
+    out; the imports only bind the names the kernels use): what the device process checks before it compiles
+    a kernel, whatever the judge's own scan said (autotune.verify.loader)."""
+    kept = []
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            kept.append(stmt)
+        elif isinstance(stmt, ast.FunctionDef) and stmt.decorator_list:
+            jit = stmt.decorator_list[-1]
+            bare = ast.FunctionDef(name=stmt.name, args=stmt.args, body=stmt.body, decorator_list=[jit],
+                                   returns=stmt.returns, type_comment=None, lineno=stmt.lineno,
+                                   col_offset=stmt.col_offset)
+            kept.append(bare)
+    scanner = _Scanner(ast.Module(body=kept, type_ignores=[]))
+    scanner.run()
+    imports = {s.lineno for s in kept if isinstance(s, (ast.Import, ast.ImportFrom))}  # the host's business
+    return sorted(dict.fromkeys(f for f in scanner.findings if _line_of(f) not in imports), key=_line_of)
 
 
 def _line_of(finding: str) -> int:
