@@ -121,6 +121,9 @@ class Target:
     edge_shapes: tuple[Shape, ...]  # one row, widths not a power of two, widths > 4096, many rows
     dtypes: tuple[torch.dtype, ...] = DTYPES
     tolerances: Mapping[torch.dtype, Tolerance] = dataclasses.field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
+    # A kernel for this op may sum with atomic adds (split-K), so two calls on the same inputs may differ in the
+    # order of their sums: per dtype, the bound on that difference. None: two calls must agree bit for bit.
+    atomic_tolerance: Mapping[torch.dtype, Tolerance] | None = None
     foreign_ops: tuple[ForeignOp, ...] = ()  # the same op in other engines' traces (vLLM, SGLang)
     # a profiler "Input Dims" list -> this target's case shape; every target so far: its first input's shape
     shape_from_dims: Callable[[list], Shape] = lambda dims: tuple(dims[0])

@@ -217,13 +217,34 @@ def judge_case(target: Target, case: Case, data: CaseData, frame: dict, tol: Tol
         nondeterministic = not all(same_bits(a, b) for a, b in zip(again or (), frame["outputs"]))
         second = compare_all(again, data.reference, data.golden, tol)
         failure = None if second.passed else f"a second call on the same inputs: {second.note}"
+        failure = failure or (_repeat_failure(target, case, again, frame["outputs"]) if nondeterministic else None)
     if failure is None and case.refill:
         failure = _refill_failure(data, frame, tol)
+    if failure is None and frame.get("long_differs") is not None:
+        failure = (f"call {frame['long_differs'] + 1} of {frame.get('long_calls')} on the same inputs launched or "
+                   "returned differently from the first (behaviour that depends on how often it was called: state "
+                   "between calls)")
     result.passed = failure is None
-    notes = [failure] if failure else [first.note, "non-deterministic: two calls on the same inputs differ bitwise"
-                                       if nondeterministic else "", why_not]
+    notes = [failure] if failure else [first.note, "non-deterministic within the target's declared atomic bound: two "
+                                       "calls on the same inputs differ bitwise" if nondeterministic else "", why_not]
     result.note = "; ".join(n for n in notes if n)
     return result, nondeterministic
+
+
+def _repeat_failure(target: Target, case: Case, again, first) -> str | None:
+    """A second call on the same inputs that differs bitwise from the first: a race, an output that depends on
+    where it lies in memory, or state. Allowed only where the target declares an atomic reduction
+    (`Target.atomic_tolerance`: a split-K sum with atomic adds lands in another order each time) and only
+    within the bound it declares."""
+    bound = target.atomic_tolerance.get(case.dtype) if target.atomic_tolerance else None
+    if bound is None:
+        return ("two calls on the same inputs differ bitwise (a race between programs, a result that depends on "
+                "the output's address, or state; this target declares no atomic reduction that would excuse it)")
+    for j, (a, b) in enumerate(zip(again, first)):
+        if not same_bits(a, b) and not compare(a, b, b.double(), bound).passed:
+            return (f"two calls on the same inputs differ by more than the target's atomic-reduction bound (rtol "
+                    f"{bound.rtol:g}, atol {bound.atol:g}) in output {j}")
+    return None
 
 
 def _structure_failure(target: Target, data: CaseData, frame: dict, tol: Tolerance) -> str | None:

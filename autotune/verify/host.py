@@ -23,10 +23,8 @@ takes the next configuration in turn (`_rotating_bench`), and the device checks 
 from __future__ import annotations
 
 import collections
-import functools
 import importlib.util
 import inspect
-import os
 import sys
 from pathlib import Path
 
@@ -218,10 +216,9 @@ def _snapshot(module) -> dict[str, tuple]:
 
 
 def _fingerprint(value, depth: int = 0) -> tuple:
-    if isinstance(value, dict):
-        value = list(value.items())
-    if isinstance(value, (list, tuple, set, frozenset)) and depth < 3:
-        return (id(value), len(value), tuple(_fingerprint(v, depth + 1) for v in list(value)[:64]))
+    if isinstance(value, (list, tuple, set, frozenset, dict)) and depth < 3:
+        items = list(value.items()) if isinstance(value, dict) else list(value)
+        return (id(value), len(value), tuple(_fingerprint(v, depth + 1) for v in items[:64]))
     return (id(value),)
 
 

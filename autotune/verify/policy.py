@@ -22,6 +22,7 @@ import ast
 import builtins
 import threading
 from typing import TYPE_CHECKING
+from autotune.verify import statics
 from autotune.verify.allowlist import (ALLOWED_IMPORTS, ATTRIBUTES, BUILTINS, CONVERSIONS, IMPORTS,
                                        KERNEL_ATTRIBUTES, KERNEL_BUILTINS, KERNEL_MATH, KERNEL_TL, METHODS, NAMES,
                                        Use)
@@ -70,7 +71,7 @@ def scan(tree: ast.Module, target: Target) -> list[str]:
     """Every policy finding, as 'line N: what and what to do instead'; [] when the file is clean."""
     scanner = _Scanner(tree)
     scanner.run()
-    findings = scanner.findings + _entry_findings(tree, target, scanner.kernels)
+    findings = scanner.findings + _entry_findings(tree, target, scanner.kernels) + statics.findings(tree)
     if not scanner.kernels:
         findings.append("no @triton.jit kernel: the math must happen in a Triton kernel the entry function launches")
     return sorted(dict.fromkeys(findings), key=_line_of)  # stable: on one line, the order they were found

@@ -23,7 +23,7 @@ CASES = [
     ("torch_fallback.py", Status.POLICY_VIOLATION, "torch.rsqrt"),
     ("operator_fallback.py", Status.POLICY_VIOLATION, "torch math at run time"),
     ("mutate_input.py", Status.INCORRECT, "modified its input `x`"),
-    ("pointer_cache.py", Status.POLICY_VIOLATION, "keeps no state between calls"),  # a module-level dict it fills
+    ("pointer_cache.py", Status.POLICY_VIOLATION, "no state survives a call"),  # a module-level dict it fills
     ("no_mask.py", Status.INCORRECT, "NaN at"),  # a drawn width or padded rows, before [7, 1000]
     ("too_few_programs.py", Status.INCORRECT, "NaN at"),
     ("wrong_dtype.py", Status.INCORRECT, "output dtype float32 where the reference has bfloat16"),

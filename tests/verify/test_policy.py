@@ -35,16 +35,46 @@ def findings(body: str = "pass", prefix: str = "") -> list[str]:
 
 
 # Correct kernels, Liger-Kernel and vLLM styles included, and the cheats and bugs that only later checks can
-# catch (a replayed cache, an unmasked load, a global float and a plain helper in a kernel: the compiler; an
-# order-dependent grid: the permuted interpreter).
+# catch (an unmasked load, a global float and a plain helper in a kernel: the compiler; an order-dependent grid:
+# the permuted interpreter). A replayed cache (pointer_cache.py) was one: its module-level dict is refused now.
 CLEAN = ["rms_norm_rowwise.py", "rms_norm_chunked.py", "rms_norm_autotuned.py", "rms_norm_liger_style.py",
-         "rms_norm_vllm_style.py", "pointer_cache.py", "no_mask.py", "kernel_typo.py", "import_error.py",
+         "rms_norm_vllm_style.py", "no_mask.py", "kernel_typo.py", "import_error.py",
          "global_float.py", "python_helper.py", "ordered_programs.py"]
 
 
 @pytest.mark.parametrize("name", CLEAN)
 def test_clean_kernels_pass_the_scan(name):
     assert scan(parse((CANDIDATES / name).read_text()), RMS) == []
+
+
+STATE = [  # (code at the top level or in the launcher, what the finding names)
+    ("CACHE = {}", "the module-level `CACHE` is a dict"),
+    ("CALLS = []", "the module-level `CALLS` is a list"),
+    ("SEEN = set()", "the module-level `SEEN` is a call of `set`"),
+    ("BUF = torch.empty(16)", "the module-level `BUF` is a call of `torch.empty`"),
+    ("T = (1, [2])", "the module-level `T` is a list"),
+    ("L = [c for c in (1, 2)]", "the module-level `L` is a list comprehension"),
+]
+
+
+@pytest.mark.parametrize("code, fragment", STATE, ids=[s[0] for s in STATE])
+def test_module_level_state_is_refused(code, fragment):
+    assert any(fragment in f and "immutable constants" in f for f in findings(prefix=code + "\n")), findings(
+        prefix=code + "\n")
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ("COUNT.append(1)", "calls `.append()` on the module-level `COUNT`"),
+    ("COUNT[0] = 1", "assigns into the module-level `COUNT`"),
+])
+def test_a_launcher_that_mutates_a_module_level_name_is_refused(body, fragment):
+    assert any(fragment in f for f in findings(body, prefix="COUNT = (0,)\n"))
+
+
+def test_constant_tables_and_configs_at_the_top_level_pass():
+    prefix = ("BLOCK = tl.constexpr(2 ** 7)\nWIDTHS = ((128, 64), (4096, 1024))\nEPS = 1e-6 if True else 1e-5\n"
+              "CONFIGS = tuple(triton.Config({'BLOCK': b}, num_warps=w) for b in (64, 128) for w in (4, 8))\n")
+    assert not [f for f in findings(prefix=prefix) if "immutable" in f or "state" in f]
 
 
 @pytest.mark.parametrize("target, path", [
