@@ -309,16 +309,18 @@ def _result(returncode: int, timed_out: bool, reader: Reader, stderr_tail: str, 
 
 # ----------------------------------------------------------------------------------------------- child
 
-def child_main(handler: Callable[..., dict], host: Callable[[dict, Callable[..., None]], dict] | None = None) -> None:
+def child_main(handler: Callable[..., dict], host: Callable[[dict, Callable[..., None]], dict] | None = None,
+               host_frames: Callable[[dict], bytes] = encode) -> None:
     """The child's side: read the settings, fork the host if there is one, read the payload, confine this
     process, run the handler, send its result. With a host, the handler is called as
-    `handler(payload, send, host_fd)`, `host_fd` being the read end of the host's pipe."""
+    `handler(payload, send, host_fd)`, `host_fd` being the read end of the host's pipe, into which the host
+    writes frames made by `host_frames`."""
     from autotune.sandbox import namespaces
 
     in_fd, out_fd = (int(x) for x in sys.argv[sys.argv.index("--sandbox-fds") + 1].split(","))
     processes = namespaces.enter(close_fds=(in_fd, out_fd))  # from here on, this is the worker
     settings = read_frame(in_fd, limit=1 << 62)["sandbox"]
-    host_fd = _fork_host(host, settings["host"], (in_fd, out_fd)) if host is not None else None
+    host_fd = _fork_host(host, settings["host"], (in_fd, out_fd), host_frames) if host is not None else None
     payload = read_frame(in_fd, limit=1 << 62)["payload"]
     os.close(in_fd)
 
@@ -350,9 +352,11 @@ def _run_handler(handler: Callable[..., dict], args: tuple, send: Callable[..., 
     os._exit(0)  # no atexit hooks, no finalizers of code the handler imported
 
 
-def _fork_host(host: Callable[[dict, Callable[..., None]], dict], settings: dict, parent_fds: tuple[int, ...]) -> int:
+def _fork_host(host: Callable[[dict, Callable[..., None]], dict], settings: dict, parent_fds: tuple[int, ...],
+               frame_of: Callable[[dict], bytes]) -> int:
     """Fork the host process (before the payload is read: it never holds it) into PID and IPC namespaces of its
-    own, confined on its own; its frames go into a pipe whose read end this returns. It sees no GPU."""
+    own, confined on its own; its frames, made by `frame_of`, go into a pipe whose read end this returns. It
+    sees no GPU."""
     from autotune.sandbox import namespaces
 
     read_end, write_end = os.pipe()
@@ -367,7 +371,7 @@ def _fork_host(host: Callable[[dict, Callable[..., None]], dict], settings: dict
         processes = namespaces.enter(close_fds=(write_end,))
 
         def send(kind: str, **fields: Any) -> None:
-            write_all(write_end, encode({"kind": kind, **fields}))
+            write_all(write_end, frame_of({"kind": kind, **fields}))
 
         send("isolation", report={"processes": processes, **_confine(settings, processes)})
         _run_handler(host, (settings["payload"], send), send)

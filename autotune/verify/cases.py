@@ -67,6 +67,7 @@ class Case:
     refill: bool = False  # refill the same buffers with new values and call again
     layout: str = "contiguous"  # a name from targets.base.LAYOUTS
     scalars: tuple[tuple[str, float], ...] = ()  # (argument, value) set instead of make_inputs' choice
+    long: int = 0  # further calls on the same inputs after the others: each must launch as the first did
 
     @property
     def shape_numel(self) -> int:
@@ -224,7 +225,16 @@ def plan(target: Target, shapes, cfg_verify, on_gpu: bool, salt: bytes = b"") ->
         cases.append(Case(index=i, shape=shape, dtype=dtype, kind=kind, seed=seed, source=source,
                           requested_shape=requested, calls=calls, repeat=checks, refill=checks, layout=layout,
                           scalars=scalars[(i // len(layouts)) % len(scalars)]))
+    if cases:  # the cheapest case ends with a long run of calls: a count kept between calls shows there
+        cases[0] = dataclasses.replace(cases[0], long=long_calls(target, cfg_verify, salt))
     return cases
+
+
+def long_calls(target: Target, cfg_verify, salt: bytes) -> int:
+    """How many calls end the cheapest case: `verify.long_calls`, and up to half as many again, drawn per run (a
+    counter that waits for a known number of calls would wait one more)."""
+    n = int(cfg_verify.get("long_calls") or 0)
+    return n + run_rng(target, salt + b"long").randrange(n // 2 + 1) if n > 0 else 0
 
 
 def target_dtypes(target: Target, cfg_verify) -> list[torch.dtype]:

@@ -33,7 +33,6 @@ from pathlib import Path
 import torch
 import triton.language as tl
 
-from autotune.sandbox.channel import read_frame
 from autotune.sandbox.runner import trim_traceback
 from autotune.verify import bounds, wire
 from autotune.verify.frontend import FrontEnd
@@ -518,9 +517,9 @@ def follow(device: Device, host_fd: int, send) -> dict:
     done = 0
     while True:
         try:
-            msg = read_frame(host_fd, limit=HOST_FRAME_BYTES)
-        except Exception as e:  # noqa: BLE001 - a frame that does not decode: the host broke the protocol
-            send("host_protocol", error=f"a malformed frame from the candidate's process ({type(e).__name__})")
+            msg = wire.read(host_fd, limit=HOST_FRAME_BYTES)
+        except wire.ProtocolError as e:  # a frame that does not decode: the host broke the protocol
+            send("host_protocol", error=str(e))
             return {"cases_run": done}
         if msg is None:
             send("host_gone")

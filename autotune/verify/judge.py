@@ -291,14 +291,15 @@ def _run_worker(target, source, plan, limits: Limits, device, session: _Session,
     def host_payload() -> dict:
         session.data.extend(case_plan.make_data(target, c, salt) for c in plan)
         return {"source": source, "entry": target.name, "autotune_turn": secrets.randbelow(1 << 16),
-                "cases": [{"index": c.index, "calls": len(_calls(c)), "args": [
+                "cases": [{"index": c.index, "calls": len(_calls(c)) + c.long, "args": [
                     {"place": Placement.of(a, c.front_guard).to_wire()} if isinstance(a, torch.Tensor) else a
                     for a in d.args]} for c, d in zip(plan, session.data)]}
 
     def device_payload() -> dict:
         return {"source": source, "device": device, "cases": [
             {"index": c.index, "args": list(d.args), "front_guard": c.front_guard, "sequence": _calls(c),
-             "calls": len(_calls(c)), "refill_args": list(d.refill_args) if d.refill_args is not None else None}
+             "calls": len(_calls(c)) + c.long, "long": c.long,
+             "refill_args": list(d.refill_args) if d.refill_args is not None else None}
             for c, d in zip(plan, session.data)]}
 
     with tempfile.TemporaryDirectory(prefix="autotune-verify-", ignore_cleanup_errors=True) as tmp:
@@ -309,7 +310,8 @@ def _run_worker(target, source, plan, limits: Limits, device, session: _Session,
 
 
 def _calls(case: case_plan.Case) -> list[str]:
-    """The calls of a case, in order: the first, a repeat on the same inputs, one after a refill."""
+    """The calls of a case, in order: the first, a repeat on the same inputs, one after a refill (and then
+    `case.long` more on the first inputs, which the device compares with the first rather than runs)."""
     return ["first", *["repeat"] * case.repeat, *["refill"] * case.refill]
 
 

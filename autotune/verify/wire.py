@@ -14,6 +14,9 @@ storage offset 0, before it (`placement`).
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import struct
 
 import torch
 
@@ -132,3 +135,44 @@ def scalar_ok(value, depth: int = 0) -> bool:
     if isinstance(value, list) and depth < 2 and len(value) <= 64:
         return all(scalar_ok(v, depth + 1) or is_ref(v) for v in value)
     return False
+
+
+# The host's frames carry no tensor, only references and numbers: JSON, which is ten times cheaper to make and
+# read than a torch.save frame (the long run of calls sends thousands) and can hold nothing but data.
+_HEADER = struct.Struct("<Q")
+
+
+def encode(obj: dict) -> bytes:
+    data = json.dumps(obj, separators=(",", ":")).encode()
+    return _HEADER.pack(len(data)) + data
+
+
+def read(fd: int, limit: int) -> dict | None:
+    """The next frame from the host, None at the end of the stream; ProtocolError for anything malformed."""
+    header = _read_exact(fd, _HEADER.size)
+    if header is None:
+        return None
+    (size,) = _HEADER.unpack(header)
+    if size > limit:
+        raise ProtocolError(f"a frame of {size} bytes from the candidate's process, over the {limit}-byte limit")
+    data = _read_exact(fd, size)
+    if data is None:
+        return None
+    try:
+        obj = json.loads(data)
+    except (ValueError, RecursionError) as e:
+        raise ProtocolError(f"a frame that is not JSON ({type(e).__name__})") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError("a frame that is not a record")
+    return obj
+
+
+def _read_exact(fd: int, n: int) -> bytes | None:
+    parts, got = [], 0
+    while got < n:
+        chunk = os.read(fd, min(n - got, 1 << 20))
+        if not chunk:
+            return None
+        parts.append(chunk)
+        got += len(chunk)
+    return b"".join(parts)

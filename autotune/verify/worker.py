@@ -23,7 +23,7 @@ import triton.experimental.gluon._runtime  # noqa: F401
 import triton.language.extra.libdevice  # noqa: F401
 
 from autotune.sandbox.runner import child_main
-from autotune.verify import device, fastpatch, host, interp
+from autotune.verify import device, fastpatch, host, interp, wire
 
 if triton.knobs.runtime.interpret:  # the device's interpreter, made to behave as a GPU where it differs
     fastpatch.install()  # and cheaper where that changes nothing
@@ -31,4 +31,4 @@ if triton.knobs.runtime.interpret:  # the device's interpreter, made to behave a
     interp.round_bf16_like_gpu()  # the interpreter truncates fp32 -> bf16; a GPU rounds to nearest even
 
 if __name__ == "__main__":
-    child_main(device.work, host=host.work)
+    child_main(device.work, host=host.work, host_frames=wire.encode)
