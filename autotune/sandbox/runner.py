@@ -39,7 +39,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from autotune.sandbox.limits import Limits
 from autotune.sandbox.channel import MAX_FRAME_BYTES, Reader, encode, read_frame, write_all
@@ -102,7 +102,8 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Lim
                  env_extra: dict[str, str] | None = None, gpu: bool = False,
                  on_event: Callable[[dict], bool] | None = None, max_frame_bytes: int = MAX_FRAME_BYTES,
                  readable: tuple[str, ...] = (), progress: Callable[[dict], bool] | None = None,
-                 host: dict | Callable[[], dict] | None = None) -> SandboxResult:
+                 host: dict | Callable[[], dict] | None = None,
+                 stream: Callable[[], Iterable[dict]] | None = None) -> SandboxResult:
     """Run `python -m module` isolated, hand it `payload`, and collect what it sends back.
 
     `payload` may also be a function returning it: it is then called after the child has started, so
@@ -119,7 +120,11 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Lim
     `host`: the payload of a second process that the child forks before it reads `payload` (the module's
     `child_main(handler, host=host_handler)` runs it): it gets its own private directory and uid, is confined
     on its own, never sees `payload`, and talks only to the child, through a pipe the child reads; the
-    parent never reads what it writes (autotune.verify.worker: the candidate's host process)."""
+    parent never reads what it writes (autotune.verify.worker: the candidate's host process).
+
+    `stream`: more frames for the child after the payload, made one by one while it works (the child reads them
+    with `links.receive()`): a pipe's backpressure keeps the parent at most a frame or two ahead of the child,
+    so neither holds every case's data at once."""
     workdir = _private_dir(workdir)
     uid = _free_uid() if os.geteuid() == 0 else None
     settings = {"workdir": str(workdir), "uid": uid, "memory_mb": limits.memory_mb, "file_mb": limits.file_mb,
@@ -135,7 +140,7 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Lim
     try:
         with tempfile.TemporaryFile() as stderr_file:
             proc, in_w, out_r = _spawn(module, workdir, env, stderr_file)
-            writer = threading.Thread(target=_send_and_close, args=(in_w, settings, payload, host, failure),
+            writer = threading.Thread(target=_send_and_close, args=(in_w, settings, payload, host, stream, failure),
                                       daemon=True)
             reader = Reader(out_r, on_event, lambda: _kill_group(proc.pid), max_frame_bytes, progress)
             writer.start()
@@ -185,16 +190,18 @@ def _spawn(module: str, workdir: Path, env: dict, stderr_file) -> tuple[subproce
     return proc, in_w, out_r
 
 
-def _send_and_close(fd: int, settings: dict, payload, host, failure: list) -> None:
+def _send_and_close(fd: int, settings: dict, payload, host, stream, failure: list) -> None:
     """The settings first (with a host's payload, which the child needs before it forks the host), then the
-    payload, in a frame of its own: a host forked between the two never holds it. Payloads given as functions
-    are made here, while the child starts up."""
+    payload, in a frame of its own: a host forked between the two never holds it; then the stream's frames.
+    Payloads given as functions are made here, while the child starts up."""
     try:
         if host is not None:
             settings = {**settings, "host": {**settings["host"], "payload": host() if callable(host) else host}}
         write_all(fd, encode({"sandbox": settings}))
         payload = payload() if callable(payload) else payload
         write_all(fd, encode({"payload": payload}))
+        for frame in stream() if stream is not None else ():
+            write_all(fd, encode(frame))
     except BrokenPipeError:  # the child died before reading its payload; its exit status says why
         pass
     except BaseException as e:  # noqa: BLE001 - re-raised by run_isolated in the calling thread
@@ -309,27 +316,42 @@ def _result(returncode: int, timed_out: bool, reader: Reader, stderr_tail: str, 
 
 # ----------------------------------------------------------------------------------------------- child
 
-def child_main(handler: Callable[..., dict], host: Callable[[dict, Callable[..., None]], dict] | None = None,
+@dataclasses.dataclass
+class Links:
+    """A child's pipes beyond its payload and its frames to the parent (autotune.verify.worker uses them)."""
+
+    parent_fd: int  # the payload pipe, left open for the parent's stream
+    from_host: int | None = None  # the host's frames
+    to_host: int | None = None  # frames for the host
+
+    def receive(self) -> dict | None:
+        """The parent's next stream frame; None at the end of the stream."""
+        return read_frame(self.parent_fd, limit=1 << 62)
+
+
+def child_main(handler: Callable[..., dict], host: Callable[..., dict] | None = None,
                host_frames: Callable[[dict], bytes] = encode) -> None:
     """The child's side: read the settings, fork the host if there is one, read the payload, confine this
     process, run the handler, send its result. With a host, the handler is called as
-    `handler(payload, send, host_fd)`, `host_fd` being the read end of the host's pipe, into which the host
-    writes frames made by `host_frames`."""
+    `handler(payload, send, links)` (`Links`: the rest of the parent's stream and the host's two pipes), and the
+    host as `host(payload, send, receive_fd)`, writing frames made by `host_frames`."""
     from autotune.sandbox import namespaces
 
     in_fd, out_fd = (int(x) for x in sys.argv[sys.argv.index("--sandbox-fds") + 1].split(","))
     processes = namespaces.enter(close_fds=(in_fd, out_fd))  # from here on, this is the worker
     settings = read_frame(in_fd, limit=1 << 62)["sandbox"]
-    host_fd = _fork_host(host, settings["host"], (in_fd, out_fd), host_frames) if host is not None else None
+    links = Links(in_fd)
+    if host is not None:
+        links.from_host, links.to_host = _fork_host(host, settings["host"], (in_fd, out_fd), host_frames)
     payload = read_frame(in_fd, limit=1 << 62)["payload"]
-    os.close(in_fd)
+    if host is None:
+        os.close(in_fd)
 
     def send(kind: str, **fields: Any) -> None:
         write_all(out_fd, encode({"kind": kind, **fields}))
 
     send("isolation", report={"processes": processes, **_confine(settings, processes)})
-    extra = () if host_fd is None else (host_fd,)
-    _run_handler(handler, (payload, send, *extra), send)
+    _run_handler(handler, (payload, send) if host is None else (payload, send, links), send)
 
 
 def _confine(settings: dict, processes: str) -> dict:
@@ -352,29 +374,30 @@ def _run_handler(handler: Callable[..., dict], args: tuple, send: Callable[..., 
     os._exit(0)  # no atexit hooks, no finalizers of code the handler imported
 
 
-def _fork_host(host: Callable[[dict, Callable[..., None]], dict], settings: dict, parent_fds: tuple[int, ...],
-               frame_of: Callable[[dict], bytes]) -> int:
+def _fork_host(host: Callable[..., dict], settings: dict, parent_fds: tuple[int, ...],
+               frame_of: Callable[[dict], bytes]) -> tuple[int, int]:
     """Fork the host process (before the payload is read: it never holds it) into PID and IPC namespaces of its
-    own, confined on its own; its frames, made by `frame_of`, go into a pipe whose read end this returns. It
-    sees no GPU."""
+    own, confined on its own; (the read end of its frames, made by `frame_of`; the write end of the frames it
+    is sent). It sees no GPU."""
     from autotune.sandbox import namespaces
 
-    read_end, write_end = os.pipe()
+    up_r, up_w = os.pipe()  # host -> child
+    down_r, down_w = os.pipe()  # child -> host
     if os.fork():
-        os.close(write_end)
-        return read_end
+        os.close(up_w)
+        os.close(down_r)
+        return up_r, down_w
     try:
-        os.close(read_end)
-        for fd in parent_fds:
+        for fd in (up_r, down_w, *parent_fds):
             os.close(fd)
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
-        processes = namespaces.enter(close_fds=(write_end,))
+        processes = namespaces.enter(close_fds=(up_w, down_r))
 
         def send(kind: str, **fields: Any) -> None:
-            write_all(write_end, frame_of({"kind": kind, **fields}))
+            write_all(up_w, frame_of({"kind": kind, **fields}))
 
         send("isolation", report={"processes": processes, **_confine(settings, processes)})
-        _run_handler(host, (settings["payload"], send), send)
+        _run_handler(host, (settings["payload"], send, down_r), send)
     finally:
         os._exit(1)
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import os
 from pathlib import Path
 
 import torch
@@ -169,10 +170,10 @@ class Launch:
 class Device:
     """Repeats the host's calls on the real data (see the module docstring)."""
 
-    def __init__(self, kernels, cases: list[dict], send, on_gpu: bool):
+    def __init__(self, kernels, send, on_gpu: bool):
         self.kernels, self.send, self.on_gpu = kernels, send, on_gpu
         self.front = None if on_gpu else FrontEnd(kernels.compiled)
-        self.cases = {c["index"]: c for c in cases}
+        self.cases: dict[int, dict] = {}  # the case the judge sent last (one at a time)
         self.buffers = Buffers()
         self.kept: list[tuple[torch.Tensor, torch.Tensor]] = []  # every output of the run and its first bits
         self.placed: list[Placed | None] = []
@@ -186,15 +187,15 @@ class Device:
 
     # ------------------------------------------------------------------------------------------ calls
     def on_call(self, msg: dict) -> bool:
-        """One call reported by the host; True when the case is finished (its result sent)."""
+        """One call reported by the host; True when the case is finished (its result sent, or a dry call noted)."""
         events = msg.get("events")
         if not isinstance(events, list) or len(events) > MAX_EVENTS_PER_CALL:
             raise wire.ProtocolError("a call with a malformed event list")
         if msg.get("dry"):
             for ev in events:
-                if "launch" in ev:
+                if isinstance(ev, dict) and "launch" in ev:
                     self.dry.setdefault(self.signature(self.parse_launch(ev, resolve=False)), msg.get("index"))
-            return False
+            return True
         index, k = msg.get("index"), msg.get("call")
         if k == 0:
             self.start_case(index, msg.get("inputs"))
@@ -490,79 +491,97 @@ def _text(value) -> str:
     return str(value)[-TEXT_LIMIT:] if value is not None else ""
 
 
-def work(payload: dict, send, host_fd: int) -> dict:
-    """The device's side of the check: build the kernels, then follow the host's frames to their end."""
+def work(payload: dict, send, links) -> dict:
+    """The device's side of the check: build the kernels, then take the judge's cases one by one, hand each
+    (without its data) to the host, and repeat what the host reports on the data."""
     torch._C._set_deterministic_algorithms(True)
     torch.utils.deterministic.fill_uninitialized_memory = True
-    workdir = Path.cwd()
     on_gpu = payload["device"] == "cuda"
     if on_gpu and not torch.cuda.is_available():
         send("setup_error", error="no GPU is visible inside the isolated process (check /dev/nvidia* permissions "
                                   "for an unprivileged uid, or run with device=cpu)")
         return {"cases_run": 0}
     try:
-        kernels = load(payload["source"], workdir / "kernels.py")
+        kernels = load(payload["source"], Path.cwd() / "kernels.py")
     except (KernelSourceError, SyntaxError) as e:
         send("policy_error", error=f"{e}")
         return {"cases_run": 0}
     except Exception as e:  # noqa: BLE001 - the source does not build: the candidate's compile error
         send("compile_error", error=trim_traceback(e))
         return {"cases_run": 0}
-    device = Device(kernels, payload["cases"], send, on_gpu)
-    return follow(device, host_fd, send)
-
-
-def follow(device: Device, host_fd: int, send) -> dict:
-    """Relay and repeat the host's frames until it is done, fails or breaks the protocol."""
+    device = Device(kernels, send, on_gpu)
     done = 0
+    while (frame := links.receive()) is not None:
+        item = frame.get("case") or frame.get("dry")
+        if "case" in frame:
+            device.cases = {item["index"]: item}
+        os.write(links.to_host, wire.encode({"kind": "case", **item["host"]}))
+        ended = follow(device, links.from_host, send)
+        if ended != "case":
+            return {"cases_run": done}
+        done += "case" in frame
+    os.write(links.to_host, wire.encode({"kind": "end"}))
+    follow(device, links.from_host, send)
+    return {"cases_run": done}
+
+
+def follow(device: Device, host_fd: int, send) -> str:
+    """Relay and repeat the host's frames until the case under way is finished ("case"), the host is done
+    ("done"), or it fails or breaks the protocol ("stop")."""
     while True:
         try:
             msg = wire.read(host_fd, limit=HOST_FRAME_BYTES)
         except wire.ProtocolError as e:  # a frame that does not decode: the host broke the protocol
             send("host_protocol", error=str(e))
-            return {"cases_run": done}
+            return "stop"
         if msg is None:
             send("host_gone")
-            return {"cases_run": done}
-        kind = msg.get("kind")
+            return "stop"
         try:
-            if kind == "call":
-                done += device.on_call(msg)
-            elif kind == "isolation":
-                send("host_isolation", report={str(k)[:40]: _text(v)[:300] for k, v in
-                                               list((msg.get("report") or {}).items())[:20]})
-            elif kind == "import_ops":
-                device.configs = _configs(msg.get("autotune"))
-                ops = msg.get("torch_ops") if isinstance(msg.get("torch_ops"), dict) else {}
-                send("import_ops", torch_ops={str(k)[:120]: v for k, v in list(ops.items())[:200] if type(v) is int})
-            elif kind in ("compile_error", "case_error", "error"):
-                index = msg.get("index")
-                if type(index) is int and index in device.cases and not msg.get("dry") and (
-                        device.case is None or device.case["index"] != index):
-                    send("case_start", index=index)  # the host failed before its first report of the case
-                send("case_error" if kind != "compile_error" else "compile_error",
-                     index=msg.get("index") if type(msg.get("index")) is int else None,
-                     dry=bool(msg.get("dry")), tampered=bool(msg.get("tampered")), error=_text(msg.get("error")))
-                return {"cases_run": done}
-            elif kind == "host_done":
-                send("coverage", **device.coverage())
-                return {"cases_run": done}
-            elif kind == "audit_log":
-                send("audit_log", denied=[_text(d)[:200] for d in (msg.get("denied") or [])[:200]])
-            elif kind == "result":
-                continue
-            else:
-                raise wire.ProtocolError(f"an unknown frame kind {str(kind)[:40]!r}")
+            ended = _on_host_frame(device, msg, send)
         except wire.ProtocolError as e:
             send("host_protocol", error=str(e)[:TEXT_LIMIT])
-            return {"cases_run": done}
+            return "stop"
         except Refused as e:
             send("case_error", index=device.case["index"] if device.case else None, refused=True, error=str(e))
-            return {"cases_run": done}
+            return "stop"
         except BaseException as e:  # noqa: BLE001 - a launch that failed: the candidate's kernel error
             send("case_error", index=device.case["index"] if device.case else None, compile=_is_compile_error(e),
                  out_of_bounds=_caused_by(e, bounds.OutOfBounds), error=trim_traceback(e, keep_files=("kernels.py",)))
-            return {"cases_run": done}
+            return "stop"
+        if ended:
+            return ended
+
+
+def _on_host_frame(device: Device, msg: dict, send) -> str:
+    """One frame of the host's, relayed (bounded) or repeated; what it ended ('' for nothing)."""
+    kind = msg.get("kind")
+    if kind == "call":
+        return "case" if device.on_call(msg) else ""
+    if kind == "isolation":
+        report = msg.get("report") if isinstance(msg.get("report"), dict) else {}
+        send("host_isolation", report={str(k)[:40]: _text(v)[:300] for k, v in list(report.items())[:20]})
+    elif kind == "import_ops":
+        device.configs = _configs(msg.get("autotune"))
+        ops = msg.get("torch_ops") if isinstance(msg.get("torch_ops"), dict) else {}
+        send("import_ops", torch_ops={str(k)[:120]: v for k, v in list(ops.items())[:200] if type(v) is int})
+    elif kind in ("compile_error", "case_error", "error"):
+        index = msg.get("index")
+        if type(index) is int and index in device.cases and not msg.get("dry") and (
+                device.case is None or device.case["index"] != index):
+            send("case_start", index=index)  # the host failed before its first report of the case
+        send("case_error" if kind != "compile_error" else "compile_error",
+             index=index if type(index) is int else None, dry=bool(msg.get("dry")),
+             tampered=bool(msg.get("tampered")), error=_text(msg.get("error")))
+        return "stop"
+    elif kind == "host_done":
+        send("coverage", **device.coverage())
+        return "done"
+    elif kind == "audit_log":
+        send("audit_log", denied=[_text(d)[:200] for d in (msg.get("denied") or [])[:200]])
+    elif kind != "result":
+        raise wire.ProtocolError(f"an unknown frame kind {str(kind)[:40]!r}")
+    return ""
 
 
 def _configs(value) -> dict[str, list[dict]]:

@@ -246,24 +246,27 @@ def output_refs(outs: list) -> list:
     return [wire.ref_of(o) if type(o) is torch.Tensor else {"type": type(o).__name__} for o in outs]
 
 
-def work(payload: dict, send) -> dict:
-    """The host's side of the check (run by the worker in the forked host process)."""
+def work(payload: dict, send, receive_fd: int) -> dict:
+    """The host's side of the check (run in the forked host process): import the candidate, then run each case
+    the device hands over, until it says there are no more."""
     prepare()
     workdir = Path.cwd()
     log = set() if payload.get("audit_log") else None
     guard = _arm(workdir, log)
     import_ops: collections.Counter = collections.Counter()
+    candidate_file = str(workdir / f"{MODULE_NAME}.py")
     try:
         module, fn = load(payload["source"], payload["entry"], workdir, import_ops)
     except BaseException as e:  # noqa: BLE001 - whatever the import raises is the candidate's compile error
         with guard.trusted():  # formatting a traceback reads its frames
-            send("compile_error", error=trim_traceback(e, keep_files=(str(workdir / f"{MODULE_NAME}.py"),)))
+            send("compile_error", error=trim_traceback(e, keep_files=(candidate_file,)))
         return {"cases_run": 0}
     tuners = autotuners(module)
     send("import_ops", torch_ops=dict(import_ops),
          autotune={name: [config_wire(c) for c in t.configs] for name, t in tuners.items()})
     globals_before = _snapshot(module)
-    for n, case in enumerate([*payload.get("dry", []), *payload["cases"]]):
+    done = 0
+    while (case := wire.read(receive_fd, limit=1 << 30)) is not None and case.get("kind") == "case":
         for t in tuners.values():  # a fresh tuning per case, the next configuration in turn
             t.cache.clear()
             t._autotune_turn = getattr(t, "_autotune_turn", payload.get("autotune_turn", 0)) + 1
@@ -272,12 +275,13 @@ def work(payload: dict, send) -> dict:
         except BaseException as e:  # noqa: BLE001 - a failing call is the candidate's runtime error
             with guard.trusted():
                 send("case_error", index=case["index"], dry=bool(case.get("dry")), tampered=isinstance(e, Tampered),
-                     error=trim_traceback(e, keep_files=(str(workdir / f"{MODULE_NAME}.py"),)))
-            return {"cases_run": n}
-    if payload.get("audit_log"):
-        send("audit_log", denied=sorted(log or ()))
+                     error=trim_traceback(e, keep_files=(candidate_file,)))
+            return {"cases_run": done}
+        done += 1
+    if log is not None:
+        send("audit_log", denied=sorted(log))
     send("host_done")
-    return {"cases_run": len(payload["cases"])}
+    return {"cases_run": done}
 
 
 def _run_case(fn, case: dict, module, globals_before: dict, send) -> None:

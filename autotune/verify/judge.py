@@ -37,7 +37,7 @@ from autotune.verify.wire import Placement
 class _Session:
     """The judge's state while the worker runs; `on_event` sees each frame as it arrives."""
 
-    def __init__(self, target: Target, cases: list[case_plan.Case], data: list[case_plan.CaseData]):
+    def __init__(self, target: Target, cases: list[case_plan.Case], data: dict[int, case_plan.CaseData]):
         self.target, self.cases, self.data = target, cases, data
         self.results: dict[int, CaseResult] = {}
         self.running: int | None = None
@@ -98,8 +98,8 @@ class _Session:
             self.protocol = f"an unexpected or malformed result for case {i!r}"
             return True
         case = self.cases[i]
-        result, nondeterministic = judge_case(self.target, case, self.data[i], frame,
-                                              self.target.tolerances[case.dtype])
+        result, nondeterministic = judge_case(self.target, case, self.data.pop(i), frame,
+                                              self.target.tolerances[case.dtype])  # its data is needed no more
         self.results[i] = result
         self.nondeterministic |= nondeterministic
         launches = frame["launches"]
@@ -250,7 +250,7 @@ def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, de
     salt = salt or secrets.token_bytes(16)  # never sent to the candidate's process: it gets tensors, not seeds
     plan = case_plan.plan(target, shapes, cfg_verify, on_gpu, salt)
     with _one_thread():
-        session = _Session(target, plan, [])
+        session = _Session(target, plan, {})
         run = _run_worker(target, source, plan, limits, device, session, salt)
     if session.setup_error:
         raise UserError(f"the isolated worker could not start its work: {session.setup_error}")
@@ -285,27 +285,25 @@ def _record(verdict: Verdict, session: _Session, run: SandboxResult, cut_note: s
 
 
 def _run_worker(target, source, plan, limits: Limits, device, session: _Session, salt: bytes) -> SandboxResult:
-    """The worker's two processes (autotune.verify.worker): the host gets the source and where each input sits,
-    the device the source and the data. Both payloads are made while the worker starts up; the session needs
-    the data before any result."""
-    def host_payload() -> dict:
-        session.data.extend(case_plan.make_data(target, c, salt) for c in plan)
-        return {"source": source, "entry": target.name, "autotune_turn": secrets.randbelow(1 << 16),
-                "cases": [{"index": c.index, "calls": len(_calls(c)) + c.long, "args": [
-                    {"place": Placement.of(a, c.front_guard).to_wire()} if isinstance(a, torch.Tensor) else a
-                    for a in d.args]} for c, d in zip(plan, session.data)]}
+    """The worker's two processes (autotune.verify.worker). Each case goes to the device as it is made (the pipe
+    keeps this process a case or two ahead, so neither side holds every case's data): its data for the device,
+    and where each input sits, without its values, for the host."""
+    def cases():
+        for c in plan:
+            d = session.data[c.index] = case_plan.make_data(target, c, salt)
+            host = {"index": c.index, "calls": len(_calls(c)) + c.long, "args": [
+                {"place": Placement.of(a, c.front_guard).to_wire()} if isinstance(a, torch.Tensor) else a
+                for a in d.args]}
+            yield {"case": {"index": c.index, "args": list(d.args), "front_guard": c.front_guard,
+                            "sequence": _calls(c), "calls": len(_calls(c)) + c.long, "long": c.long,
+                            "refill_args": list(d.refill_args) if d.refill_args is not None else None,
+                            "host": host}}
 
-    def device_payload() -> dict:
-        return {"source": source, "device": device, "cases": [
-            {"index": c.index, "args": list(d.args), "front_guard": c.front_guard, "sequence": _calls(c),
-             "calls": len(_calls(c)) + c.long, "long": c.long,
-             "refill_args": list(d.refill_args) if d.refill_args is not None else None}
-            for c, d in zip(plan, session.data)]}
-
+    host = {"source": source, "entry": target.name, "autotune_turn": secrets.randbelow(1 << 16)}
     with tempfile.TemporaryDirectory(prefix="autotune-verify-", ignore_cleanup_errors=True) as tmp:
-        return run_isolated("autotune.verify.worker", device_payload, limits=limits, host=host_payload,
-                            workdir=Path(tmp) / "work", gpu=device == "cuda", on_event=session.on_event,
-                            max_frame_bytes=_largest_frame(target, plan),
+        return run_isolated("autotune.verify.worker", {"source": source, "device": device}, limits=limits,
+                            host=host, stream=cases, workdir=Path(tmp) / "work", gpu=device == "cuda",
+                            on_event=session.on_event, max_frame_bytes=_largest_frame(target, plan),
                             progress=lambda frame: frame.get("kind") == "case_result")
 
 
