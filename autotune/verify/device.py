@@ -309,10 +309,8 @@ class Device:
             self.buffers.view(args[0]).zero_()
         elif name == "aten.copy_":
             self.buffers.view(args[0]).copy_(self.buffers.view(args[1]))
-        else:  # math in torch: recorded (the host's record says the same, unless it was switched off), not run
-            self.frame["torch_ops"][f"{name} (reported by the host's call)"] += 1
-            if wire.is_ref(out):
-                self.buffers.view(out, fresh=True)
+        elif wire.is_ref(out):  # math in torch (the host's record of the call names it): not run here, so its
+            self.buffers.view(out, fresh=True)  # result is unwritten memory, as the host's NaN stand-ins made it
 
     def parse_launch(self, ev: dict, resolve: bool) -> Launch:
         name = ev.get("launch")

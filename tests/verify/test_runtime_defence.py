@@ -35,7 +35,7 @@ def text_of(verdict) -> str:
 DENIED = [
     ("forge_worker.py", "reading __main__.run_case"),  # the attack that once forged every case's evidence
     ("import_math.py", "torch math while the candidate was imported"),
-    ("unhook_counter.py", "removed the checker's report of its Triton launches"),
+    ("unhook_counter.py", "torch math at run time"),  # its unhooking finds nothing to undo; the op record remains
     ("output_ring_hidden.py", "a tensor kept from an earlier call"),  # the device, behind the host's globals check
 ]
 
