@@ -16,7 +16,9 @@ Steps, in order:
   caller names (open_tree + move_mount, Linux >= 5.2). In its own PID namespace (namespaces.py) it also
   gets a fresh /proc: other processes, and their command lines, are not there;
 - no_new_privs, then a drop to an unprivileged uid/gid that owns only the private directory;
-- not dumpable, so that other processes of the same uid cannot ptrace it or read its /proc/<pid>/mem.
+- not dumpable, so that other processes of the same uid cannot ptrace it or read its /proc/<pid>/mem;
+- last, a seccomp filter (seccomp.py, needs no root): processes (on CPU), sockets, mounts, namespaces, ptrace
+  and the rest refused by the kernel with EPERM, whatever Python-level defence the untrusted code got past.
 
 Measured here (root in a VM, Linux 6.18): every step applies; a probe inside can write only its
 private directory, cannot connect to a server on the host's 127.0.0.1, and sees no parent secrets.
@@ -30,6 +32,8 @@ import resource
 import site
 import sys
 from pathlib import Path
+
+from autotune.sandbox import seccomp
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
@@ -53,10 +57,11 @@ def _errno_text() -> str:
 
 
 def confine(workdir: str, *, uid: int | None, memory_mb: int, file_mb: int, gpu: bool, nproc: int = 256,
-            readable=(), own_pid_namespace: bool = False) -> dict:
+            readable=(), own_pid_namespace: bool = False, seccomp_profile: str | None = "cpu") -> dict:
     """Apply every step that is possible; return {step: "applied ..." | "not applied: why"}. `readable`:
     further paths to keep visible under the covered directories (a model checkpoint, say).
-    `own_pid_namespace`: this process is in a PID namespace of its own, so a fresh /proc can be mounted."""
+    `own_pid_namespace`: this process is in a PID namespace of its own, so a fresh /proc can be mounted.
+    `seccomp_profile`: "cpu" (no processes), "gpu" (processes, for Triton's compile) or None (tests only)."""
     report = {"rlimits": _limit_resources(memory_mb, file_mb, gpu, nproc)}
     root = os.geteuid() == 0
     report["network"] = _isolate_network() if root else "not applied: not root (the network is reachable)"
@@ -75,6 +80,7 @@ def confine(workdir: str, *, uid: int | None, memory_mb: int, file_mb: int, gpu:
         report["user"] = _drop_privileges(workdir, uid)
     report["no_new_privs"] = _prctl(PR_SET_NO_NEW_PRIVS, 1, "set")
     report["dumpable"] = _prctl(PR_SET_DUMPABLE, 0, "cleared")
+    report["seccomp"] = seccomp.apply(seccomp_profile) if seccomp_profile else "not applied: switched off by the caller"
     return report
 
 

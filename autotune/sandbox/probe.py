@@ -30,6 +30,76 @@ def _attempt(fn) -> str:
         return f"blocked: {e.strerror or e}"
 
 
+def _refused(fn) -> str:
+    """'allowed', or 'refused: EPERM' (the errno's name): what the kernel said."""
+    import errno
+
+    try:
+        fn()
+        return "allowed"
+    except OSError as e:
+        return f"refused: {errno.errorcode.get(e.errno, e.errno)}"
+
+
+def _fork() -> None:
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _fork_exec() -> None:
+    """What subprocess.Popen calls, without subprocess's audit event (Python 3.11's signature)."""
+    import _posixsubprocess
+
+    r, w = os.pipe()
+    try:
+        pid = _posixsubprocess.fork_exec([b"/bin/true"], [b"/bin/true"], True, (w,), None, None, -1, -1, -1, -1,
+                                         -1, -1, r, w, True, False, -1, None, None, None, -1, None, True)
+        os.waitpid(pid, 0)
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def _libc(name: str, *args) -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    result = getattr(libc, name)(*args)
+    if result == 0 and name == "fork":
+        os._exit(0)
+    if result < 0:
+        raise OSError(ctypes.get_errno(), f"{name} failed")
+
+
+def _thread() -> None:
+    import threading
+
+    ran = []
+    t = threading.Thread(target=ran.append, args=(1,))
+    t.start()
+    t.join()
+    if ran != [1]:
+        raise OSError(0, "the thread did not run")
+
+
+# What a candidate that got past the scan and the audit hook would try; the kernel's filter must refuse each
+# (but the thread). `os.execv` would replace the probe: a probe that sends no result has been replaced.
+SYSCALLS = {
+    "os.fork": _fork,
+    "_posixsubprocess.fork_exec": _fork_exec,
+    "subprocess.Popen": lambda: subprocess.run(["/bin/true"], check=False),
+    "socket.socket": lambda: socket.socket().close(),
+    "socket.socketpair": lambda: [s.close() for s in socket.socketpair()],
+    "os.execv": lambda: os.execv("/bin/true", ["/bin/true"]),
+    "ctypes fork": lambda: _libc("fork"),
+    "ctypes unshare(CLONE_NEWUSER)": lambda: _libc("unshare", 0x10000000),
+    "ctypes mount": lambda: _libc("mount", b"none", b"/", None, 0x1000 | 0x4000, None),  # MS_BIND | MS_REC
+    "threading.Thread": _thread,
+}
+
+
 def _write(path: str) -> None:
     with open(path, "w") as f:
         f.write("written from inside the sandbox\n")
@@ -116,6 +186,7 @@ def probe(payload: dict, send) -> dict:
         "parent_mem": _attempt(lambda: _read(f"/proc/{os.getppid()}/mem")),
         "processes": _command_lines(),
         "listed": {p: sorted(os.listdir(p)) if os.path.isdir(p) else None for p in payload.get("list", [])},
+        "syscalls": {name: _refused(SYSCALLS[name]) for name in payload.get("syscalls", [])},
     }
     for _ in range(payload.get("steps", 0)):  # a run that makes progress: a step frame every step_s seconds
         time.sleep(payload["step_s"])

@@ -43,6 +43,7 @@ from typing import Any, Callable
 
 from autotune.sandbox.limits import Limits
 from autotune.sandbox.channel import MAX_FRAME_BYTES, Reader, encode, read_frame, write_all
+from autotune.sandbox.schema import Schema, runner_schemas
 
 STDERR_TAIL_BYTES = 4000
 
@@ -101,7 +102,8 @@ def child_env(workdir: Path, gpu: bool, env_extra: dict[str, str] | None = None)
 def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Limits, workdir: str | Path,
                  env_extra: dict[str, str] | None = None, gpu: bool = False,
                  on_event: Callable[[dict], bool] | None = None, max_frame_bytes: int = MAX_FRAME_BYTES,
-                 readable: tuple[str, ...] = (), progress: Callable[[dict], bool] | None = None) -> SandboxResult:
+                 readable: tuple[str, ...] = (), progress: Callable[[dict], bool] | None = None,
+                 seccomp: str | None = "default", schemas: list[Schema] | None = None) -> SandboxResult:
     """Run `python -m module` isolated, hand it `payload`, and collect what it sends back.
 
     `payload` may also be a function returning it: it is then called after the child has started, so
@@ -113,11 +115,17 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Lim
     start and from each step, and `limits.total_s` in all, instead of `timeout_s` in all. A frame larger than
     `max_frame_bytes` is a protocol error: a hostile child cannot make the parent hold more than that.
     `readable`: paths the child must still read where the filesystem is covered (a model checkpoint under
-    /root or /home, say); they are re-exposed as they are, like the Python installation."""
+    /root or /home, say); they are re-exposed as they are, like the Python installation. `seccomp`: the
+    filter's profile (seccomp.py), by default "gpu" with `gpu` (Triton's compile starts processes) else "cpu";
+    tests of the layers behind it pass "gpu" or None, the CLI and the loop never do. `schemas`: the typed
+    schema of every kind of frame the child sends (schema.py; a "result" one replaces the runner's, whose
+    payload is otherwise only within the generic bounds): a frame of another kind is a protocol error. Without
+    them, frames are checked against the generic bounds and the runner's kinds only."""
     workdir = _private_dir(workdir)
     uid = _free_uid() if os.geteuid() == 0 else None
     settings = {"workdir": str(workdir), "uid": uid, "memory_mb": limits.memory_mb, "file_mb": limits.file_mb,
-                "gpu": bool(gpu), "readable": [str(Path(p).resolve()) for p in readable]}
+                "gpu": bool(gpu), "readable": [str(Path(p).resolve()) for p in readable],
+                "seccomp": ("gpu" if gpu else "cpu") if seccomp == "default" else seccomp}
     env = child_env(workdir, gpu, env_extra)
     started = time.monotonic()
     failure: list[BaseException] = []
@@ -125,7 +133,8 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Lim
         with tempfile.TemporaryFile() as stderr_file:
             proc, in_w, out_r = _spawn(module, workdir, env, stderr_file)
             writer = threading.Thread(target=_send_and_close, args=(in_w, settings, payload, failure), daemon=True)
-            reader = Reader(out_r, on_event, lambda: _kill_group(proc.pid), max_frame_bytes, progress)
+            table = None if schemas is None else {**runner_schemas(), **{s.kind: s for s in schemas}}
+            reader = Reader(out_r, on_event, lambda: _kill_group(proc.pid), max_frame_bytes, progress, table)
             writer.start()
             reader.start()
             timed_out = _wait(proc, limits, reader, progress is not None)
@@ -305,7 +314,7 @@ def child_main(handler: Callable[[dict, Callable[..., None]], dict]) -> None:
 
     report = confine(settings["workdir"], uid=settings["uid"], memory_mb=settings["memory_mb"],
                      file_mb=settings["file_mb"], gpu=settings["gpu"], readable=settings.get("readable", ()),
-                     own_pid_namespace=processes.startswith("applied"))
+                     own_pid_namespace=processes.startswith("applied"), seccomp_profile=settings["seccomp"])
     report = {"processes": processes, **report}
     os.chdir(settings["workdir"])
     send("isolation", report=report)
