@@ -100,6 +100,24 @@ SYSCALLS = {
 }
 
 
+def _fill(directory: str, chunk_mb: int) -> dict:
+    """Write files of chunk_mb MiB into `directory` until a write fails: how far it got and why it stopped."""
+    written, n = 0, 0
+    block = b"\0" * (1 << 20)
+    try:
+        while written < 1 << 40:
+            with open(os.path.join(directory, f"fill-{n}.bin"), "wb") as f:
+                for _ in range(chunk_mb):
+                    f.write(block)
+                    written += len(block)
+            n += 1
+    except OSError as e:
+        import errno
+
+        return {"written_mb": written >> 20, "stopped": errno.errorcode.get(e.errno, str(e.errno))}
+    return {"written_mb": written >> 20, "stopped": "never"}
+
+
 def _write(path: str) -> None:
     with open(path, "w") as f:
         f.write("written from inside the sandbox\n")
@@ -187,6 +205,7 @@ def probe(payload: dict, send) -> dict:
         "processes": _command_lines(),
         "listed": {p: sorted(os.listdir(p)) if os.path.isdir(p) else None for p in payload.get("list", [])},
         "syscalls": {name: _refused(SYSCALLS[name]) for name in payload.get("syscalls", [])},
+        "fill": _fill(os.getcwd(), payload["fill_mb"]) if payload.get("fill_mb") else None,
     }
     for _ in range(payload.get("steps", 0)):  # a run that makes progress: a step frame every step_s seconds
         time.sleep(payload["step_s"])

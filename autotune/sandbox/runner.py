@@ -124,6 +124,7 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Lim
     workdir = _private_dir(workdir)
     uid = _free_uid() if os.geteuid() == 0 else None
     settings = {"workdir": str(workdir), "uid": uid, "memory_mb": limits.memory_mb, "file_mb": limits.file_mb,
+                "dir_mb": limits.dir_mb,
                 "gpu": bool(gpu), "readable": [str(Path(p).resolve()) for p in readable],
                 "seccomp": ("gpu" if gpu else "cpu") if seccomp == "default" else seccomp}
     env = child_env(workdir, gpu, env_extra)
@@ -314,7 +315,8 @@ def child_main(handler: Callable[[dict, Callable[..., None]], dict]) -> None:
 
     report = confine(settings["workdir"], uid=settings["uid"], memory_mb=settings["memory_mb"],
                      file_mb=settings["file_mb"], gpu=settings["gpu"], readable=settings.get("readable", ()),
-                     own_pid_namespace=processes.startswith("applied"), seccomp_profile=settings["seccomp"])
+                     own_pid_namespace=processes.startswith("applied"), seccomp_profile=settings["seccomp"],
+                     dir_mb=settings["dir_mb"])
     report = {"processes": processes, **report}
     os.chdir(settings["workdir"])
     send("isolation", report=report)
