@@ -233,7 +233,9 @@ class Reader:
             t.join(timeout)
 
     def _fail(self, problem: str) -> None:
+        """A protocol error: nothing the child sends after it is trusted, so it is killed at once."""
         self.error = self.error or f"malformed result frame ({problem})"
+        self.stop()
 
     def _read(self) -> None:
         total = 0

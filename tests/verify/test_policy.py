@@ -309,3 +309,8 @@ def test_top_level_names_mean_one_thing(prefix, fragment):
 
 def test_the_same_module_imported_twice_is_one_name():
     assert findings(prefix="import triton\nimport triton.language\nfrom triton import language as tl\n") == []
+
+
+def test_the_attackers_exec_hole_is_refused_by_the_scan():
+    found = scan(parse((CANDIDATES / "exec_hole.py").read_text()), RMS)
+    assert any("the builtin `exec`" in f for f in found), found

@@ -147,16 +147,43 @@ def test_no_system_v_shared_memory_outlives_the_run(tmp_path):
     assert str(key) not in keys
 
 
-def test_the_child_sees_no_other_process_and_not_the_checkout(tmp_path):
-    r = run_probe(tmp_path, {"read": [str(CHECKOUT / "pyproject.toml")], "list": [str(CHECKOUT), "/home", "/root"]})
+def test_the_child_sees_no_other_process_no_host_file_and_not_the_checkout(tmp_path):
+    planted = Path("/") / f"autotune-probe-{uuid.uuid4().hex}"  # a file directly under the host's /
+    try:
+        planted.write_text("host file")
+    except OSError:
+        planted = None
+    try:
+        r = run_probe(tmp_path, {"read": [str(CHECKOUT / "pyproject.toml"), "/etc/passwd", str(planted)],
+                                 "list": [str(CHECKOUT), "/home", "/root", "/", "/etc", "/usr"]})
+    finally:
+        if planted is not None:
+            planted.unlink()
     assert r.ok, r
     if not applied(r, "proc"):
         pytest.skip(f"no fresh /proc here: {r.isolation['proc']}")
     assert not any("pytest" in c for c in r.result["processes"]), r.result["processes"]
     assert len(r.result["processes"]) <= 3  # the namespace's init, the probe (and the process that started it)
-    assert r.result["read"][str(CHECKOUT / "pyproject.toml")].startswith("blocked")
-    assert "pyproject.toml" not in (r.result["listed"][str(CHECKOUT)] or [])
-    python = {Path(p).relative_to(top).parts[0] for top in ("/home", "/root") for p in (sys.prefix, sys.base_prefix)
-              if p.startswith(top + "/")}  # the Python installation may live in a home directory
+    listed, read = r.result["listed"], r.result["read"]
+    assert read[str(CHECKOUT / "pyproject.toml")].startswith("blocked")
+    python = {Path(p).relative_to(top).parts[0] for top in ("/home", "/root", str(CHECKOUT))
+              for p in (sys.prefix, sys.base_prefix) if p.startswith(top + "/")}  # Python may live in any of them
+    assert set(listed[str(CHECKOUT)] or []) <= python | {"autotune"}, listed[str(CHECKOUT)]
     for top in ("/home", "/root"):
-        assert set(r.result["listed"][top] or []) <= python, r.result["listed"][top]
+        assert set(listed[top] or []) <= python, listed[top]
+    if not applied(r, "filesystem"):
+        pytest.skip(f"no root of its own here: {r.isolation['filesystem']}")
+    assert planted is None or (planted.name not in listed["/"] and read[str(planted)] == "blocked: No such file or "
+                                                                                          "directory")
+    assert listed["/etc"] == ["ld.so.cache"] and read["/etc/passwd"].startswith("blocked")
+    assert set(listed["/usr"]) <= {"lib", "lib32", "lib64", "libx32"}, listed["/usr"]
+
+
+def test_the_private_directory_is_a_capped_filesystem(tmp_path):
+    limits = Limits(timeout_s=60, memory_mb=4096, dir_mb=16)
+    r = run_isolated(PROBE, {"fill_mb": 4}, limits=limits, workdir=tmp_path / "work")
+    assert r.ok, r
+    if not applied(r, "filesystem"):
+        pytest.skip(f"no private filesystem here: {r.isolation['filesystem']}")
+    assert "16 MiB tmpfs" in r.isolation["filesystem"]
+    assert r.result["fill"] == {"written_mb": 16, "stopped": "ENOSPC"}
