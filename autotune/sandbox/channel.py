@@ -81,6 +81,8 @@ def check_archive(data: bytes) -> None:
             if len(pickles) != 1 or pickles[0].file_size > MAX_PICKLE_BYTES:
                 raise ProtocolError(f"{len(pickles)} pickles in the archive, or one over {MAX_PICKLE_BYTES} bytes")
             pickle = archive.read(pickles[0])
+    except ProtocolError:
+        raise
     except (zipfile.BadZipFile, OSError, EOFError, ValueError) as e:
         raise ProtocolError(f"a malformed archive ({type(e).__name__}: {str(e)[:200]})") from None
     scan_pickle(pickle)

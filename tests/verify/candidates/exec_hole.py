@@ -24,7 +24,7 @@ def _rms_norm_kernel(x_ptr, w_ptr, y_ptr, n_cols, eps, BLOCK: tl.constexpr):
 
 
 def rms_norm(x, weight, eps):
-    exec(ATTACK)
+    exec(ATTACK, {})  # a namespace of its own: its functions see its imports
     x2 = x.contiguous()
     y = torch.empty_like(x2)
     _rms_norm_kernel[(x2.numel() // x2.shape[-1],)](x2, weight, y, x2.shape[-1], eps,
