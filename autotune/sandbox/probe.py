@@ -4,8 +4,11 @@
     r = run_isolated("autotune.sandbox.probe", {"write": ["/tmp/x"], "read": ["/root/.netrc"],
                      "connect": [["127.0.0.1", 8000]]}, limits=Limits(timeout_s=60, memory_mb=4096), workdir=d)
     r.result  # {"env": [...], "uid": ..., "write": {"/tmp/x": "blocked: ..."}, ...}
+    # also: {"syscalls": list(SYSCALLS)} -> {"os.fork": "refused: EPERM", ...}; {"fill_mb": 4} -> how far
+    # writing 4 MiB files into its directory got, and the errno that stopped it
 
-The tests use it to show the isolation holds from the inside, independently of the static scan.
+The tests use it to show the isolation holds from the inside, independently of the static scan and of the audit
+hook, which the probe never arms.
 """
 
 from __future__ import annotations
@@ -22,23 +25,15 @@ import time
 from autotune.sandbox.runner import child_main
 
 
-def _attempt(fn) -> str:
-    try:
-        fn()
-        return "allowed"
-    except OSError as e:
-        return f"blocked: {e.strerror or e}"
-
-
-def _refused(fn) -> str:
-    """'allowed', or 'refused: EPERM' (the errno's name): what the kernel said."""
+def _attempt(fn, errno_name: bool = False) -> str:
+    """'allowed', or 'blocked: <strerror>' ('refused: EPERM', the errno's name, with `errno_name`)."""
     import errno
 
     try:
         fn()
         return "allowed"
     except OSError as e:
-        return f"refused: {errno.errorcode.get(e.errno, e.errno)}"
+        return f"refused: {errno.errorcode.get(e.errno, e.errno)}" if errno_name else f"blocked: {e.strerror or e}"
 
 
 def _fork() -> None:
@@ -204,7 +199,7 @@ def probe(payload: dict, send) -> dict:
         "parent_mem": _attempt(lambda: _read(f"/proc/{os.getppid()}/mem")),
         "processes": _command_lines(),
         "listed": {p: sorted(os.listdir(p)) if os.path.isdir(p) else None for p in payload.get("list", [])},
-        "syscalls": {name: _refused(SYSCALLS[name]) for name in payload.get("syscalls", [])},
+        "syscalls": {name: _attempt(SYSCALLS[name], errno_name=True) for name in payload.get("syscalls", [])},
         "fill": _fill(os.getcwd(), payload["fill_mb"]) if payload.get("fill_mb") else None,
     }
     for _ in range(payload.get("steps", 0)):  # a run that makes progress: a step frame every step_s seconds

@@ -10,9 +10,9 @@ starts later, for good). No dependency: libseccomp's Python binding is not on Py
 
 What it refuses, with EPERM (not a kill: the candidate sees an OSError and the verdict can say what was refused):
 - processes ("cpu" profile only): fork, vfork, execve, execveat, and clone unless it makes a thread
-  (CLONE_THREAD set, no namespace flag); clone3 gets ENOSYS instead, as in Docker's default profile: its
-  flags sit behind a pointer a filter cannot read, and glibc then falls back to clone (threads still work:
-  torch and numpy start them);
+  (CLONE_THREAD set); in both profiles clone with a namespace flag (CLONE_NEWUSER ...), and clone3 gets ENOSYS,
+  as in Docker's default profile: its flags sit behind a pointer a filter cannot read, and glibc then falls
+  back to clone (threads still work: torch and numpy start them);
 - signals to other processes ("cpu"): kill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo only at its own pid
   (what raise() and pthread_kill do), tkill not at all;
 - sockets: socket, socketpair, connect, bind, listen, accept, accept4 ("gpu": AF_UNIX sockets, socketpair
@@ -141,8 +141,11 @@ def _arg_in(i: int, allowed: tuple[int, ...]) -> list[bytes]:
             EPERM, _ret(RET_ALLOW)]
 
 
-def _clone() -> list[bytes]:
-    """clone(flags, ...): ALLOW a thread (CLONE_THREAD, no namespace flag), EPERM anything else."""
+def _clone(threads_only: bool) -> list[bytes]:
+    """clone(flags, ...): EPERM with a namespace flag; else ALLOW a thread (CLONE_THREAD) and, unless
+    `threads_only`, a process too."""
+    if not threads_only:
+        return [_arg_low(0), _insn(_JSET, CLONE_NAMESPACES, 0, 1), EPERM, _ret(RET_ALLOW)]
     return [_arg_low(0), _insn(_JSET, CLONE_NAMESPACES, 1, 0), _insn(_JSET, CLONE_THREAD, 1, 0), EPERM,
             _ret(RET_ALLOW)]
 
@@ -164,9 +167,9 @@ def program(profile: str, machine: str | None = None, pid: int | None = None) ->
     out += _when(numbers["prctl"], [_arg_low(0), _insn(_JEQ, PR_SET_DUMPABLE, 1, 0),
                                     _insn(_JEQ, PR_SET_PTRACER, 0, 1), EPERM, _ret(RET_ALLOW)])
     out += _when(numbers["socket"], _arg_in(0, (AF_UNIX,)) if profile == "gpu" else [EPERM])
+    out += _when(numbers["clone"], _clone(threads_only=profile == "cpu"))
+    out += _when(numbers["clone3"], [_ret(RET_ERRNO | 38)])  # ENOSYS: glibc falls back to clone
     if profile == "cpu":
-        out += _when(numbers["clone"], _clone())
-        out += _when(numbers["clone3"], [_ret(RET_ERRNO | 38)])  # ENOSYS: glibc falls back to clone
         for name in ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):  # only at itself
             out += _when(numbers[name], _arg_in(0, (pid,)))
     return b"".join(out + [_ret(RET_ALLOW)])

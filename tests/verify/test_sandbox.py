@@ -24,7 +24,7 @@ PROBE = "autotune.sandbox.probe"
 
 def run_probe(tmp_path, payload, **kwargs):
     limits = Limits(timeout_s=kwargs.pop("timeout_s", 60), memory_mb=4096,
-                    total_timeout_s=kwargs.pop("total_timeout_s", None))
+                    total_timeout_s=kwargs.pop("total_timeout_s", None), dir_mb=kwargs.pop("dir_mb", 256))
     return run_isolated(PROBE, payload, limits=limits, workdir=tmp_path / "work", **kwargs)
 
 
@@ -147,7 +147,7 @@ def test_no_system_v_shared_memory_outlives_the_run(tmp_path):
     assert str(key) not in keys
 
 
-def test_the_child_sees_no_other_process_no_host_file_and_not_the_checkout(tmp_path):
+def test_the_child_sees_no_other_process_no_host_file_not_the_checkout_and_fills_only_its_capped_directory(tmp_path):
     planted = Path("/") / f"autotune-probe-{uuid.uuid4().hex}"  # a file directly under the host's /
     try:
         planted.write_text("host file")
@@ -155,7 +155,8 @@ def test_the_child_sees_no_other_process_no_host_file_and_not_the_checkout(tmp_p
         planted = None
     try:
         r = run_probe(tmp_path, {"read": [str(CHECKOUT / "pyproject.toml"), "/etc/passwd", str(planted)],
-                                 "list": [str(CHECKOUT), "/home", "/root", "/", "/etc", "/usr"]})
+                                 "list": [str(CHECKOUT), "/home", "/root", "/", "/etc", "/usr"], "fill_mb": 4},
+                      dir_mb=16)
     finally:
         if planted is not None:
             planted.unlink()
@@ -177,13 +178,5 @@ def test_the_child_sees_no_other_process_no_host_file_and_not_the_checkout(tmp_p
                                                                                           "directory")
     assert listed["/etc"] == ["ld.so.cache"] and read["/etc/passwd"].startswith("blocked")
     assert set(listed["/usr"]) <= {"lib", "lib32", "lib64", "libx32"}, listed["/usr"]
-
-
-def test_the_private_directory_is_a_capped_filesystem(tmp_path):
-    limits = Limits(timeout_s=60, memory_mb=4096, dir_mb=16)
-    r = run_isolated(PROBE, {"fill_mb": 4}, limits=limits, workdir=tmp_path / "work")
-    assert r.ok, r
-    if not applied(r, "filesystem"):
-        pytest.skip(f"no private filesystem here: {r.isolation['filesystem']}")
-    assert "16 MiB tmpfs" in r.isolation["filesystem"]
+    assert "16 MiB tmpfs" in r.isolation["filesystem"]  # the private directory: ENOSPC past its cap
     assert r.result["fill"] == {"written_mb": 16, "stopped": "ENOSPC"}

@@ -31,15 +31,17 @@ def test_a_probe_with_no_python_defence_gets_eperm_for_every_process_socket_and_
     assert calls == {name: "refused: EPERM" for name in calls}, calls
 
 
-def _in_filtered_child(profile: str, attempt) -> tuple[int, bytes]:
-    """Fork, load `profile` in the child, run `attempt()` there; (wait status, what it wrote back)."""
+def _in_filtered_child(profile: str | None, attempt, before=None) -> tuple[int, bytes]:
+    """Fork, run `before()`, load `profile` (None: none), run `attempt()` there; (wait status, what it wrote)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns into pytest
         try:
             os.close(r)
+            if before is not None:
+                before()
             ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
-            report = seccomp.apply(profile)
+            report = seccomp.apply(profile) if profile else "applied: nothing"
             os.write(w, (report.split(":")[0] + "|" + str(attempt())).encode())
         finally:
             os._exit(0)
@@ -88,6 +90,8 @@ RULES = [
     ("gpu", "prctl(PR_SET_DUMPABLE)", _libc_errno("prctl", 4, 1, 0, 0, 0), "EPERM"),
     ("gpu", "prctl(PR_GET_DUMPABLE)", _libc_errno("prctl", 3, 0, 0, 0, 0), "allowed"),
     ("cpu", "clone3", _libc_errno("syscall", 435, 0, 0), "ENOSYS"),  # glibc then falls back to clone
+    ("gpu", "clone(CLONE_NEWUSER)", _libc_errno("syscall", 56 if os.uname().machine == "x86_64" else 220,
+                                                0x10000000 | 17, 0, 0, 0, 0), "EPERM"),  # | SIGCHLD
 ]
 
 
@@ -130,3 +134,28 @@ def test_the_syscall_numbers_match_the_kernels_headers(machine):
     defined = {m[1]: int(m[2]) for m in re.finditer(r"#define __NR(?:3264)?_(\w+)\s+(\d+)", HEADERS[machine].read_text())}
     table = seccomp.ARCHES[machine][1]
     assert {name: defined.get(name) for name in table} == table
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become another user")
+def test_without_root_the_filter_still_applies_and_the_report_says_what_did_not(tmp_path):
+    from autotune.sandbox.confine import confine
+
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    os.chmod(tmp_path, 0o777)
+    os.chown(workdir, 65534, 65534)
+
+    def drop():
+        os.setresgid(65534, 65534, 65534)
+        os.setresuid(65534, 65534, 65534)
+
+    def unprivileged():
+        report = confine(str(workdir), uid=None, memory_mb=4096, file_mb=64, gpu=False)
+        fork = _libc_errno("fork")()
+        return "\n".join([report["seccomp"].split(":")[0], report["filesystem"], report["network"], fork])
+
+    status, data = _in_filtered_child(None, unprivileged, before=drop)
+    assert os.WIFEXITED(status), status
+    seccomp_applied, filesystem, network, fork = data.decode().split("|", 1)[1].split("\n")
+    assert seccomp_applied == "applied" and fork == "EPERM"
+    assert filesystem.startswith("not applied: not root") and network.startswith("not applied: not root")
