@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterable
 
 from autotune.sandbox.limits import Limits
 from autotune.sandbox.channel import MAX_FRAME_BYTES, Reader, encode, read_frame, write_all
+from autotune.sandbox.schema import Schema, runner_schemas
 
 STDERR_TAIL_BYTES = 4000
 
@@ -102,6 +103,7 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Lim
                  env_extra: dict[str, str] | None = None, gpu: bool = False,
                  on_event: Callable[[dict], bool] | None = None, max_frame_bytes: int = MAX_FRAME_BYTES,
                  readable: tuple[str, ...] = (), progress: Callable[[dict], bool] | None = None,
+                 seccomp: str | None = "default", schemas: list[Schema] | None = None,
                  host: dict | Callable[[], dict] | None = None,
                  stream: Callable[[], Iterable[dict]] | None = None) -> SandboxResult:
     """Run `python -m module` isolated, hand it `payload`, and collect what it sends back.
@@ -115,12 +117,18 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Lim
     start and from each step, and `limits.total_s` in all, instead of `timeout_s` in all. A frame larger than
     `max_frame_bytes` is a protocol error: a hostile child cannot make the parent hold more than that.
     `readable`: paths the child must still read where the filesystem is covered (a model checkpoint under
-    /root or /home, say); they are re-exposed as they are, like the Python installation.
+    /root or /home, say); they are re-exposed as they are, like the Python installation. `seccomp`: the
+    filter's profile (seccomp.py), by default "gpu" with `gpu` (Triton's compile starts processes) else "cpu";
+    tests of the layers behind it pass "gpu" or None, the CLI and the loop never do. `schemas`: the typed
+    schema of every kind of frame the child sends (schema.py; a "result" one replaces the runner's, whose
+    payload is otherwise only within the generic bounds): a frame of another kind is a protocol error. Without
+    them, frames are checked against the generic bounds and the runner's kinds only.
 
     `host`: the payload of a second process that the child forks before it reads `payload` (the module's
     `child_main(handler, host=host_handler)` runs it): it gets its own private directory and uid, is confined
-    on its own, never sees `payload`, and talks only to the child, through a pipe the child reads; the
-    parent never reads what it writes (autotune.verify.worker: the candidate's host process).
+    on its own (seccomp "cpu": it runs no program), never sees `payload`, and talks only to the child, through
+    pipes of their own; the parent never reads what it writes (autotune.verify.worker: the candidate's host
+    process).
 
     `stream`: more frames for the child after the payload, made one by one while it works (the child reads them
     with `links.receive()`): a pipe's backpressure keeps the parent at most a frame or two ahead of the child,
@@ -128,12 +136,15 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Lim
     workdir = _private_dir(workdir)
     uid = _free_uid() if os.geteuid() == 0 else None
     settings = {"workdir": str(workdir), "uid": uid, "memory_mb": limits.memory_mb, "file_mb": limits.file_mb,
-                "gpu": bool(gpu), "readable": [str(Path(p).resolve()) for p in readable]}
+                "dir_mb": limits.dir_mb,
+                "gpu": bool(gpu), "readable": [str(Path(p).resolve()) for p in readable],
+                "seccomp": ("gpu" if gpu else "cpu") if seccomp == "default" else seccomp}
     host_uid = None
     if host is not None:
         host_uid = _free_uid() if uid is not None else None
         host_dir = _private_dir(workdir.parent / f"{workdir.name}-host")
-        settings["host"] = {**settings, "workdir": str(host_dir), "uid": host_uid, "gpu": False}
+        settings["host"] = {**settings, "workdir": str(host_dir), "uid": host_uid, "gpu": False,
+                            "seccomp": "cpu" if seccomp is not None else None}
     env = child_env(workdir, gpu, env_extra)
     started = time.monotonic()
     failure: list[BaseException] = []
@@ -142,7 +153,8 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Lim
             proc, in_w, out_r = _spawn(module, workdir, env, stderr_file)
             writer = threading.Thread(target=_send_and_close, args=(in_w, settings, payload, host, stream, failure),
                                       daemon=True)
-            reader = Reader(out_r, on_event, lambda: _kill_group(proc.pid), max_frame_bytes, progress)
+            table = None if schemas is None else {**runner_schemas(), **{s.kind: s for s in schemas}}
+            reader = Reader(out_r, on_event, lambda: _kill_group(proc.pid), max_frame_bytes, progress, table)
             writer.start()
             reader.start()
             timed_out = _wait(proc, limits, reader, progress is not None)
@@ -359,7 +371,8 @@ def _confine(settings: dict, processes: str) -> dict:
 
     report = confine(settings["workdir"], uid=settings["uid"], memory_mb=settings["memory_mb"],
                      file_mb=settings["file_mb"], gpu=settings["gpu"], readable=settings.get("readable", ()),
-                     own_pid_namespace=processes.startswith("applied"))
+                     own_pid_namespace=processes.startswith("applied"), seccomp_profile=settings["seccomp"],
+                     dir_mb=settings["dir_mb"])
     os.chdir(settings["workdir"])
     return report
 

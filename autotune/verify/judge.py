@@ -30,6 +30,7 @@ from autotune.verify import cases as case_plan
 from autotune.verify import policy
 from autotune.verify.compare import judge_case
 from autotune.sandbox import Limits, SandboxResult, run_isolated
+from autotune.sandbox.schema import ERROR_CHARS, DictOf, Either, Int, ListOf, Schema, Text
 from autotune.verify.verdict import CaseResult, Status, Verdict
 from autotune.verify.wire import Placement
 
@@ -189,6 +190,38 @@ class _Session:
         return ""
 
 
+# The worker's frames (autotune/verify/worker.py), as the Reader checks them before on_event sees one: a frame
+# of another kind or shape is a protocol error (runtime_error), and only the first error of each kind is kept.
+_TENSORS = ListOf(Either(None, torch.Tensor), max_len=64)
+_PAIRS = ListOf(ListOf(int, max_len=2), max_len=4096)
+_OPS = DictOf(Text(200), Int(0), max_len=10_000)
+WORKER_FRAMES = [
+    Schema("case_start", {"index": Int(0)}),
+    Schema("case_result", {"index": Int(0), "outputs": _TENSORS, "output_types": ListOf(Text(100), max_len=64),
+                           "launches": ListOf(Int(0), max_len=3), "output_strides": ListOf(Either(None, [int]), 64),
+                           "aliased": _PAIRS, "reused": _PAIRS, "inputs_after": _TENSORS, "repeat_outputs": _TENSORS,
+                           "repeat_inputs_after": _TENSORS, "refill_outputs": _TENSORS,
+                           "refill_inputs_after": _TENSORS, "clobbered": bool, "guards_broken": [int], "torch_ops": _OPS,
+                           "long_calls": Int(0), "long_differs": Either(None, Int(0))},
+           optional=("repeat_outputs", "repeat_inputs_after", "refill_outputs", "refill_inputs_after")),
+    Schema("compile_error", {"error": Text(ERROR_CHARS)}, keep="first"),
+    Schema("case_error", {"index": Either(None, Int(0)), "error": Text(ERROR_CHARS), "compile": bool,
+                          "tampered": bool, "refused": bool, "out_of_bounds": bool, "dry": bool}, keep="first",
+           optional=("compile", "tampered", "refused", "out_of_bounds", "dry")),
+    Schema("setup_error", {"error": Text(ERROR_CHARS)}, keep="first"),
+    Schema("policy_error", {"error": Text(ERROR_CHARS)}, keep="first"),
+    Schema("host_protocol", {"error": Text(ERROR_CHARS)}, keep="first"),
+    Schema("host_gone", {}, keep="first"),
+    Schema("host_isolation", {"report": DictOf(Text(40), Text(300), max_len=20)}, keep="first"),
+    Schema("coverage", {"uncovered": ListOf(DictOf(Text(40), Either(Int(0), Text(500)), max_len=4), max_len=20),
+                        "configs_not_run": ListOf(DictOf(Text(40), Text(500), max_len=4), max_len=20),
+                        "signatures_run": Int(0)}, keep="first"),
+    Schema("import_ops", {"torch_ops": _OPS}, keep="first"),
+    Schema("audit_log", {"denied": ListOf(Text(500), max_len=10_000)}, keep="first"),
+    Schema("result", {"payload": DictOf(str, Int(0), max_len=4)}, keep="first"),
+]
+
+
 def _well_formed(frame: dict) -> bool:
     lists = ("outputs", "repeat_outputs", "refill_outputs", "inputs_after", "repeat_inputs_after",
              "refill_inputs_after", "aliased", "reused", "output_strides", "launches", "guards_broken")
@@ -304,6 +337,7 @@ def _run_worker(target, source, plan, limits: Limits, device, session: _Session,
         return run_isolated("autotune.verify.worker", {"source": source, "device": device}, limits=limits,
                             host=host, stream=cases, workdir=Path(tmp) / "work", gpu=device == "cuda",
                             on_event=session.on_event, max_frame_bytes=_largest_frame(target, plan),
+                            schemas=WORKER_FRAMES,
                             progress=lambda frame: frame.get("kind") == "case_result")
 
 

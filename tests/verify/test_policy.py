@@ -290,3 +290,57 @@ def _resolve(dotted):
     for p in parts[1:]:
         obj = getattr(obj, p)
     return obj
+
+
+# Issue 17: a name only read inside a top-level assignment target (a subscript's key) was counted as the file's own
+# global, so `exec`, `eval`, `getattr` and `open` passed the scan. Each shape below once bound or hid a builtin.
+HOLES = [
+    ("_d = {}\n_d[exec] = 1\n", "z = exec('1')", "exec"),
+    ("_d = {}\n_d[eval] = 1\n", "z = eval('1')", "eval"),
+    ("_d = {}\n_d[getattr] = 1\n", "z = getattr(x, 'sum')()", "getattr"),
+    ("_d = {}\n_d[open] = 1\n", "z = open('/etc/passwd')", "open"),
+    ("_d = {}\n_d[__import__] = 1\n", "z = __import__('os')", "__import__"),
+    ("_d = {}\n_d[compile] = 1\n", "z = compile('1', 'f', 'eval')", "compile"),
+    ("_d = {}\n_d[globals] = 1\n", "z = globals()", "globals"),
+    ("_d = {}\n_d[exec].k = 1\n", "z = exec('1')", "exec"),  # an attribute's base
+    ("_d = {}\n_d[0], *_e[open] = 1, 2\n", "z = open('/etc/passwd')", "open"),  # starred, tuple unpacking
+    ("_d = {}\n_d[getattr]: int = 1\n", "z = getattr(x, 'sum')()", "getattr"),  # annotated
+    ("_d = {}\n_d[eval] += 1\n", "z = eval('1')", "eval"),  # augmented
+    ("_d = {}\ndel _d[exec]\n", "z = exec('1')", "exec"),
+    ("for exec in ():\n    pass\n", "z = exec('1')", "exec"),
+    ("_v = [0 for exec in ()]\n", "z = exec('1')", "exec"),  # a comprehension's variable is its own
+    ("_v = (_w := open)\n", "z = _w('/etc/passwd')", "open"),  # walrus
+    ("_v = (lambda e=eval: 0)\n", "pass", "eval"),  # a lambda's default, evaluated where it is written
+    ("", "_v = [0 for open in ()]\n    z = max(['/etc/passwd'], key=open)", "open"),  # a comprehension in a function
+    ("", "z = max(['1'], key=lambda s, e=eval: max([s], key=e))", "eval"),
+    ("", "d = {}\n    d[exec] = 1\n    z = exec('1')", "exec"),
+]
+
+
+@pytest.mark.parametrize("prefix, body, name", HOLES, ids=[f"{i}-{h[2]}" for i, h in enumerate(HOLES)])
+def test_a_builtin_read_in_an_assignment_target_is_a_use_not_a_global(prefix, body, name):
+    found = findings(body, prefix=prefix)
+    assert any(f"`{name}`" in f for f in found), found
+
+
+@pytest.mark.parametrize("prefix, fragment", [
+    ("from torch import empty as open\n", "rebinds the builtin name `open`"),
+    ("def open(path):\n    return path\n", "rebinds the builtin name `open`"),
+    ("import math as torch\n", "rebinds the top-level name `torch`"),
+    ("def tl():\n    return 0\n", "rebinds the top-level name `tl`"),
+    ("def f(x: max([1], key=len)):\n    return x\n", "in an annotation"),
+])
+def test_top_level_names_mean_one_thing(prefix, fragment):
+    source = KERNEL.replace("{body}", "pass")
+    head, tail = source.split("\n\n\n@triton.jit", 1)
+    found = scan(parse(head + "\n" + prefix + "\n\n@triton.jit" + tail), RMS)
+    assert any(fragment in f for f in found), found
+
+
+def test_the_same_module_imported_twice_is_one_name():
+    assert findings(prefix="import triton\nimport triton.language\nfrom triton import language as tl\n") == []
+
+
+def test_the_attackers_exec_hole_is_refused_by_the_scan():
+    found = scan(parse((CANDIDATES / "exec_hole.py").read_text()), RMS)
+    assert any("the builtin `exec`" in f for f in found), found
