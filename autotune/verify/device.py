@@ -276,6 +276,9 @@ class Device:
                  "guards_broken": [i for i, p in enumerate(self.placed) if p is not None and not p.intact()],
                  "torch_ops": dict(f["torch_ops"]), "long_calls": self.case.get("long", 0),
                  "long_differs": f.get("long_differs")}
+        for key in ("repeat_outputs", "repeat_inputs_after", "refill_outputs", "refill_inputs_after"):
+            if frame[key] is None:  # calls the case did not make
+                del frame[key]
         self.send("case_result", **frame)
         self.case = None
 
