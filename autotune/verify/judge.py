@@ -117,6 +117,8 @@ class _Session:
             return Status.POLICY_VIOLATION, self.runtime_policy[0]
         if failed is not None:
             return Status.INCORRECT, f"case {_label(failed)}: {failed.note}"
+        if self.case_error is not None and self.case_error.get("race"):  # found by autotune.verify.races
+            return Status.INCORRECT, f"{one_line(str(self.case_error['race']))} ({self.running_label()})"
         if self.case_error is not None and self.case_error.get("tampered"):  # launch counter or op recorder gone
             error = one_line(str(self.case_error.get("error", "")))
             return Status.POLICY_VIOLATION, f"{error} ({self.running_label()})"

@@ -56,6 +56,8 @@ from autotune.sandbox import audit, confine
 from autotune.sandbox.runner import child_main, trim_traceback
 from autotune.verify import interp
 from autotune.verify.frontend import FrontEnd
+from autotune.verify.gpu_memory import aligned_empty, allocate_like_cuda
+from autotune.verify.races import race_in
 
 MODULE_NAME = "candidate"
 
@@ -103,8 +105,7 @@ def _rotating_bench(self, *args, config, **meta) -> list[float]:
 
 if triton.knobs.runtime.interpret:
     triton_autotuner.Autotuner._bench = _rotating_bench
-    interp.permute_programs()  # a kernel that needs its programs in order fails on the CPU too
-    interp.round_bf16_like_gpu()  # the interpreter truncates fp32 -> bf16; a GPU rounds to nearest even
+    interp.install_gpu_semantics()  # program order, tl.dot, casts, scalars, races as on a GPU (verify/interp.py)
 
 
 class _AtenOps(TorchDispatchMode):
@@ -124,7 +125,8 @@ class _AtenOps(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         self.seen[_label(func, args, kwargs)] += 1
-        return func(*args, **kwargs)
+        aligned = allocate_like_cuda(func, args, kwargs)  # CPU allocations 512-byte aligned, as CUDA's are
+        return func(*args, **kwargs) if aligned is None else aligned
 
 
 def _label(func, args, kwargs) -> str:
@@ -234,7 +236,9 @@ class _Guarded:
         guard = max(4096, t.shape[-1] if t.dim() else 1)
         extent = t.untyped_storage().nbytes() // t.element_size()
         lead = guard if front else 0
-        self.buffer = torch.full((lead + extent + guard,), float("nan"), dtype=t.dtype, device=device)
+        size = (lead + extent + guard,)  # on the CPU aligned as CUDA's allocator aligns (verify/gpu_memory.py)
+        self.buffer = (aligned_empty(size, t.dtype).fill_(float("nan")) if device == "cpu"
+                       else torch.full(size, float("nan"), dtype=t.dtype, device=device))
         self.inner = self.buffer.as_strided(t.shape, t.stride(), lead + t.storage_offset())
         self.inner.copy_(t)
         self.outside = torch.ones(self.buffer.numel(), dtype=torch.bool, device=device)
@@ -347,7 +351,7 @@ def work(payload: dict, send) -> dict:
         except BaseException as e:  # noqa: BLE001 - a failing call is the candidate's runtime error
             with guard.trusted():
                 send("case_error", index=case["index"], compile=_is_compile_error(e), tampered=isinstance(e, Tampered),
-                     error=trim_traceback(e, keep_files=(candidate_file,)))
+                     race=race_in(e), error=trim_traceback(e, keep_files=(candidate_file,)))
             return {"cases_run": n}
         send("case_result", **frame)
     if denied is not None:
@@ -359,7 +363,8 @@ def work(payload: dict, send) -> dict:
 _SEALED = ("__main__", "autotune.verify.worker", "autotune.sandbox", "autotune.sandbox.runner",
            "autotune.sandbox.channel", "autotune.sandbox.audit", "autotune.sandbox.confine",
            "autotune.sandbox.namespaces", "autotune.sandbox.limits", "autotune.verify.interp",
-           "autotune.verify.frontend")
+           "autotune.verify.frontend", "autotune.verify.gpu_numerics", "autotune.verify.gpu_memory",
+           "autotune.verify.races")
 
 
 def _trusted(guard: audit.Guard, check):

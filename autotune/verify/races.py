@@ -1,0 +1,281 @@
+"""Races between the programs of one interpreted launch: found, and named.
+
+A GPU runs a launch's programs concurrently and in no promised order; the interpreter runs them one at a time
+(in a random order per launch: `interp.permute_programs`). So a kernel in which two programs touch one address
+passes here whatever a GPU would make of it, unless the interpreter watches. `install()` hooks the
+interpreter's loads, stores and atomics and keeps, per launch, a shadow of each tensor argument's storage: per
+element the ordinal (1-based, in run order) of the program that last stored it, that first read it, that last
+read it if that was another, and that last updated it atomically. Within one launch:
+
+- a plain load of an element another program stored is a race (what it reads depends on which runs first);
+- a plain store to an element another program stored, read or updated atomically is a race, unless it leaves
+  the element's bits as they are (redundant programs at a clamped tail storing the same value: every order
+  gives the same memory);
+- an atomic on an element another program stored or read plainly is a race; atomics among themselves are not
+  (that is what they are for), and neither is a plain load of an element others only updated atomically: the
+  last program of a split reduction, chosen by an atomic counter, reads the sums the others added, a pattern
+  that is correct on a GPU, and the interpreter cannot see the counter's synchronisation. A load racing a
+  running atomic sum still shows: its result depends on the drawn order, which a repeat call draws anew.
+
+Each finding raises `RaceError`, which names the kernel, the element (`y[3, 17]` when it lies in a tensor
+argument: the shadow covers the arguments' storages, so an address outside every argument is not watched;
+out-of-bounds accesses are the guard bands' business) and the two programs by their grid coordinates. The
+worker reports it as `incorrect` ("race ...").
+
+Accesses are matched by element: the storage's smallest element size among the launch's arguments on it,
+indexed by an access's first byte. Reads are tracked in storages of up to READ_SHADOW_MAX_ELEMENTS elements
+(the others, e.g. a GEMM's weight, are only checked against the stores: a program that reads an element before
+another stores it is then found on the orders that run the store first, about half of them). The cost is a few
+numpy operations per memory access (figures in the project README's issue-16 note and in the report of
+`tests/verify/test_gpu_semantics.py`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+
+import numpy as np
+import torch
+from triton.runtime import interpreter
+
+from autotune.verify.interp import current_launch  # bound: the worker seals that module
+
+READ_SHADOW_MAX_ELEMENTS = 1 << 24  # 2 x 64 MiB of int32 at most; a CPU case holds far fewer
+
+
+class RaceError(RuntimeError):
+    """Two programs of one launch touched one address, at least one of them with a plain store or a plain
+    read of the other's store (the message names the kernel, the element and both programs)."""
+
+
+@dataclasses.dataclass
+class _Arg:
+    name: str
+    ptr: int
+    itemsize: int
+    shape: tuple
+    contiguous: bool
+    extent: int  # bytes from ptr to one past its last element
+
+
+@dataclasses.dataclass
+class _Storage:
+    base: int
+    end: int
+    itemsize: int
+    args: list[_Arg]
+    shadows: dict = dataclasses.field(default_factory=dict)  # kind -> int32 ordinals (0: nobody)
+
+    def shadow(self, kind: str) -> np.ndarray:
+        if kind not in self.shadows:  # np.zeros maps untouched pages lazily: big storages cost what is touched
+            self.shadows[kind] = np.zeros((self.end - self.base) // self.itemsize + 1, dtype=np.int32)
+        return self.shadows[kind]
+
+    @property
+    def tracks_reads(self) -> bool:
+        return (self.end - self.base) // self.itemsize <= READ_SHADOW_MAX_ELEMENTS
+
+
+class _LaunchState:
+    def __init__(self, kernel: str, grid: tuple, args: dict):
+        self.kernel, self.grid, self.programs = kernel, grid, []
+        by_base: dict[int, _Storage] = {}
+        for name, t in args.items():
+            if not isinstance(t, torch.Tensor) or t.numel() == 0:
+                continue
+            s = t.untyped_storage()
+            extent = t.element_size() * (1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride())))
+            arg = _Arg(name, t.data_ptr(), t.element_size(), tuple(t.shape), t.is_contiguous(), extent)
+            storage = by_base.setdefault(s.data_ptr(), _Storage(s.data_ptr(), s.data_ptr() + s.nbytes(),
+                                                                t.element_size(), []))
+            storage.itemsize = min(storage.itemsize, t.element_size())
+            storage.args.append(arg)
+        self.storages = sorted(by_base.values(), key=lambda s: s.base)
+        self.bases = [s.base for s in self.storages]
+        self.bases_np = np.array(self.bases, dtype=np.uint64)
+
+    @property
+    def me(self) -> int:
+        return len(self.programs)
+
+    def locate(self, addrs: np.ndarray):
+        """(storage, element indices, selection of addrs or None for all) for the watched addresses."""
+        lo, hi = int(addrs.min()), int(addrs.max())
+        k = bisect.bisect_right(self.bases, lo) - 1
+        if k >= 0 and hi < self.storages[k].end:
+            s = self.storages[k]
+            yield s, ((addrs - np.uint64(s.base)) // np.uint64(s.itemsize)).astype(np.intp), None
+            return
+        which = np.searchsorted(self.bases_np, addrs, side="right").astype(np.intp) - 1
+        for k in np.unique(which[which >= 0]):
+            s = self.storages[k]
+            sel = (which == k) & (addrs < np.uint64(s.end))
+            if sel.any():
+                yield s, ((addrs[sel] - np.uint64(s.base)) // np.uint64(s.itemsize)).astype(np.intp), sel
+
+    def program(self, ordinal: int) -> str:
+        coords = self.programs[ordinal - 1]
+        rank = max([1] + [d + 1 for d in range(3) if self.grid[d] > 1])
+        return f"program {coords[0]}" if rank == 1 else f"program {tuple(coords[:rank])}"
+
+    def element(self, storage: _Storage, addr: int) -> str:
+        for a in storage.args:
+            if a.ptr <= addr < a.ptr + a.extent:
+                e = (addr - a.ptr) // a.itemsize
+                if a.contiguous and a.shape:
+                    return f"`{a.name}[{', '.join(str(int(i)) for i in np.unravel_index(e, a.shape))}]`"
+                return f"`{a.name}` element +{e} (a strided view: counted from its first element)"
+        return f"byte {hex(addr)} of `{storage.args[0].name}`'s storage, outside every argument's elements"
+
+
+_state: list[_LaunchState | None] = [None]
+
+
+def _others(shadow: np.ndarray, idx: np.ndarray, me: int) -> np.ndarray:
+    seen = shadow[idx]
+    return (seen != 0) & (seen != me)
+
+
+def _raise(st: _LaunchState, storage: _Storage, addrs, idx, lanes, other_kind: str, what: str) -> None:
+    lane = int(np.flatnonzero(lanes)[0])
+    other = int(storage.shadows[other_kind][idx[lane]])
+    raise RaceError(f"race in `{st.kernel}`: {st.program(st.me)} {what} {st.element(storage, int(addrs[lane]))}, "
+                    f"which {st.program(other)} {_DID[other_kind]} in the same launch (programs run concurrently "
+                    f"on a GPU, in no order: use an atomic, or a second launch)")
+
+
+_DID = {"store": "stored", "read": "read", "read2": "read", "atomic": "updated atomically"}
+
+
+def _lanes(ptrs, mask) -> np.ndarray:
+    return np.broadcast_to(True if mask is None else mask.data, ptrs.data.shape)
+
+
+def _on_load(ptrs, mask) -> None:
+    st = _state[0]
+    if st is None or not st.storages:
+        return
+    addrs = ptrs.data[_lanes(ptrs, mask)]
+    if addrs.size == 0:
+        return
+    me = st.me
+    for storage, idx, sel in st.locate(addrs):
+        a = addrs if sel is None else addrs[sel]
+        if "store" in storage.shadows:
+            bad = _others(storage.shadows["store"], idx, me)
+            if bad.any():
+                _raise(st, storage, a, idx, bad, "store", "loads")
+        if storage.tracks_reads:
+            first = storage.shadow("read")
+            earlier = first[idx]
+            first[idx[earlier == 0]] = me
+            again = (earlier != 0) & (earlier != me)
+            if again.any():
+                storage.shadow("read2")[idx[again]] = me
+
+
+def _bits(x: np.ndarray) -> np.ndarray:
+    return x.view(np.dtype(f"u{x.dtype.itemsize}")) if x.dtype.itemsize in (1, 2, 4, 8) else x
+
+
+def _on_store(ptrs, value, mask) -> None:
+    st = _state[0]
+    if st is None or not st.storages:
+        return
+    lanes = _lanes(ptrs, mask)
+    addrs = ptrs.data[lanes]
+    if addrs.size == 0:
+        return
+    values = np.broadcast_to(value.data, ptrs.data.shape)[lanes]
+    me = st.me
+    for storage, idx, sel in st.locate(addrs):
+        a, v = (addrs, values) if sel is None else (addrs[sel], values[sel])
+        for kind in ("store", "read", "read2", "atomic"):
+            if kind in storage.shadows:
+                touched = _others(storage.shadows[kind], idx, me)
+                if touched.any():
+                    now = interpreter._interpreter.load(a, touched, np.zeros_like(v), v.dtype)
+                    changed = touched & (_bits(now) != _bits(v))
+                    if changed.any():
+                        _raise(st, storage, a, idx, changed, kind, "stores to")
+        storage.shadow("store")[idx] = me
+
+
+def _on_atomic(ptrs, mask) -> None:
+    st = _state[0]
+    if st is None or not st.storages:
+        return
+    addrs = ptrs.data[_lanes(ptrs, mask)]
+    if addrs.size == 0:
+        return
+    me = st.me
+    for storage, idx, sel in st.locate(addrs):
+        a = addrs if sel is None else addrs[sel]
+        for kind in ("store", "read", "read2"):
+            if kind in storage.shadows:
+                bad = _others(storage.shadows[kind], idx, me)
+                if bad.any():
+                    _raise(st, storage, a, idx, bad, kind, "updates atomically")
+        storage.shadow("atomic")[idx] = me
+
+
+def install() -> None:
+    """From now on every interpreted launch is watched for races between its programs (module docstring)."""
+    builder = interpreter.InterpreterBuilder
+    if getattr(builder, "_autotune_races", False):
+        return
+    set_dim, set_idx = builder.set_grid_dim, builder.set_grid_idx
+    load, store = builder.create_masked_load, builder.create_masked_store
+    rmw, cas = builder.create_atomic_rmw, builder.create_atomic_cas
+    grid_call = interpreter.GridExecutor.__call__
+
+    def set_grid_dim(self, nx, ny, nz):
+        set_dim(self, nx, ny, nz)
+        launch = current_launch()
+        _state[0] = _LaunchState(launch.kernel, (nx, ny, nz), launch.args) if launch else None
+
+    def set_grid_idx(self, x, y, z):
+        set_idx(self, x, y, z)
+        if _state[0] is not None:
+            _state[0].programs.append(self.grid_idx)
+
+    def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
+        _on_load(ptrs, mask)
+        return load(self, ptrs, mask, other, cache_policy, is_volatile)
+
+    def create_masked_store(self, ptrs, value, mask, cache_policy):
+        _on_store(ptrs, value, mask)
+        return store(self, ptrs, value, mask, cache_policy)
+
+    def create_atomic_rmw(self, rmw_op, ptr, val, mask, sem, scope):
+        _on_atomic(ptr, mask)
+        return rmw(self, rmw_op, ptr, val, mask, sem, scope)
+
+    def create_atomic_cas(self, ptr, cmp, val, sem, scope):
+        _on_atomic(ptr, None)
+        return cas(self, ptr, cmp, val, sem, scope)
+
+    def call(self, *args, **kwargs):
+        try:
+            return grid_call(self, *args, **kwargs)
+        finally:
+            _state[0] = None  # the shadows go with the launch
+
+    builder.set_grid_dim, builder.set_grid_idx = set_grid_dim, set_grid_idx
+    builder.create_masked_load, builder.create_masked_store = create_masked_load, create_masked_store
+    builder.create_atomic_rmw, builder.create_atomic_cas = create_atomic_rmw, create_atomic_cas
+    interpreter.GridExecutor.__call__ = call
+    builder._autotune_races = True
+
+
+def race_in(error: BaseException | None) -> str:
+    """The RaceError's message if one is in the exception's chain (causes and contexts), else ''."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, RaceError):
+            return str(error)
+        error = error.__cause__ or error.__context__
+    return ""
+
