@@ -148,31 +148,42 @@ def _raise(st: _LaunchState, storage: _Storage, addrs, idx, lanes, other_kind: s
 _DID = {"store": "stored", "read": "read", "read2": "read", "atomic": "updated atomically"}
 
 
-def _lanes(ptrs, mask) -> np.ndarray:
-    return np.broadcast_to(True if mask is None else mask.data, ptrs.data.shape)
-
-
-def _on_load(ptrs, mask) -> None:
+def _accesses(ptrs, mask, value=None):
+    """(launch, storage, element indices, addresses[, values]) per watched storage an access touches."""
     st = _state[0]
     if st is None or not st.storages:
         return
-    addrs = ptrs.data[_lanes(ptrs, mask)]
+    lanes = np.broadcast_to(True if mask is None else mask.data, ptrs.data.shape)
+    addrs = ptrs.data[lanes]
     if addrs.size == 0:
         return
-    me = st.me
+    values = None if value is None else np.broadcast_to(value.data, ptrs.data.shape)[lanes]
     for storage, idx, sel in st.locate(addrs):
-        a = addrs if sel is None else addrs[sel]
-        if "store" in storage.shadows:
-            bad = _others(storage.shadows["store"], idx, me)
+        if sel is None:
+            yield st, storage, idx, addrs, values
+        else:
+            yield st, storage, idx, addrs[sel], None if values is None else values[sel]
+
+
+def _refuse(st, storage, idx, addrs, kinds: tuple[str, ...], what: str) -> None:
+    """A race if another program of this launch left one of these marks on an element accessed."""
+    for kind in kinds:
+        if kind in storage.shadows:
+            bad = _others(storage.shadows[kind], idx, st.me)
             if bad.any():
-                _raise(st, storage, a, idx, bad, "store", "loads")
+                _raise(st, storage, addrs, idx, bad, kind, what)
+
+
+def _on_load(ptrs, mask) -> None:
+    for st, storage, idx, addrs, _ in _accesses(ptrs, mask):
+        _refuse(st, storage, idx, addrs, ("store",), "loads")
         if storage.tracks_reads:
             first = storage.shadow("read")
             earlier = first[idx]
-            first[idx[earlier == 0]] = me
-            again = (earlier != 0) & (earlier != me)
+            first[idx[earlier == 0]] = st.me
+            again = (earlier != 0) & (earlier != st.me)
             if again.any():
-                storage.shadow("read2")[idx[again]] = me
+                storage.shadow("read2")[idx[again]] = st.me
 
 
 def _bits(x: np.ndarray) -> np.ndarray:
@@ -180,44 +191,22 @@ def _bits(x: np.ndarray) -> np.ndarray:
 
 
 def _on_store(ptrs, value, mask) -> None:
-    st = _state[0]
-    if st is None or not st.storages:
-        return
-    lanes = _lanes(ptrs, mask)
-    addrs = ptrs.data[lanes]
-    if addrs.size == 0:
-        return
-    values = np.broadcast_to(value.data, ptrs.data.shape)[lanes]
-    me = st.me
-    for storage, idx, sel in st.locate(addrs):
-        a, v = (addrs, values) if sel is None else (addrs[sel], values[sel])
+    for st, storage, idx, addrs, values in _accesses(ptrs, mask, value):
         for kind in ("store", "read", "read2", "atomic"):
             if kind in storage.shadows:
-                touched = _others(storage.shadows[kind], idx, me)
-                if touched.any():
-                    now = interpreter._interpreter.load(a, touched, np.zeros_like(v), v.dtype)
-                    changed = touched & (_bits(now) != _bits(v))
+                touched = _others(storage.shadows[kind], idx, st.me)
+                if touched.any():  # a race unless the store leaves the bits there as they are
+                    now = interpreter._interpreter.load(addrs, touched, np.zeros_like(values), values.dtype)
+                    changed = touched & (_bits(now) != _bits(values))
                     if changed.any():
-                        _raise(st, storage, a, idx, changed, kind, "stores to")
-        storage.shadow("store")[idx] = me
+                        _raise(st, storage, addrs, idx, changed, kind, "stores to")
+        storage.shadow("store")[idx] = st.me
 
 
 def _on_atomic(ptrs, mask) -> None:
-    st = _state[0]
-    if st is None or not st.storages:
-        return
-    addrs = ptrs.data[_lanes(ptrs, mask)]
-    if addrs.size == 0:
-        return
-    me = st.me
-    for storage, idx, sel in st.locate(addrs):
-        a = addrs if sel is None else addrs[sel]
-        for kind in ("store", "read", "read2"):
-            if kind in storage.shadows:
-                bad = _others(storage.shadows[kind], idx, me)
-                if bad.any():
-                    _raise(st, storage, a, idx, bad, kind, "updates atomically")
-        storage.shadow("atomic")[idx] = me
+    for st, storage, idx, addrs, _ in _accesses(ptrs, mask):
+        _refuse(st, storage, idx, addrs, ("store", "read", "read2"), "updates atomically")
+        storage.shadow("atomic")[idx] = st.me
 
 
 def install() -> None:
