@@ -237,7 +237,7 @@ class _Guarded:
         extent = t.untyped_storage().nbytes() // t.element_size()
         lead = guard if front else 0
         size = (lead + extent + guard,)  # on the CPU aligned as CUDA's allocator aligns (verify/gpu_memory.py)
-        self.buffer = (aligned_empty(size, t.dtype).fill_(float("nan")) if device == "cpu"
+        self.buffer = (aligned_empty(size, t.dtype) if device == "cpu"  # NaN-filled, as fresh floats are
                        else torch.full(size, float("nan"), dtype=t.dtype, device=device))
         self.inner = self.buffer.as_strided(t.shape, t.stride(), lead + t.storage_offset())
         self.inner.copy_(t)

@@ -104,7 +104,7 @@ def decode_attention(q, k_cache, v_cache, slots, context_lens, scale, max_contex
     batch, head_num, head_dim = q.shape
     kv_heads = k_cache.shape[1]
     kv_group_num = head_num // kv_heads
-    num_kv_splits = 4
+    num_kv_splits = 2  # vLLM picks more on a GPU; two already take the merge path on every sequence
     block_d = max(16, triton.next_power_of_2(head_dim))  # and 16 deep
     block_h = max(16, triton.next_power_of_2(kv_group_num))  # tl.dot needs 16 rows
     attn_logits = torch.empty((batch, head_num, num_kv_splits, block_d), dtype=torch.float32, device=q.device)
