@@ -38,6 +38,7 @@ from autotune.sandbox.runner import trim_traceback
 from autotune.verify import bounds, wire
 from autotune.verify.frontend import FrontEnd
 from autotune.verify.loader import KernelSourceError, load
+from autotune.verify.races import race_in
 
 ALIGNMENT = 512  # bytes: what CUDA's caching allocator gives every block, so that no kernel can tell
 MAX_EVENTS_PER_CALL = 100_000
@@ -548,7 +549,8 @@ def follow(device: Device, host_fd: int, send) -> str:
             return "stop"
         except BaseException as e:  # noqa: BLE001 - a launch that failed: the candidate's kernel error
             send("case_error", index=device.case["index"] if device.case else None, compile=_is_compile_error(e),
-                 out_of_bounds=_caused_by(e, bounds.OutOfBounds), error=trim_traceback(e, keep_files=("kernels.py",)))
+                 out_of_bounds=_caused_by(e, bounds.OutOfBounds), race=race_in(e),
+                 error=trim_traceback(e, keep_files=("kernels.py",)))
             return "stop"
         if ended:
             return ended

@@ -39,6 +39,7 @@ from triton.runtime.jit import KernelInterface
 from autotune.sandbox import audit, confine
 from autotune.sandbox.runner import trim_traceback
 from autotune.verify import wire
+from autotune.verify.gpu_memory import aligned_empty, allocate_like_cuda
 
 MODULE_NAME = "candidate"
 
@@ -73,7 +74,8 @@ class Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         name = str(func.overloadpacket)
         self.seen[_label(name, args, kwargs)] += 1
-        out = func(*args, **kwargs)
+        out = allocate_like_cuda(func, args, kwargs)  # CPU allocations 512-byte aligned, as CUDA's are
+        out = func(*args, **kwargs) if out is None else out
         if self.events is not None and name not in VIEW_OPS:
             self.events.append({"op": name, "args": _refs(args), "kwargs": _refs(kwargs), "out": _refs(out)})
         return out
@@ -189,10 +191,7 @@ def stand_in(place: wire.Placement) -> torch.Tensor:
     """A tensor with the placement's storage size, offset, shape and strides, holding NaN (or zeros for integers)
     instead of the case's values."""
     total, offset = place.layout()
-    dtype = wire.DTYPES[place.dtype]
-    storage = torch.full((total,), float("nan"), dtype=dtype) if dtype.is_floating_point else torch.zeros(
-        total, dtype=dtype)
-    return storage.as_strided(place.shape, place.stride, offset)
+    return aligned_empty((total,), wire.DTYPES[place.dtype]).as_strided(place.shape, place.stride, offset)
 
 
 def case_args(case: dict) -> list:
@@ -299,7 +298,8 @@ def _run_case(fn, case: dict, module, globals_before: dict, send) -> None:
 _SEALED = ("__main__", "autotune.verify.worker", "autotune.verify.host", "autotune.verify.device",
            "autotune.sandbox", "autotune.sandbox.runner", "autotune.sandbox.channel", "autotune.sandbox.audit",
            "autotune.sandbox.confine", "autotune.sandbox.namespaces", "autotune.sandbox.limits",
-           "autotune.verify.interp", "autotune.verify.frontend", "autotune.verify.bounds")
+           "autotune.verify.interp", "autotune.verify.frontend", "autotune.verify.bounds", "autotune.verify.races",
+           "autotune.verify.gpu_numerics", "autotune.verify.gpu_memory")
 
 
 def _arm(workdir: Path, log: set[str] | None) -> audit.Guard:

@@ -133,6 +133,8 @@ class _Session:
             return Status.POLICY_VIOLATION, self.runtime_policy[0]
         if failed is not None:
             return Status.INCORRECT, f"case {_label(failed)}: {failed.note}"
+        if self.case_error is not None and self.case_error.get("race"):  # found by autotune.verify.races
+            return Status.INCORRECT, f"{one_line(str(self.case_error['race']))} ({self.running_label()})"
         if self.case_error is not None and (self.case_error.get("tampered") or self.case_error.get("refused")):
             error = one_line(str(self.case_error.get("error", "")))  # a defence switched off, or a rule broken
             return Status.POLICY_VIOLATION, f"{error} ({self.running_label()})"
@@ -206,8 +208,9 @@ WORKER_FRAMES = [
            optional=("repeat_outputs", "repeat_inputs_after", "refill_outputs", "refill_inputs_after")),
     Schema("compile_error", {"error": Text(ERROR_CHARS)}, keep="first"),
     Schema("case_error", {"index": Either(None, Int(0)), "error": Text(ERROR_CHARS), "compile": bool,
-                          "tampered": bool, "refused": bool, "out_of_bounds": bool, "dry": bool}, keep="first",
-           optional=("compile", "tampered", "refused", "out_of_bounds", "dry")),
+                          "tampered": bool, "refused": bool, "out_of_bounds": bool, "dry": bool,
+                          "race": Text(ERROR_CHARS)}, keep="first",
+           optional=("compile", "tampered", "refused", "out_of_bounds", "dry", "race")),
     Schema("setup_error", {"error": Text(ERROR_CHARS)}, keep="first"),
     Schema("policy_error", {"error": Text(ERROR_CHARS)}, keep="first"),
     Schema("host_protocol", {"error": Text(ERROR_CHARS)}, keep="first"),

@@ -27,8 +27,7 @@ from autotune.verify import device, fastpatch, host, interp, wire
 
 if triton.knobs.runtime.interpret:  # the device's interpreter, made to behave as a GPU where it differs
     fastpatch.install()  # and cheaper where that changes nothing
-    interp.permute_programs()  # a kernel that needs its programs in order fails on the CPU too
-    interp.round_bf16_like_gpu()  # the interpreter truncates fp32 -> bf16; a GPU rounds to nearest even
+    interp.install_gpu_semantics()  # program order, tl.dot, casts, scalars, races as on a GPU (verify/interp.py)
 
 if __name__ == "__main__":
     child_main(device.work, host=host.work, host_frames=wire.encode)
