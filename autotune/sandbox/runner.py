@@ -403,7 +403,7 @@ def _fork_host(host: Callable[..., dict], settings: dict, parent_fds: tuple[int,
     try:
         for fd in (up_r, down_w, *parent_fds):
             os.close(fd)
-        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        os.environ.update(child_env(Path(settings["workdir"]), gpu=False))  # its own dirs, no GPU
         processes = namespaces.enter(close_fds=(up_w, down_r))
 
         def send(kind: str, **fields: Any) -> None:

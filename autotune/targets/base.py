@@ -134,6 +134,12 @@ class Target:
     # (shape, max rows, max elements) -> the shape run under the CPU interpreter; None limits mean no cut
     cut_shape: Callable[[Shape, int | None, int | None], Shape] = lambda shape, rows, elements: cut_rows(
         shape, rows, elements)
+    # A served shape -> the shape its range case runs on the CPU: only independent work cut (sequences, tokens
+    # of another chunk, output columns beyond a few tiles), every dim a kernel indexes or dispatches on whole (kv
+    # heads, the query group, head_dim, the longest context, M over many row blocks); the case then runs a drawn
+    # sample of each launch's programs (autotune.verify.sampling). None: `cut_shape` never cuts such a dim (the
+    # row-wise ops, whose width it keeps and whose rows are independent).
+    range_cut: Callable[[Shape], Shape] | None = None
     # shape -> an upper bound on the elements of all inputs / all outputs of one call (the judge sizes the
     # largest result frame it accepts from these); None: each input, and at most two outputs, no larger than
     # the case shape, which holds for the row-wise ops

@@ -57,6 +57,8 @@ TARGET = Target(
     search=_gemm.search_space("int8_linear.py.j2"),
     example="int8_linear.py",
     cut_shape=_gemm.cut_shape,
+    range_cut=_gemm.range_cut,
+    model_shapes=_gemm.model_shapes,
     input_elements=_gemm.input_elements,
     output_elements=_gemm.output_elements,
 )

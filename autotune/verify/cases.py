@@ -68,6 +68,7 @@ class Case:
     layout: str = "contiguous"  # a name from targets.base.LAYOUTS
     scalars: tuple[tuple[str, float], ...] = ()  # (argument, value) set instead of make_inputs' choice
     long: int = 0  # further calls on the same inputs after the others: each must launch as the first did
+    sample: int = 0  # a range case: run this many indices of each launch's longest grid axis (0: every program)
 
     @property
     def shape_numel(self) -> int:
@@ -211,23 +212,62 @@ def plan(target: Target, shapes, cfg_verify, on_gpu: bool, salt: bytes = b"") ->
             specs.append((requested, cut_rows(requested, *extra), dtype, "special", 0, source, calls, False))
             for seed in range(1, int(cfg_verify.seeds)):
                 specs.append((requested, cut_rows(requested, *extra), dtype, "normal", seed, source, calls, False))
+    specs = [(*spec, 0) for spec in specs]
+    if not on_gpu:
+        programs = int(cfg_verify.get("range_programs") or 2)
+        specs += [(requested, shape, dtype, "normal", 0, "range", 0, False, programs)
+                  for requested, shape in range_shapes(target, shapes, int(cfg_verify.get("max_range_shapes") or 0))
+                  for dtype in dtypes]
     cases = []
     layouts, scalars = target.layouts, scalar_variants(target)
-    for requested, shape, dtype, kind, seed, source, calls, checks in sorted(specs, key=lambda s: _numel(s[1])):
-        key = (shape, dtype, kind, seed)
+    for requested, shape, dtype, kind, seed, source, calls, checks, sample in sorted(specs,
+                                                                                     key=lambda s: _numel(s[1])):
+        key = (shape, dtype, kind, seed, sample)
         if key in seen:
             continue
         seen.add(key)
         i = len(cases)
-        layout = layouts[i % len(layouts)]
+        layout = "contiguous" if sample else layouts[i % len(layouts)]
         if layout == "padded" and len(shape) < 2:  # a 1-D input has no rows to pad
             layout = "contiguous"
         cases.append(Case(index=i, shape=shape, dtype=dtype, kind=kind, seed=seed, source=source,
                           requested_shape=requested, calls=calls, repeat=checks, refill=checks, layout=layout,
-                          scalars=scalars[(i // len(layouts)) % len(scalars)]))
+                          scalars=() if sample else scalars[(i // len(layouts)) % len(scalars)], sample=sample))
     if cases:  # the cheapest case ends with a long run of calls: a count kept between calls shows there
         cases[0] = dataclasses.replace(cases[0], long=long_calls(target, cfg_verify, salt))
     return cases
+
+
+@functools.lru_cache(maxsize=1)
+def served_rows() -> int:
+    """The most tokens the engine serves in one step (serve.max_batched_tokens in conf/config.yaml): the rows a
+    range case gives the presets' shapes."""
+    return int(OmegaConf.load(conf_dir() / "config.yaml").serve.max_batched_tokens)
+
+
+def range_shapes(target: Target, shapes, limit: int) -> list[tuple[Shape, Shape]]:
+    """(served shape, the shape its range case runs) for the target's served shapes (every profile shape, or the
+    defaults; every preset's at the most rows served), at most `limit` of them (0: all): chosen so that every
+    value each dim takes in any of them is in at least one (a greedy cover, largest first on ties)."""
+    if target.range_cut is None:
+        return []
+    served = [ProfiledShape.of(s).shape for s in shapes] if shapes else [tuple(s) for s in target.default_shapes]
+    if target.model_shapes is not None:
+        served += [tuple(s) for p in model_presets() for s in target.model_shapes(p, served_rows())]
+    runs = {}
+    for s in served:
+        runs.setdefault(tuple(target.range_cut(tuple(s))), tuple(s))
+    left = list(runs)
+    wanted = {(d, v) for r in left for d, v in enumerate(r)}
+    chosen: list[Shape] = []
+    while left and wanted and (limit <= 0 or len(chosen) < limit):
+        best = max(left, key=lambda r: (len(wanted & set(enumerate(r))), _numel(r)))
+        if not wanted & set(enumerate(best)):
+            break
+        chosen.append(best)
+        left.remove(best)
+        wanted -= set(enumerate(best))
+    return [(runs[r], r) for r in chosen]
 
 
 def long_calls(target: Target, cfg_verify, salt: bytes) -> int:

@@ -200,6 +200,8 @@ def evidence(data: CaseData, tol: Tolerance) -> tuple[bool, str]:
 
 def judge_case(target: Target, case: Case, data: CaseData, frame: dict, tol: Tolerance) -> tuple[CaseResult, bool]:
     """(the case's result, whether the candidate was non-deterministic on it)."""
+    if frame.get("output_valid") is not None:  # a range case: only what the sampled programs wrote is compared
+        frame, data = _sampled(frame, data)
     counted, why_not = evidence(data, tol)
     result = CaseResult(shape=list(case.shape), dtype=dtype_name(case.dtype), kind=case.kind, seed=case.seed,
                         passed=False, rtol=tol.rtol, atol=tol.atol, evidence=counted, source=case.source,
@@ -227,8 +229,22 @@ def judge_case(target: Target, case: Case, data: CaseData, frame: dict, tol: Tol
     result.passed = failure is None
     notes = [failure] if failure else [first.note, "non-deterministic within the target's declared atomic bound: two "
                                        "calls on the same inputs differ bitwise" if nondeterministic else "", why_not]
-    result.note = "; ".join(n for n in notes if n)
+    result.note = "; ".join(n for n in [*notes, frame.get("sampled") or ""] if n)
     return result, nondeterministic
+
+
+def _sampled(frame: dict, data: CaseData) -> tuple[dict, CaseData]:
+    """The frame and the answers cut to the output elements a range case's sampled programs wrote (each output
+    of the reference's shape and dtype first: else it is compared whole, and fails as it should)."""
+    outs, masks = frame.get("outputs") or [], frame["output_valid"]
+    if len(outs) != len(data.reference) or len(masks) != len(outs) or not all(
+            isinstance(o, torch.Tensor) and isinstance(m, torch.Tensor) and o.shape == r.shape == m.shape
+            and o.dtype == r.dtype for o, m, r in zip(outs, masks, data.reference)):
+        return frame, data
+    masks = [m.bool() for m in masks]
+    cut = lambda ts: tuple(t[m] for t, m in zip(ts, masks))  # noqa: E731
+    frame = {**frame, "outputs": list(cut(outs)), "output_strides": None}
+    return frame, dataclasses.replace(data, reference=cut(data.reference), golden=cut(data.golden))
 
 
 def _repeat_failure(target: Target, case: Case, again, first) -> str | None:

@@ -29,16 +29,20 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
+import secrets
 from pathlib import Path
 
+import numpy as np
 import torch
 import triton.language as tl
 
+from autotune.sandbox.channel import write_all
 from autotune.sandbox.runner import trim_traceback
 from autotune.verify import bounds, wire
 from autotune.verify.frontend import FrontEnd
 from autotune.verify.loader import KernelSourceError, load
 from autotune.verify.races import race_in
+from autotune.verify.sampling import Sample, ended_by_sample
 
 ALIGNMENT = 512  # bytes: what CUDA's caching allocator gives every block, so that no kernel can tell
 MAX_EVENTS_PER_CALL = 100_000
@@ -106,6 +110,7 @@ class Buffers:
     def __init__(self):
         self.by_ptr: dict[int, Buffer] = {}
         self.now: tuple = ()  # ("call", case, call) while a call is repeated
+        self.sample: Sample | None = None  # a range case's call: new buffers hold nothing valid until written
 
     def bind(self, ref: wire.TensorRef, buffer: Buffer) -> None:
         self.by_ptr[ref.ptr] = buffer
@@ -117,6 +122,8 @@ class Buffers:
         if fresh or buf is None or buf.nbytes != ref.nbytes:
             buf = Buffer.fresh(ref.nbytes, ref.torch_dtype, self.now)
             self.by_ptr[ref.ptr] = buf
+            if self.sample is not None:
+                self.sample.track(buf.start, buf.nbytes)
         elif buf.born[0] == "call" and buf.born != self.now:
             raise Refused("a call used a tensor kept from an earlier call (a candidate keeps no state between calls: "
                           "allocate what a call needs in that call)")
@@ -249,8 +256,8 @@ class Device:
             self.restore(self.case["args"])
         elif kind == "refill":
             self.restore(self.case["refill_args"])
-        launches = self.repeat_events(events)
-        outs, types = self.outputs(msg.get("outputs"))
+        launches, outs, types = self.repeat_sampled(events, msg) if self.case.get("sample") else (
+            self.repeat_events(events), *self.outputs(msg.get("outputs")))
         if k == 0:
             self.first_trace = self.trace(events, msg.get("outputs"))
         self.record_ops(msg.get("torch_ops"))
@@ -266,6 +273,29 @@ class Device:
             self.frame["output_strides"] = [list(o.stride()) if o is not None else None for o in outs]
             self.first_outs = list(zip(outs, snapshot))
 
+    def repeat_sampled(self, events: list, msg: dict) -> tuple[int, list, list[str]]:
+        """A range case's call: each launch runs a drawn sample of its programs (autotune.verify.sampling), and
+        only what they wrote is compared; when nothing they wrote can be (a split-K sum with atomics spread over
+        every program of the longest axis), the call runs again whole."""
+        rng = np.random.default_rng(secrets.randbits(64))
+        with Sample(int(self.case["sample"]), rng) as sample:
+            self.buffers.sample = sample
+            try:
+                launches = self.repeat_events(events)
+                outs, types = self.outputs(msg.get("outputs"))
+                valid = [sample.valid(o) if o is not None else None for o in outs]
+            finally:
+                self.buffers.sample = None
+        if outs and not any(v is not None and bool(v.any()) for v in valid):
+            self.frame["sampled"] = "nothing the sampled programs wrote could be compared alone: run whole"
+            return self.repeat_events(events), *self.outputs(msg.get("outputs"))
+        compared = sum(int(v.sum()) for v in valid if v is not None)
+        total = sum(v.numel() for v in valid if v is not None)
+        self.frame["sampled"] = (f"programs sampled ({'; '.join(dict.fromkeys(sample.notes)) or 'none needed'}): "
+                                 f"{compared} of {total} output values compared")
+        self.frame["output_valid"] = valid
+        return launches, outs, types
+
     def finish_case(self) -> None:
         f = self.frame
         frame = {"index": f["index"], "outputs": f.get("outputs"), "output_types": f["output_types"],
@@ -276,8 +306,10 @@ class Device:
                  "clobbered": not all(c is None or same_bits(o, c) for o, c in self.first_outs),
                  "guards_broken": [i for i, p in enumerate(self.placed) if p is not None and not p.intact()],
                  "torch_ops": dict(f["torch_ops"]), "long_calls": self.case.get("long", 0),
-                 "long_differs": f.get("long_differs")}
-        for key in ("repeat_outputs", "repeat_inputs_after", "refill_outputs", "refill_inputs_after"):
+                 "long_differs": f.get("long_differs"), "output_valid": f.get("output_valid"),
+                 "sampled": f.get("sampled")}
+        for key in ("repeat_outputs", "repeat_inputs_after", "refill_outputs", "refill_inputs_after", "output_valid",
+                    "sampled"):
             if frame[key] is None:  # calls the case did not make
                 del frame[key]
         self.send("case_result", **frame)
@@ -303,18 +335,29 @@ class Device:
         name, args, out = ev.get("op"), ev.get("args") or [], ev.get("out")
         if not isinstance(name, str) or not isinstance(args, list):
             raise wire.ProtocolError("a malformed op")
+        sample = self.buffers.sample
         if name in ALLOCATING:
             result = self.buffers.view(out, fresh=True)
             if name in ZEROING:
-                result.zero_()
+                self._write(result, None)
             elif name in COPYING:
-                result.copy_(self.buffers.view(args[0]))
+                self._write(result, self.buffers.view(args[0]))
         elif name == "aten.zero_":
-            self.buffers.view(args[0]).zero_()
+            self._write(self.buffers.view(args[0]), None)
         elif name == "aten.copy_":
-            self.buffers.view(args[0]).copy_(self.buffers.view(args[1]))
+            self._write(self.buffers.view(args[0]), self.buffers.view(args[1]))
         elif wire.is_ref(out):  # math in torch (the host's record of the call names it): not run here, so its
             self.buffers.view(out, fresh=True)  # result is unwritten memory, as the host's NaN stand-ins made it
+
+    def _write(self, target: torch.Tensor, source: torch.Tensor | None) -> None:
+        """A zero fill (no source) or a copy, with its validity carried along in a range case's call."""
+        if source is None:
+            target.zero_()
+        else:
+            target.copy_(source)
+        sample = self.buffers.sample
+        if sample is not None:
+            sample.set_valid(target, True if source is None else sample.valid(source))
 
     def parse_launch(self, ev: dict, resolve: bool) -> Launch:
         name = ev.get("launch")
@@ -357,7 +400,11 @@ class Device:
             self.front.check(launch.kernel, tuple(launch.args), dict(launch.kwargs))
         tensors = [a for a in [*launch.args, *launch.kwargs.values()] if isinstance(a, torch.Tensor)]
         with bounds.accesses_within([_storage_span(t) for t in tensors], launch.kernel):
-            fn.run(*launch.args, grid=launch.grid, warmup=False, **launch.kwargs)
+            try:
+                fn.run(*launch.args, grid=launch.grid, warmup=False, **launch.kwargs)
+            except Exception as e:
+                if not ended_by_sample(e):  # the sample had run: the launch stopped there, on purpose
+                    raise
 
     def signature(self, launch: Launch) -> tuple:
         """What makes two launches of one kernel the same code path on a GPU."""
@@ -517,14 +564,25 @@ def work(payload: dict, send, links) -> dict:
         item = frame.get("case") or frame.get("dry")
         if "case" in frame:
             device.cases = {item["index"]: item}
-        os.write(links.to_host, wire.encode({"kind": "case", **item["host"]}))
+        if not _tell_host(links, {"kind": "case", **item["host"]}):
+            follow(device, links.from_host, send)  # the host is gone: what it said last says why
+            return {"cases_run": done}
         ended = follow(device, links.from_host, send)
         if ended != "case":
             return {"cases_run": done}
         done += "case" in frame
-    os.write(links.to_host, wire.encode({"kind": "end"}))
+    _tell_host(links, {"kind": "end"})
     follow(device, links.from_host, send)
     return {"cases_run": done}
+
+
+def _tell_host(links, msg: dict) -> bool:
+    """Hand the host a message; False when it is gone."""
+    try:
+        write_all(links.to_host, wire.encode(msg))
+        return True
+    except BrokenPipeError:
+        return False
 
 
 def follow(device: Device, host_fd: int, send) -> str:
@@ -534,7 +592,7 @@ def follow(device: Device, host_fd: int, send) -> str:
         try:
             msg = wire.read(host_fd, limit=HOST_FRAME_BYTES)
         except wire.ProtocolError as e:  # a frame that does not decode: the host broke the protocol
-            send("host_protocol", error=str(e))
+            send("host_protocol", error=f"the candidate's process sent a malformed frame: {e}")
             return "stop"
         if msg is None:
             send("host_gone")
@@ -573,9 +631,11 @@ def _on_host_frame(device: Device, msg: dict, send) -> str:
         if type(index) is int and index in device.cases and not msg.get("dry") and (
                 device.case is None or device.case["index"] != index):
             send("case_start", index=index)  # the host failed before its first report of the case
-        send("case_error" if kind != "compile_error" else "compile_error",
-             index=index if type(index) is int else None, dry=bool(msg.get("dry")),
-             tampered=bool(msg.get("tampered")), error=_text(msg.get("error")))
+        if kind == "compile_error":
+            send("compile_error", error=_text(msg.get("error")))
+        else:
+            send("case_error", index=index if type(index) is int else None, dry=bool(msg.get("dry")),
+                 tampered=bool(msg.get("tampered")), error=_text(msg.get("error")))
         return "stop"
     elif kind == "host_done":
         send("coverage", **device.coverage())

@@ -188,10 +188,10 @@ def load(source: str, entry: str, workdir: Path, import_ops: collections.Counter
 
 
 def stand_in(place: wire.Placement) -> torch.Tensor:
-    """A tensor with the placement's storage size, offset, shape and strides, holding NaN (or zeros for integers)
-    instead of the case's values."""
+    """A tensor with the placement's storage size, offset, shape and strides (512-byte aligned, as on a GPU),
+    holding whatever the memory held, never the case's values."""
     total, offset = place.layout()
-    return aligned_empty((total,), wire.DTYPES[place.dtype]).as_strided(place.shape, place.stride, offset)
+    return aligned_empty((total,), wire.DTYPES[place.dtype], fill=False).as_strided(place.shape, place.stride, offset)
 
 
 def case_args(case: dict) -> list:

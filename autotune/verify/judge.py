@@ -158,8 +158,9 @@ class _Session:
         if run.signal:
             return Status.RUNTIME_ERROR, f"the candidate's process died with {run.signal} while {self.running_label()}"
         if len(self.results) < len(self.cases) or not run.ok:
+            why = f": {one_line(run.error)}" if run.error else ""  # the worker's own failure, if it said
             return Status.RUNTIME_ERROR, (f"the candidate's process exited with status {run.returncode} after "
-                                          f"{len(self.results)} of {len(self.cases)} cases")
+                                          f"{len(self.results)} of {len(self.cases)} cases{why}")
         return self._proven()
 
     def _proven(self) -> tuple[Status, str]:
@@ -204,8 +205,10 @@ WORKER_FRAMES = [
                            "aliased": _PAIRS, "reused": _PAIRS, "inputs_after": _TENSORS, "repeat_outputs": _TENSORS,
                            "repeat_inputs_after": _TENSORS, "refill_outputs": _TENSORS,
                            "refill_inputs_after": _TENSORS, "clobbered": bool, "guards_broken": [int], "torch_ops": _OPS,
-                           "long_calls": Int(0), "long_differs": Either(None, Int(0))},
-           optional=("repeat_outputs", "repeat_inputs_after", "refill_outputs", "refill_inputs_after")),
+                           "long_calls": Int(0), "long_differs": Either(None, Int(0)), "output_valid": _TENSORS,
+                           "sampled": Text(500)},
+           optional=("repeat_outputs", "repeat_inputs_after", "refill_outputs", "refill_inputs_after", "output_valid",
+                     "sampled")),
     Schema("compile_error", {"error": Text(ERROR_CHARS)}, keep="first"),
     Schema("case_error", {"index": Either(None, Int(0)), "error": Text(ERROR_CHARS), "compile": bool,
                           "tampered": bool, "refused": bool, "out_of_bounds": bool, "dry": bool,
@@ -332,6 +335,7 @@ def _run_worker(target, source, plan, limits: Limits, device, session: _Session,
                 for a in d.args]}
             yield {"case": {"index": c.index, "args": list(d.args), "front_guard": c.front_guard,
                             "sequence": _calls(c), "calls": len(_calls(c)) + c.long, "long": c.long,
+                            "sample": c.sample,
                             "refill_args": list(d.refill_args) if d.refill_args is not None else None,
                             "host": host}}
 

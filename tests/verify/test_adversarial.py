@@ -38,7 +38,7 @@ CASES = [
     ("no_launch.py", Status.POLICY_VIOLATION, "no Triton kernel ran"),
     ("import_error.py", Status.COMPILE_ERROR, "NameError: name 'DEFAULT_BLOCK_SIZE' is not defined (candidate line 7)"),
     ("kernel_typo.py", Status.COMPILE_ERROR, "has no attribute 'lod'"),
-    ("autotuned_bad_config.py", Status.INCORRECT, "NaN at 64 positions"),  # the second config is wrong
+    ("autotuned_bad_config.py", Status.INCORRECT, "NaN"),  # the second config leaves values unwritten
     ("oob_store.py", Status.INCORRECT, "wrote outside its input `x`"),
 ]
 

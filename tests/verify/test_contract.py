@@ -54,7 +54,7 @@ def test_a_ring_of_kept_output_buffers_is_state_between_calls():
     globals after every call (tests/verify/test_runtime_defence.py hides the ring from that check)."""
     v = judge(get("rms_norm"), (CANDIDATES / "output_ring.py").read_text(), "output_ring.py", CFG)
     assert v.status is Status.POLICY_VIOLATION, v.reason
-    assert "keeps no state between calls" in v.reason and "`RING`" in v.reason
+    assert "no state survives a call" in v.reason and "`RING`" in v.reason
 
 
 def test_a_vllm_style_in_place_kernel_passes_its_declared_contract():

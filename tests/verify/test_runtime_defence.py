@@ -36,7 +36,6 @@ DENIED = [
     ("forge_worker.py", "reading __main__.run_case"),  # the attack that once forged every case's evidence
     ("import_math.py", "torch math while the candidate was imported"),
     ("unhook_counter.py", "torch math at run time"),  # its unhooking finds nothing to undo; the op record remains
-    ("output_ring_hidden.py", "a tensor kept from an earlier call"),  # the device, behind the host's globals check
 ]
 
 
@@ -45,6 +44,15 @@ def test_the_candidate_cannot_forge_its_evidence(name, fragment):
     v = deep(name)
     assert v.status is Status.POLICY_VIOLATION, v.reason
     assert fragment in v.reason
+
+
+def test_state_hidden_from_the_hosts_check_still_shows():
+    """output_ring.py's ring, kept where the host's check of its globals does not look: the first call that returns
+    a kept buffer launches and returns differently from the first call (the device compares them; a call it runs
+    refuses a storage an earlier call allocated)."""
+    v = deep("output_ring_hidden.py")
+    assert not v.passed and v.status in (Status.INCORRECT, Status.POLICY_VIOLATION), v.reason
+    assert "state between calls" in v.reason or "kept from an earlier call" in v.reason, v.reason
 
 
 def test_a_process_chain_is_denied_and_nothing_survives():
@@ -134,16 +142,20 @@ for i in range(1000):
 """
 FORGED_FRAME = """
 import io, os, struct, sys, zipfile  # the result pipe's number is in sys.argv, and os.write raises no audit event
-fd = int(sys.argv[sys.argv.index("--sandbox-fds") + 1].split(",")[1])
 buf = io.BytesIO()
 with zipfile.ZipFile(buf, "w") as z:  # a dict whose key is a tuple nested 10^6 deep: hashing it overflows C's stack
     z.writestr("archive/data.pkl", b"\\x80\\x02}N" + b"\\x85" * 1_000_000 + b"K\\x01s.")
-os.write(fd, struct.pack("<Q", len(buf.getvalue())) + buf.getvalue())
+frame = struct.pack("<Q", len(buf.getvalue())) + buf.getvalue()
+for fd in range(3, 64):  # the judge's pipe is not among them: only the pipe to the device process is
+    try:
+        os.write(fd, frame)
+    except OSError:
+        pass
 """
 ATTACKS = [
     ("fork_exec", FORK_EXEC, Status.RUNTIME_ERROR, "PermissionError: [Errno 1] Operation not permitted"),
     ("fill the directory", FILL, Status.RUNTIME_ERROR, "No space left on device"),
-    ("a forged frame", FORGED_FRAME, Status.RUNTIME_ERROR, "malformed result frame (ProtocolError: a pickle nested"),
+    ("a forged frame", FORGED_FRAME, Status.RUNTIME_ERROR, "the candidate's process sent a malformed frame"),
 ]
 
 
