@@ -40,7 +40,9 @@ from omegaconf import OmegaConf
 from autotune.config import conf_dir
 from autotune.errors import UserError
 from autotune.profile.records import ProfiledShape
-from autotune.targets.base import Shape, Target, cut_rows, dtype_name, parse_dtype, random_rows
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from autotune.targets.base import Shape, Target, cut_rows, dtype_name, numel, parse_dtype, random_rows
 
 __all__ = ["Case", "CaseData", "cut_rows", "make_data", "plan"]  # cut_rows: the default cut, from base
 
@@ -238,6 +240,50 @@ def plan(target: Target, shapes, cfg_verify, on_gpu: bool, salt: bytes = b"") ->
     return cases
 
 
+def served_shapes(target: Target, shapes) -> list[Shape]:
+    """Every shape the op is served at: the profile's (all of them), or the defaults without one, and every
+    preset's at the most rows the engine serves in a step."""
+    served = [tuple(ProfiledShape.of(s).shape) for s in shapes] if shapes else [tuple(s) for s in
+                                                                                 target.default_shapes]
+    if target.model_shapes is not None:
+        served += [tuple(s) for p in model_presets() for s in target.model_shapes(p, served_rows())]
+    return list(dict.fromkeys(served))
+
+
+class _NoLargeValues(TorchDispatchMode):
+    """make_inputs at a served shape for its layout alone: an op that makes or reads a large tensor gives an unfilled
+    tensor of the shape, dtype and strides the op would give (worked out on the meta device); views run as usual,
+    and so do ops on small tensors, which may decide shapes (prefill's chunk lengths)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tensors = [a for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+        size = next((a for a in args if isinstance(a, (list, tuple))), ()) if not tensors else ()
+        large = any(t.numel() > 1 << 16 for t in tensors) or (size and numel(size) > 1 << 16)
+        if not large or torch.Tag.view_copy in func.tags or func.is_view:
+            return func(*args, **kwargs)
+        meta = torch.utils._pytree.tree_map(
+            lambda a: a.to("meta") if isinstance(a, torch.Tensor) else a, (args, kwargs))
+        out = func(*meta[0], **{**meta[1], **({"device": "meta"} if "device" in kwargs or not tensors else {})})
+        return torch.utils._pytree.tree_map(
+            lambda o: torch.empty_strided(o.shape, o.stride(), dtype=o.dtype) if isinstance(o, torch.Tensor) else o,
+            out)
+
+
+def layout_of(target: Target, shape: Shape, dtype: torch.dtype) -> tuple:
+    """The arguments a call at this shape gets, their values aside (large random tensors are left unfilled)."""
+    gen = torch.Generator().manual_seed(0)
+    with _NoLargeValues():
+        return tuple(target.make_inputs(shape, dtype, gen, "normal"))
+
+
+def dry_calls(target: Target, shapes, cfg_verify):
+    """(shape, dtype, arguments without values) for each served shape in each dtype, made as they are needed."""
+    for shape in served_shapes(target, shapes):
+        for dtype in target_dtypes(target, cfg_verify):
+            yield shape, dtype, layout_of(target, shape, dtype)
+
+
 @functools.lru_cache(maxsize=1)
 def served_rows() -> int:
     """The most tokens the engine serves in one step (serve.max_batched_tokens in conf/config.yaml): the rows a
@@ -251,11 +297,8 @@ def range_shapes(target: Target, shapes, limit: int) -> list[tuple[Shape, Shape]
     value each dim takes in any of them is in at least one (a greedy cover, largest first on ties)."""
     if target.range_cut is None:
         return []
-    served = [ProfiledShape.of(s).shape for s in shapes] if shapes else [tuple(s) for s in target.default_shapes]
-    if target.model_shapes is not None:
-        served += [tuple(s) for p in model_presets() for s in target.model_shapes(p, served_rows())]
     runs = {}
-    for s in served:
+    for s in served_shapes(target, shapes):
         runs.setdefault(tuple(target.range_cut(tuple(s))), tuple(s))
     left = list(runs)
     wanted = {(d, v) for r in left for d, v in enumerate(r)}

@@ -407,15 +407,20 @@ class Device:
                     raise
 
     def signature(self, launch: Launch) -> tuple:
-        """What makes two launches of one kernel the same code path on a GPU."""
+        """What makes two launches of one kernel the same code path on a GPU: its constexpr values, warps and
+        stages, grid rank and pointer dtypes; an autotuned kernel's configuration left out (that every one of
+        them runs somewhere is checked on its own: an autotuner may pick any at a served shape)."""
         fn = self.kernels.compiled[launch.kernel]
         params = [p.name for p in fn.params]
         bound = dict(zip(params, launch.args)) | {k: v for k, v in launch.kwargs.items() if k in params}
-        constexprs = tuple((p, _plain(bound.get(p))) for p in self.kernels.constexpr_args[launch.kernel])
+        configs = self.configs.get(launch.kernel, [])
+        tuned = {k for c in configs for k in (c.get("kwargs") or {})}
+        constexprs = tuple((p, _plain(bound.get(p))) for p in self.kernels.constexpr_args[launch.kernel]
+                           if p not in tuned)
         dtypes = tuple(_plain(v)[1] for v in bound.values()
                        if isinstance(v, torch.Tensor) or (isinstance(v, tuple) and v[:1] == ("tensor",)))
-        return (launch.kernel, constexprs, launch.kwargs.get("num_warps"), launch.kwargs.get("num_stages"),
-                len(launch.grid), dtypes)
+        options = () if configs else (launch.kwargs.get("num_warps"), launch.kwargs.get("num_stages"))
+        return (launch.kernel, constexprs, options, len(launch.grid), dtypes)
 
     def note_config(self, launch: Launch) -> None:
         for i, config in enumerate(self.configs.get(launch.kernel, [])):
@@ -523,10 +528,11 @@ def _plain(v):
 
 
 def _describe(sig: tuple) -> str:
-    kernel, constexprs, warps, stages, rank, _ = sig
+    kernel, constexprs, options, rank, dtypes = sig
+    warps, stages = options or (None, None)
     parts = [f"{k}={v}" for k, v in constexprs] + [f"num_warps={warps}"] * (warps is not None) + [
         f"num_stages={stages}"] * (stages is not None)
-    return f"{kernel}[{rank}-D grid]({', '.join(parts)})"
+    return f"{kernel}[{rank}-D grid]({', '.join(parts)}) on {'/'.join(dict.fromkeys(dtypes))} tensors"
 
 
 def _describe_config(c: dict) -> str:

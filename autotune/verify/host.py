@@ -286,12 +286,13 @@ def work(payload: dict, send, receive_fd: int) -> dict:
 def _run_case(fn, case: dict, module, globals_before: dict, send) -> None:
     args = case_args(case)
     inputs = [wire.ref_of(a) if isinstance(a, torch.Tensor) else None for a in args]
+    kept = []  # every output of the case stays alive, as a caller holds them: no two calls share an address
     for k in range(int(case["calls"])):
         events: list = []
         outs, ops = call(fn, args, module, globals_before, events)
         send("call", index=case["index"], call=k, dry=bool(case.get("dry")), inputs=inputs, events=events,
              outputs=output_refs(outs), torch_ops=dict(ops))
-        del outs  # the device keeps every output of the run alive; the host need not
+        kept.append(outs)
 
 
 # The modules of the code that reports on the candidate: sealed once it is imported (autotune.sandbox.audit).

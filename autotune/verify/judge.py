@@ -25,7 +25,7 @@ import torch
 
 from autotune.errors import UserError
 from autotune.profile.records import ProfiledShape
-from autotune.targets.base import Target
+from autotune.targets.base import Target, dtype_name
 from autotune.verify import cases as case_plan
 from autotune.verify import policy
 from autotune.verify.compare import judge_case
@@ -290,7 +290,8 @@ def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, de
     plan = case_plan.plan(target, shapes, cfg_verify, on_gpu, salt)
     with _one_thread():
         session = _Session(target, plan, {})
-        run = _run_worker(target, source, plan, limits, device, session, salt)
+        run = _run_worker(target, source, plan, limits, device, session, salt,
+                          [] if on_gpu else case_plan.dry_calls(target, shapes, cfg_verify))
     if session.setup_error:
         raise UserError(f"the isolated worker could not start its work: {session.setup_error}")
     status, reason = session.conclude(run, limits)
@@ -323,11 +324,17 @@ def _record(verdict: Verdict, session: _Session, run: SandboxResult, cut_note: s
                              "for the references")
 
 
-def _run_worker(target, source, plan, limits: Limits, device, session: _Session, salt: bytes) -> SandboxResult:
-    """The worker's two processes (autotune.verify.worker). Each case goes to the device as it is made (the pipe
-    keeps this process a case or two ahead, so neither side holds every case's data): its data for the device,
-    and where each input sits, without its values, for the host."""
+def _run_worker(target, source, plan, limits: Limits, device, session: _Session, salt: bytes,
+                dry: list) -> SandboxResult:
+    """The worker's two processes (autotune.verify.worker). First the dry calls (`dry`: (shape, dtype, arguments
+    without values) at every served shape: the launches they make must each run in some case), then each case
+    goes to the device as it is made (the pipe keeps this process a case or two ahead, so neither side holds
+    every case's data): its data for the device, and where each input sits, without its values, for the host."""
     def cases():
+        for i, (shape, dtype, args) in enumerate(dry):  # the launcher at served shapes: launches noted, not run
+            session.dry_labels[i] = f"the served shape {list(shape)} in {dtype_name(dtype)}"
+            yield {"dry": {"index": i, "host": {"index": i, "calls": 1, "dry": True, "args": [
+                {"place": Placement.of(a, True).to_wire()} if isinstance(a, torch.Tensor) else a for a in args]}}}
         for c in plan:
             d = session.data[c.index] = case_plan.make_data(target, c, salt)
             host = {"index": c.index, "calls": len(_calls(c)) + c.long, "args": [
