@@ -1,6 +1,6 @@
 """The limits of one sandboxed run, read from config once into a typed, frozen record.
 
-    limits = Limits.from_config(cfg.verify)        # timeout_s, total_timeout_s, memory_mb, max_file_mb of `verify`
+    limits = Limits.from_config(cfg.verify)        # timeout_s, total_timeout_s, memory_mb, max_file_mb, max_dir_mb
     run_isolated(module, payload, limits=limits.scaled(time=2), workdir=d)
 
 Built in one place so that a bad value (a string, zero, a negative number) is one clear UserError at the
@@ -23,13 +23,16 @@ class Limits:
     memory_mb: int  # address space on CPU (not applied with CUDA, which reserves huge virtual ranges)
     file_mb: int = 64  # the largest file the child may write
     total_timeout_s: float | None = None  # None: timeout_s
+    dir_mb: int = 256  # the private directory's own filesystem, all files together (where root: a tmpfs)
 
     @classmethod
     def from_config(cls, node) -> "Limits":
-        """From a `verify` config node (or any mapping with timeout_s, memory_mb and max_file_mb)."""
+        """From a `verify` config node (or any mapping with timeout_s, memory_mb and max_file_mb; max_dir_mb and
+        total_timeout_s when set)."""
         total = _positive(node, "total_timeout_s", float) if node.get("total_timeout_s") is not None else None
+        dir_mb = _positive(node, "max_dir_mb", int) if node.get("max_dir_mb") is not None else cls.dir_mb
         return cls(timeout_s=_positive(node, "timeout_s", float), memory_mb=_positive(node, "memory_mb", int),
-                   file_mb=_positive(node, "max_file_mb", int), total_timeout_s=total)
+                   file_mb=_positive(node, "max_file_mb", int), total_timeout_s=total, dir_mb=dir_mb)
 
     def scaled(self, *, time: float = 1, memory: float = 1) -> "Limits":
         """These limits with the time and memory multiplied (a whole model needs more than one kernel)."""

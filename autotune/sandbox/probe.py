@@ -4,8 +4,11 @@
     r = run_isolated("autotune.sandbox.probe", {"write": ["/tmp/x"], "read": ["/root/.netrc"],
                      "connect": [["127.0.0.1", 8000]]}, limits=Limits(timeout_s=60, memory_mb=4096), workdir=d)
     r.result  # {"env": [...], "uid": ..., "write": {"/tmp/x": "blocked: ..."}, ...}
+    # also: {"syscalls": list(SYSCALLS)} -> {"os.fork": "refused: EPERM", ...}; {"fill_mb": 4} -> how far
+    # writing 4 MiB files into its directory got, and the errno that stopped it
 
-The tests use it to show the isolation holds from the inside, independently of the static scan.
+The tests use it to show the isolation holds from the inside, independently of the static scan and of the audit
+hook, which the probe never arms.
 """
 
 from __future__ import annotations
@@ -22,12 +25,92 @@ import time
 from autotune.sandbox.runner import child_main
 
 
-def _attempt(fn) -> str:
+def _attempt(fn, errno_name: bool = False) -> str:
+    """'allowed', or 'blocked: <strerror>' ('refused: EPERM', the errno's name, with `errno_name`)."""
+    import errno
+
     try:
         fn()
         return "allowed"
     except OSError as e:
-        return f"blocked: {e.strerror or e}"
+        return f"refused: {errno.errorcode.get(e.errno, e.errno)}" if errno_name else f"blocked: {e.strerror or e}"
+
+
+def _fork() -> None:
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _fork_exec() -> None:
+    """What subprocess.Popen calls, without subprocess's audit event (Python 3.11's signature)."""
+    import _posixsubprocess
+
+    r, w = os.pipe()
+    try:
+        pid = _posixsubprocess.fork_exec([b"/bin/true"], [b"/bin/true"], True, (w,), None, None, -1, -1, -1, -1,
+                                         -1, -1, r, w, True, False, -1, None, None, None, -1, None, True)
+        os.waitpid(pid, 0)
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def _libc(name: str, *args) -> None:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    result = getattr(libc, name)(*args)
+    if result == 0 and name == "fork":
+        os._exit(0)
+    if result < 0:
+        raise OSError(ctypes.get_errno(), f"{name} failed")
+
+
+def _thread() -> None:
+    import threading
+
+    ran = []
+    t = threading.Thread(target=ran.append, args=(1,))
+    t.start()
+    t.join()
+    if ran != [1]:
+        raise OSError(0, "the thread did not run")
+
+
+# What a candidate that got past the scan and the audit hook would try; the kernel's filter must refuse each
+# (but the thread). `os.execv` would replace the probe: a probe that sends no result has been replaced.
+SYSCALLS = {
+    "os.fork": _fork,
+    "_posixsubprocess.fork_exec": _fork_exec,
+    "subprocess.Popen": lambda: subprocess.run(["/bin/true"], check=False),
+    "socket.socket": lambda: socket.socket().close(),
+    "socket.socketpair": lambda: [s.close() for s in socket.socketpair()],
+    "os.execv": lambda: os.execv("/bin/true", ["/bin/true"]),
+    "ctypes fork": lambda: _libc("fork"),
+    "ctypes unshare(CLONE_NEWUSER)": lambda: _libc("unshare", 0x10000000),
+    "ctypes mount": lambda: _libc("mount", b"none", b"/", None, 0x1000 | 0x4000, None),  # MS_BIND | MS_REC
+    "threading.Thread": _thread,
+}
+
+
+def _fill(directory: str, chunk_mb: int) -> dict:
+    """Write files of chunk_mb MiB into `directory` until a write fails: how far it got and why it stopped."""
+    written, n = 0, 0
+    block = b"\0" * (1 << 20)
+    try:
+        while written < 1 << 40:
+            with open(os.path.join(directory, f"fill-{n}.bin"), "wb") as f:
+                for _ in range(chunk_mb):
+                    f.write(block)
+                    written += len(block)
+            n += 1
+    except OSError as e:
+        import errno
+
+        return {"written_mb": written >> 20, "stopped": errno.errorcode.get(e.errno, str(e.errno))}
+    return {"written_mb": written >> 20, "stopped": "never"}
 
 
 def _write(path: str) -> None:
@@ -116,6 +199,8 @@ def probe(payload: dict, send) -> dict:
         "parent_mem": _attempt(lambda: _read(f"/proc/{os.getppid()}/mem")),
         "processes": _command_lines(),
         "listed": {p: sorted(os.listdir(p)) if os.path.isdir(p) else None for p in payload.get("list", [])},
+        "syscalls": {name: _attempt(SYSCALLS[name], errno_name=True) for name in payload.get("syscalls", [])},
+        "fill": _fill(os.getcwd(), payload["fill_mb"]) if payload.get("fill_mb") else None,
     }
     for _ in range(payload.get("steps", 0)):  # a run that makes progress: a step frame every step_s seconds
         time.sleep(payload["step_s"])

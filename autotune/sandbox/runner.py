@@ -39,10 +39,11 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from autotune.sandbox.limits import Limits
 from autotune.sandbox.channel import MAX_FRAME_BYTES, Reader, encode, read_frame, write_all
+from autotune.sandbox.schema import Schema, runner_schemas
 
 STDERR_TAIL_BYTES = 4000
 
@@ -101,7 +102,10 @@ def child_env(workdir: Path, gpu: bool, env_extra: dict[str, str] | None = None)
 def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Limits, workdir: str | Path,
                  env_extra: dict[str, str] | None = None, gpu: bool = False,
                  on_event: Callable[[dict], bool] | None = None, max_frame_bytes: int = MAX_FRAME_BYTES,
-                 readable: tuple[str, ...] = (), progress: Callable[[dict], bool] | None = None) -> SandboxResult:
+                 readable: tuple[str, ...] = (), progress: Callable[[dict], bool] | None = None,
+                 seccomp: str | None = "default", schemas: list[Schema] | None = None,
+                 host: dict | Callable[[], dict] | None = None,
+                 stream: Callable[[], Iterable[dict]] | None = None) -> SandboxResult:
     """Run `python -m module` isolated, hand it `payload`, and collect what it sends back.
 
     `payload` may also be a function returning it: it is then called after the child has started, so
@@ -113,29 +117,56 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Lim
     start and from each step, and `limits.total_s` in all, instead of `timeout_s` in all. A frame larger than
     `max_frame_bytes` is a protocol error: a hostile child cannot make the parent hold more than that.
     `readable`: paths the child must still read where the filesystem is covered (a model checkpoint under
-    /root or /home, say); they are re-exposed as they are, like the Python installation."""
+    /root or /home, say); they are re-exposed as they are, like the Python installation. `seccomp`: the
+    filter's profile (seccomp.py), by default "gpu" with `gpu` (Triton's compile starts processes) else "cpu";
+    tests of the layers behind it pass "gpu" or None, the CLI and the loop never do. `schemas`: the typed
+    schema of every kind of frame the child sends (schema.py; a "result" one replaces the runner's, whose
+    payload is otherwise only within the generic bounds): a frame of another kind is a protocol error. Without
+    them, frames are checked against the generic bounds and the runner's kinds only.
+
+    `host`: the payload of a second process that the child forks before it reads `payload` (the module's
+    `child_main(handler, host=host_handler)` runs it): it gets its own private directory and uid, is confined
+    on its own (seccomp "cpu": it runs no program), never sees `payload`, and talks only to the child, through
+    pipes of their own; the parent never reads what it writes (autotune.verify.worker: the candidate's host
+    process).
+
+    `stream`: more frames for the child after the payload, made one by one while it works (the child reads them
+    with `links.receive()`): a pipe's backpressure keeps the parent at most a frame or two ahead of the child,
+    so neither holds every case's data at once."""
     workdir = _private_dir(workdir)
     uid = _free_uid() if os.geteuid() == 0 else None
     settings = {"workdir": str(workdir), "uid": uid, "memory_mb": limits.memory_mb, "file_mb": limits.file_mb,
-                "gpu": bool(gpu), "readable": [str(Path(p).resolve()) for p in readable]}
+                "dir_mb": limits.dir_mb,
+                "gpu": bool(gpu), "readable": [str(Path(p).resolve()) for p in readable],
+                "seccomp": ("gpu" if gpu else "cpu") if seccomp == "default" else seccomp}
+    host_uid = None
+    if host is not None:
+        host_uid = _free_uid() if uid is not None else None
+        host_dir = _private_dir(workdir.parent / f"{workdir.name}-host")
+        settings["host"] = {**settings, "workdir": str(host_dir), "uid": host_uid, "gpu": False,
+                            "seccomp": "cpu" if seccomp is not None else None}
     env = child_env(workdir, gpu, env_extra)
     started = time.monotonic()
     failure: list[BaseException] = []
     try:
         with tempfile.TemporaryFile() as stderr_file:
             proc, in_w, out_r = _spawn(module, workdir, env, stderr_file)
-            writer = threading.Thread(target=_send_and_close, args=(in_w, settings, payload, failure), daemon=True)
-            reader = Reader(out_r, on_event, lambda: _kill_group(proc.pid), max_frame_bytes, progress)
+            writer = threading.Thread(target=_send_and_close, args=(in_w, settings, payload, host, stream, failure),
+                                      daemon=True)
+            table = None if schemas is None else {**runner_schemas(), **{s.kind: s for s in schemas}}
+            reader = Reader(out_r, on_event, lambda: _kill_group(proc.pid), max_frame_bytes, progress, table)
             writer.start()
             reader.start()
             timed_out = _wait(proc, limits, reader, progress is not None)
             _kill_everything(proc.pid, uid)
+            _kill_everything(proc.pid, host_uid)
             proc.wait()
             reader.join(timeout=600)  # the pipe is closed by now; this waits for the frames still being judged
             writer.join(timeout=5)
             stderr_tail = _tail(stderr_file)
     finally:
         _release_uid(uid)
+        _release_uid(host_uid)
     if failure:  # making the payload failed: a bug on the parent's side, not the child's
         raise failure[0]
     return _result(proc.returncode, timed_out, reader, stderr_tail, time.monotonic() - started,
@@ -171,10 +202,18 @@ def _spawn(module: str, workdir: Path, env: dict, stderr_file) -> tuple[subproce
     return proc, in_w, out_r
 
 
-def _send_and_close(fd: int, settings: dict, payload, failure: list) -> None:
+def _send_and_close(fd: int, settings: dict, payload, host, stream, failure: list) -> None:
+    """The settings first (with a host's payload, which the child needs before it forks the host), then the
+    payload, in a frame of its own: a host forked between the two never holds it; then the stream's frames.
+    Payloads given as functions are made here, while the child starts up."""
     try:
+        if host is not None:
+            settings = {**settings, "host": {**settings["host"], "payload": host() if callable(host) else host}}
+        write_all(fd, encode({"sandbox": settings}))
         payload = payload() if callable(payload) else payload
-        write_all(fd, encode({"sandbox": settings, "payload": payload}))
+        write_all(fd, encode({"payload": payload}))
+        for frame in stream() if stream is not None else ():
+            write_all(fd, encode(frame))
     except BrokenPipeError:  # the child died before reading its payload; its exit status says why
         pass
     except BaseException as e:  # noqa: BLE001 - re-raised by run_isolated in the calling thread
@@ -289,33 +328,91 @@ def _result(returncode: int, timed_out: bool, reader: Reader, stderr_tail: str, 
 
 # ----------------------------------------------------------------------------------------------- child
 
-def child_main(handler: Callable[[dict, Callable[..., None]], dict]) -> None:
-    """The child's side: read the payload, confine this process, run the handler, send its result."""
+@dataclasses.dataclass
+class Links:
+    """A child's pipes beyond its payload and its frames to the parent (autotune.verify.worker uses them)."""
+
+    parent_fd: int  # the payload pipe, left open for the parent's stream
+    from_host: int | None = None  # the host's frames
+    to_host: int | None = None  # frames for the host
+
+    def receive(self) -> dict | None:
+        """The parent's next stream frame; None at the end of the stream."""
+        return read_frame(self.parent_fd, limit=1 << 62)
+
+
+def child_main(handler: Callable[..., dict], host: Callable[..., dict] | None = None,
+               host_frames: Callable[[dict], bytes] = encode) -> None:
+    """The child's side: read the settings, fork the host if there is one, read the payload, confine this
+    process, run the handler, send its result. With a host, the handler is called as
+    `handler(payload, send, links)` (`Links`: the rest of the parent's stream and the host's two pipes), and the
+    host as `host(payload, send, receive_fd)`, writing frames made by `host_frames`."""
     from autotune.sandbox import namespaces
-    from autotune.sandbox.confine import confine
 
     in_fd, out_fd = (int(x) for x in sys.argv[sys.argv.index("--sandbox-fds") + 1].split(","))
     processes = namespaces.enter(close_fds=(in_fd, out_fd))  # from here on, this is the worker
-    frame = read_frame(in_fd, limit=1 << 62)
-    os.close(in_fd)
-    settings, payload = frame["sandbox"], frame["payload"]
+    settings = read_frame(in_fd, limit=1 << 62)["sandbox"]
+    links = Links(in_fd)
+    if host is not None:
+        links.from_host, links.to_host = _fork_host(host, settings["host"], (in_fd, out_fd), host_frames)
+    payload = read_frame(in_fd, limit=1 << 62)["payload"]
+    if host is None:
+        os.close(in_fd)
 
     def send(kind: str, **fields: Any) -> None:
         write_all(out_fd, encode({"kind": kind, **fields}))
 
+    send("isolation", report={"processes": processes, **_confine(settings, processes)})
+    _run_handler(handler, (payload, send) if host is None else (payload, send, links), send)
+
+
+def _confine(settings: dict, processes: str) -> dict:
+    from autotune.sandbox.confine import confine
+
     report = confine(settings["workdir"], uid=settings["uid"], memory_mb=settings["memory_mb"],
                      file_mb=settings["file_mb"], gpu=settings["gpu"], readable=settings.get("readable", ()),
-                     own_pid_namespace=processes.startswith("applied"))
-    report = {"processes": processes, **report}
+                     own_pid_namespace=processes.startswith("applied"), seccomp_profile=settings["seccomp"],
+                     dir_mb=settings["dir_mb"])
     os.chdir(settings["workdir"])
-    send("isolation", report=report)
+    return report
+
+
+def _run_handler(handler: Callable[..., dict], args: tuple, send: Callable[..., None]) -> None:
     try:
-        result = handler(payload, send)
+        result = handler(*args)
     except BaseException as e:  # noqa: BLE001 - everything the handler raises is reported, then we exit
         send("error", error=trim_traceback(e))
         os._exit(1)
     send("result", payload=result)
     os._exit(0)  # no atexit hooks, no finalizers of code the handler imported
+
+
+def _fork_host(host: Callable[..., dict], settings: dict, parent_fds: tuple[int, ...],
+               frame_of: Callable[[dict], bytes]) -> tuple[int, int]:
+    """Fork the host process (before the payload is read: it never holds it) into PID and IPC namespaces of its
+    own, confined on its own; (the read end of its frames, made by `frame_of`; the write end of the frames it
+    is sent). It sees no GPU."""
+    from autotune.sandbox import namespaces
+
+    up_r, up_w = os.pipe()  # host -> child
+    down_r, down_w = os.pipe()  # child -> host
+    if os.fork():
+        os.close(up_w)
+        os.close(down_r)
+        return up_r, down_w
+    try:
+        for fd in (up_r, down_w, *parent_fds):
+            os.close(fd)
+        os.environ.update(child_env(Path(settings["workdir"]), gpu=False))  # its own dirs, no GPU
+        processes = namespaces.enter(close_fds=(up_w, down_r))
+
+        def send(kind: str, **fields: Any) -> None:
+            write_all(up_w, frame_of({"kind": kind, **fields}))
+
+        send("isolation", report={"processes": processes, **_confine(settings, processes)})
+        _run_handler(host, (settings["payload"], send, down_r), send)
+    finally:
+        os._exit(1)
 
 
 def trim_traceback(e: BaseException, keep_files: tuple[str, ...] = (), limit: int = 3000) -> str:

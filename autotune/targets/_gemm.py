@@ -52,6 +52,20 @@ EDGE_SHAPES = ((1, 256, 128), (7, 100, 352), (33, 128, 200), (5, 300, 64))
 DIMS = ("M_tokens", "N_out", "K_in")  # x [M, K], weight [N, K], y [M, N]
 
 
+def range_cut(shape):
+    """M whole (many row blocks, the large-M code paths), N and K to two of the largest tiles of the search space
+    (256) plus their remainders modulo 64: beyond one tile, and the reference stays cheap to compute."""
+    m, n, k = shape
+    return m, min(n, 512 + n % 64), min(k, 512 + k % 64)
+
+
+def model_shapes(dims, rows):
+    """The projections of a preset at `rows` tokens: qkv, o, gate_up, down (the LM head is the same GEMM again)."""
+    h, heads, kv, hd, inter = (int(dims[k]) for k in ("hidden_size", "num_heads", "num_kv_heads", "head_dim",
+                                                       "intermediate_size"))
+    return ((rows, (heads + 2 * kv) * hd, h), (rows, h, heads * hd), (rows, 2 * inter, h), (rows, h, inter))
+
+
 def element_size(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 

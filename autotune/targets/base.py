@@ -126,6 +126,9 @@ class Target:
     edge_shapes: tuple[Shape, ...]  # one row, widths not a power of two, widths > 4096, many rows
     dtypes: tuple[torch.dtype, ...] = DTYPES
     tolerances: Mapping[torch.dtype, Tolerance] = dataclasses.field(default_factory=lambda: dict(DEFAULT_TOLERANCES))
+    # A kernel for this op may sum with atomic adds (split-K), so two calls on the same inputs may differ in the
+    # order of their sums: per dtype, the bound on that difference. None: two calls must agree bit for bit.
+    atomic_tolerance: Mapping[torch.dtype, Tolerance] | None = None
     foreign_ops: tuple[ForeignOp, ...] = ()  # the same op in other engines' traces (vLLM, SGLang)
     # a profiler "Input Dims" list -> this target's case shape; every target so far: its first input's shape
     shape_from_dims: Callable[[list], Shape] = lambda dims: tuple(dims[0])
@@ -143,6 +146,12 @@ class Target:
     # (shape, max rows, max elements) -> the shape run under the CPU interpreter; None limits mean no cut
     cut_shape: Callable[[Shape, int | None, int | None], Shape] = lambda shape, rows, elements: cut_rows(
         shape, rows, elements)
+    # A served shape -> the shape its range case runs on the CPU: only independent work cut (sequences, tokens
+    # of another chunk, output columns beyond a few tiles), every dim a kernel indexes or dispatches on whole (kv
+    # heads, the query group, head_dim, the longest context, M over many row blocks); the case then runs a drawn
+    # sample of each launch's programs (autotune.verify.sampling). None: `cut_shape` never cuts such a dim (the
+    # row-wise ops, whose width it keeps and whose rows are independent).
+    range_cut: Callable[[Shape], Shape] | None = None
     # shape -> an upper bound on the elements of all inputs / all outputs of one call (the judge sizes the
     # largest result frame it accepts from these); None: each input, and at most two outputs, no larger than
     # the case shape, which holds for the row-wise ops

@@ -77,6 +77,18 @@ def cut_shape(shape, max_rows, max_elements):
     return seqs, kv * group, kv, head_dim, context
 
 
+def model_shapes(dims, rows):
+    """What a preset serves: a decode batch of `rows` sequences over its heads and the longest context it serves."""
+    return ((max(1, min(rows, 8)), int(dims["num_heads"]), int(dims["num_kv_heads"]), int(dims["head_dim"]),
+             int(dims["max_seq_len"])),)
+
+
+def range_cut(shape):
+    """One sequence (it gets the longest context), every head, kv head and head_dim position, the whole context."""
+    _, heads, kv_heads, head_dim, max_context = shape
+    return 1, heads, kv_heads, head_dim, max_context
+
+
 def input_elements(shape) -> int:
     """q, the two caches (2 slots and 3 positions more than the case needs, see make_inputs), slots and lengths:
     the cache is far larger than the case's output."""
@@ -140,6 +152,8 @@ TARGET = Target(
             "in float32.",
             "Read only each sequence's own context length from its cache slot; the rest of the slot is garbage.",),
     cut_shape=cut_shape,
+    range_cut=range_cut,
+    model_shapes=model_shapes,
     input_elements=input_elements,
     output_elements=output_elements,
 )

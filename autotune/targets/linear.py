@@ -50,6 +50,8 @@ TARGET = Target(
     dims=_gemm.DIMS,
     example="linear.py",
     cut_shape=_gemm.cut_shape,
+    range_cut=_gemm.range_cut,
+    model_shapes=_gemm.model_shapes,
     input_elements=_gemm.input_elements,
     output_elements=_gemm.output_elements,
 )

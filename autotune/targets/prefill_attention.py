@@ -8,11 +8,12 @@ chunk's own keys. Query row i of chunk c attends to cache positions 0 .. starts[
 head h to kv head h // (heads // kv_heads). max_query_len = the longest chunk. fp32 math, output
 [T, heads, D] in q's dtype. This is what the built-in model runs for every multi-token segment of a step.
 
-Case shape: (num_chunks, num_heads, num_kv_heads, head_dim, max_query_len). make_inputs draws each
-chunk's length in [1, max_query_len] (one gets max_query_len; the lengths depend on the shape alone,
-so that the total T does too) and its start in [0, max_query_len], gives
-the cache 2 more slots and 3 more positions than needed, all filled with finite garbage, and shuffles
-the slots.
+Case shape: (num_chunks, num_heads, num_kv_heads, head_dim, max_query_len[, max_context]). make_inputs draws
+each chunk's length in [1, max_query_len] (one gets max_query_len; the lengths depend on the shape alone,
+so that the total T does too) and its start in [0, max_context - max_query_len] (max_context defaults to
+twice max_query_len; when given, the longest chunk ends at it: its last query sees the whole context, as the
+last chunk of a long prompt does), gives the cache 2 more slots and 3 more positions than needed, all filled
+with finite garbage, and shuffles the slots.
 
 Tolerances: torch.testing's per-dtype defaults, no override: the search agent's kernel (fp32 products
 and sums, online softmax) passes them in fp32, bf16 and fp16 on every case, and the checker's
@@ -47,17 +48,26 @@ def prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Ten
     return out
 
 
+def _context(shape) -> int:
+    """The longest context a chunk's last query sees: the optional sixth dim, else twice the longest chunk."""
+    return shape[5] if len(shape) > 5 else 2 * shape[4]
+
+
 def make_inputs(shape, dtype, gen, kind):
-    chunks, heads, kv_heads, head_dim, max_query_len = shape
+    chunks, heads, kv_heads, head_dim, max_query_len = shape[:5]
+    context = _context(shape)
     # the chunk lengths set q's shape, which must not change when the checker refills the same buffers with
     # new values: they come from the shape alone; the starts, slots and values from `gen`
     by_shape = torch.Generator().manual_seed(chunks * 1_000_003 + max_query_len)
     lengths = torch.randint(1, max_query_len + 1, (chunks,), generator=by_shape)
-    lengths[torch.randint(0, chunks, (1,), generator=by_shape)] = max_query_len
-    starts = torch.randint(0, max_query_len + 1, (chunks,), generator=gen)
+    longest = torch.randint(0, chunks, (1,), generator=by_shape)
+    lengths[longest] = max_query_len
+    starts = torch.randint(0, context - max_query_len + 1, (chunks,), generator=gen)
+    if len(shape) > 5:  # the longest chunk ends at the end of the context: its last query sees all of it
+        starts[longest] = context - max_query_len
     cu_seqlens = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
     q = activations((int(cu_seqlens[-1]), heads, head_dim), dtype, gen, kind)
-    cache_shape = (chunks + 2, kv_heads, 2 * max_query_len + 3, head_dim)
+    cache_shape = (chunks + 2, kv_heads, context + 3, head_dim)
     # "large" scales the keys too: logits in the tens of thousands overflow exp without the max subtraction
     k_cache = activations(cache_shape, dtype, gen, "large" if kind == "large" else "normal")
     v_cache = activations(cache_shape, dtype, gen, "normal")
@@ -66,20 +76,20 @@ def make_inputs(shape, dtype, gen, kind):
 
 
 def _tokens_and_context(shape) -> tuple[int, int]:
-    chunks, _, _, _, max_query_len = shape
-    # about half the longest chunk each, starting about half a chunk in: a mean context of ~ max_query_len
-    return chunks * (max_query_len // 2 + 1), max_query_len
+    chunks, _, _, _, max_query_len = shape[:5]
+    # about half the longest chunk each, starting about half way into the context
+    return chunks * (max_query_len // 2 + 1), _context(shape) // 2
 
 
 def bytes_moved(shape, dtype):
-    chunks, heads, kv_heads, head_dim, _ = shape
+    chunks, heads, kv_heads, head_dim, _ = shape[:5]
     tokens, context = _tokens_and_context(shape)
     e = torch.empty((), dtype=dtype).element_size()
     return 2 * tokens * heads * head_dim * e + 2 * chunks * kv_heads * context * head_dim * e
 
 
 def flops(shape, dtype):
-    _, heads, _, head_dim, _ = shape
+    _, heads, _, head_dim, _ = shape[:5]
     tokens, context = _tokens_and_context(shape)
     # QK^T and PV (2 flops per multiply-add each) over a mean causal context of about 3/4 max_query_len
     return 3 * tokens * heads * context * head_dim
@@ -92,23 +102,38 @@ def cut_shape(shape, max_rows, max_elements):
     (With 4 chunks of 128 tokens and groups of 4 one fp16 case ran past the 120 s limit on 2 busy cores.)"""
     if max_rows is None or max_elements is None:  # on a GPU: no cut
         return tuple(shape)
-    chunks, heads, kv_heads, head_dim, max_query_len = shape
+    chunks, heads, kv_heads, head_dim, max_query_len = shape[:5]  # a long context is the range cases' business
     group = min(heads // kv_heads, 2)
     kv = min(kv_heads, 2)
     chunks = min(chunks, max(2, max_rows // 128))
     return chunks, kv * group, kv, head_dim, min(max_query_len, max(16, max_elements // 4096))
 
 
+def model_shapes(dims, rows):
+    """What a preset serves: a chunk of up to `rows` tokens at the end of the longest context it serves."""
+    return ((1, int(dims["num_heads"]), int(dims["num_kv_heads"]), int(dims["head_dim"]),
+             max(1, min(rows, int(dims["max_seq_len"]))), int(dims["max_seq_len"])),)
+
+
+def range_cut(shape):
+    """One chunk of at most 65 query rows (two row blocks of 32, and one more) at the end of the shape's whole
+    context, every head, kv head and head_dim position: the reference over 2,048 rows against 8,192 keys in 32
+    heads (137 GFLOP, several GB of scores in fp64) is not for a CPU; rows are independent work."""
+    heads, kv_heads, head_dim, max_query_len = shape[1:5]
+    rows = min(max_query_len, 65)
+    return 1, heads, kv_heads, head_dim, rows, max(_context(shape), rows)
+
+
 def input_elements(shape) -> int:
     """q (at most max_query_len rows per chunk), the two caches (2 slots more, twice the chunk plus 3 positions,
     see make_inputs), slots, starts and cu_seqlens: the cache is larger than the case's output."""
-    chunks, heads, kv_heads, head_dim, max_query_len = shape
-    cache = (chunks + 2) * kv_heads * (2 * max_query_len + 3) * head_dim
+    chunks, heads, kv_heads, head_dim, max_query_len = shape[:5]
+    cache = (chunks + 2) * kv_heads * (_context(shape) + 3) * head_dim
     return chunks * max_query_len * heads * head_dim + 2 * cache + 3 * chunks + 1
 
 
 def output_elements(shape) -> int:
-    chunks, heads, _, head_dim, max_query_len = shape
+    chunks, heads, _, head_dim, max_query_len = shape[:5]
     return chunks * max_query_len * heads * head_dim
 
 
@@ -155,6 +180,8 @@ TARGET = Target(
             "causal limit only (the chunk's start position plus the row), an online softmax in float32, and "
             "`tl.dot` for q @ k^T and p @ v with the 16-bit tiles fed straight in (p cast to v's dtype).",),
     cut_shape=cut_shape,
+    range_cut=range_cut,
+    model_shapes=model_shapes,
     input_elements=input_elements,
     output_elements=output_elements,
 )

@@ -19,15 +19,16 @@ What the checker guarantees (each point has a test in tests/verify/):
 - its math runs in Triton: a static scan of the source, a launch count and a record of the aten ops
   its Python runs at import and at call time; no file, process, network, FFI or exec tricks in the source;
 - the candidate runs in a fresh process (autotune.sandbox): own session, scrubbed environment, private
-  directory and caches, time/memory/file/process limits, and where root: own PID and IPC namespaces
-  (nothing it starts or creates outlives the verdict), no network, only the system directories, the Python
-  installation and its private directory visible, a fresh /proc, an unprivileged uid, not dumpable;
+  directory and caches, time/memory/file/process limits, a seccomp filter (no processes on CPU, no sockets,
+  mounts, namespaces or ptrace), and where root: own PID and IPC namespaces (nothing it starts or creates
+  outlives the verdict), no network, a root built from nothing (the Python installation, shared libraries
+  and its private directory, a size-capped tmpfs), a fresh /proc, an unprivileged uid, not dumpable;
 - inside it, an audit hook armed before the import denies files, processes, sockets, ctypes, frames and
   new imports outside an allow-list; modules are frozen and the worker's sealed (autotune.sandbox.audit);
 - a passing verdict keeps no stderr; a failing one a bounded tail with secrets masked, in the reason too.
-What it does not: no seccomp filter (the hook is Python-level; reachable objects can still be mutated;
-world-readable system files stay visible); without root the namespaces and the uid drop are skipped (the
-verdict says so);
+What it does not: the hook is Python-level (reachable objects can still be mutated); on a GPU processes are
+allowed (Triton's compile) and /usr and /sys are visible; without root the namespaces, the built root and the
+uid drop are skipped (the verdict says so; the seccomp filter still applies);
 on CPU shapes are cut for the interpreter and nothing is timed; the GPU timing path has not yet run on
 a GPU in this project's tests.
 """

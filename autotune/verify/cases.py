@@ -40,6 +40,8 @@ from omegaconf import OmegaConf
 from autotune.config import conf_dir
 from autotune.errors import UserError
 from autotune.records import ProfiledShape
+from torch.utils._python_dispatch import TorchDispatchMode
+
 from autotune.targets.base import Shape, Target, cut_rows, dtype_name, numel, parse_dtype, random_rows
 
 __all__ = ["Case", "CaseData", "cut_rows", "make_data", "plan"]  # cut_rows: the default cut, from base
@@ -67,6 +69,8 @@ class Case:
     refill: bool = False  # refill the same buffers with new values and call again
     layout: str = "contiguous"  # a name from targets.base.LAYOUTS
     scalars: tuple[tuple[str, float], ...] = ()  # (argument, value) set instead of make_inputs' choice
+    long: int = 0  # further calls on the same inputs after the others: each must launch as the first did
+    sample: int = 0  # a range case: run this many indices of each launch's longest grid axis (0: every program)
 
     @property
     def shape_numel(self) -> int:
@@ -210,21 +214,110 @@ def plan(target: Target, shapes, cfg_verify, on_gpu: bool, salt: bytes = b"") ->
             specs.append((requested, cut_rows(requested, *extra), dtype, "special", 0, source, calls, False))
             for seed in range(1, int(cfg_verify.seeds)):
                 specs.append((requested, cut_rows(requested, *extra), dtype, "normal", seed, source, calls, False))
+    specs = [(*spec, 0) for spec in specs]
+    if not on_gpu:
+        programs = int(cfg_verify.get("range_programs") or 2)
+        specs += [(requested, shape, dtype, "normal", 0, "range", 0, False, programs)
+                  for requested, shape in range_shapes(target, shapes, int(cfg_verify.get("max_range_shapes") or 0))
+                  for dtype in dtypes]
     cases = []
     layouts, scalars = target.layouts, scalar_variants(target)
-    for requested, shape, dtype, kind, seed, source, calls, checks in sorted(specs, key=lambda s: numel(s[1])):
-        key = (shape, dtype, kind, seed)
+    for requested, shape, dtype, kind, seed, source, calls, checks, sample in sorted(specs,
+                                                                                     key=lambda s: numel(s[1])):
+        key = (shape, dtype, kind, seed, sample)
         if key in seen:
             continue
         seen.add(key)
         i = len(cases)
-        layout = layouts[i % len(layouts)]
+        layout = "contiguous" if sample else layouts[i % len(layouts)]
         if layout == "padded" and len(shape) < 2:  # a 1-D input has no rows to pad
             layout = "contiguous"
         cases.append(Case(index=i, shape=shape, dtype=dtype, kind=kind, seed=seed, source=source,
                           requested_shape=requested, calls=calls, repeat=checks, refill=checks, layout=layout,
-                          scalars=scalars[(i // len(layouts)) % len(scalars)]))
+                          scalars=() if sample else scalars[(i // len(layouts)) % len(scalars)], sample=sample))
+    if cases:  # the cheapest case ends with a long run of calls: a count kept between calls shows there
+        cases[0] = dataclasses.replace(cases[0], long=long_calls(target, cfg_verify, salt))
     return cases
+
+
+def served_shapes(target: Target, shapes) -> list[Shape]:
+    """Every shape the op is served at: the profile's (all of them), or the defaults without one, and every
+    preset's at the most rows the engine serves in a step."""
+    served = [tuple(ProfiledShape.of(s).shape) for s in shapes] if shapes else [tuple(s) for s in
+                                                                                 target.default_shapes]
+    if target.model_shapes is not None:
+        served += [tuple(s) for p in model_presets() for s in target.model_shapes(p, served_rows())]
+    return list(dict.fromkeys(served))
+
+
+class _NoLargeValues(TorchDispatchMode):
+    """make_inputs at a served shape for its layout alone: an op that makes or reads a large tensor gives an unfilled
+    tensor of the shape, dtype and strides the op would give (worked out on the meta device); views run as usual,
+    and so do ops on small tensors, which may decide shapes (prefill's chunk lengths)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tensors = [a for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+        size = next((a for a in args if isinstance(a, (list, tuple))), ()) if not tensors else ()
+        large = any(t.numel() > 1 << 16 for t in tensors) or (size and numel(size) > 1 << 16)
+        if not large or torch.Tag.view_copy in func.tags or func.is_view:
+            return func(*args, **kwargs)
+        meta = torch.utils._pytree.tree_map(
+            lambda a: a.to("meta") if isinstance(a, torch.Tensor) else a, (args, kwargs))
+        out = func(*meta[0], **{**meta[1], **({"device": "meta"} if "device" in kwargs or not tensors else {})})
+        return torch.utils._pytree.tree_map(
+            lambda o: torch.empty_strided(o.shape, o.stride(), dtype=o.dtype) if isinstance(o, torch.Tensor) else o,
+            out)
+
+
+def layout_of(target: Target, shape: Shape, dtype: torch.dtype) -> tuple:
+    """The arguments a call at this shape gets, their values aside (large random tensors are left unfilled)."""
+    gen = torch.Generator().manual_seed(0)
+    with _NoLargeValues():
+        return tuple(target.make_inputs(shape, dtype, gen, "normal"))
+
+
+def dry_calls(target: Target, shapes, cfg_verify):
+    """(shape, dtype, arguments without values) for each served shape in each dtype, made as they are needed."""
+    for shape in served_shapes(target, shapes):
+        for dtype in target_dtypes(target, cfg_verify):
+            yield shape, dtype, layout_of(target, shape, dtype)
+
+
+@functools.lru_cache(maxsize=1)
+def served_rows() -> int:
+    """The most tokens the engine serves in one step (serve.max_batched_tokens in conf/config.yaml): the rows a
+    range case gives the presets' shapes."""
+    return int(OmegaConf.load(conf_dir() / "config.yaml").serve.max_batched_tokens)
+
+
+def range_shapes(target: Target, shapes, limit: int) -> list[tuple[Shape, Shape]]:
+    """(served shape, the shape its range case runs) for the target's served shapes (every profile shape, or the
+    defaults; every preset's at the most rows served), at most `limit` of them (0: all): chosen so that every
+    value each dim takes in any of them is in at least one (a greedy cover, largest first on ties)."""
+    if target.range_cut is None:
+        return []
+    runs = {}
+    for s in served_shapes(target, shapes):
+        runs.setdefault(tuple(target.range_cut(tuple(s))), tuple(s))
+    left = list(runs)
+    wanted = {(d, v) for r in left for d, v in enumerate(r)}
+    chosen: list[Shape] = []
+    while left and wanted and (limit <= 0 or len(chosen) < limit):
+        best = max(left, key=lambda r: (len(wanted & set(enumerate(r))), numel(r)))
+        if not wanted & set(enumerate(best)):
+            break
+        chosen.append(best)
+        left.remove(best)
+        wanted -= set(enumerate(best))
+    return [(runs[r], r) for r in chosen]
+
+
+def long_calls(target: Target, cfg_verify, salt: bytes) -> int:
+    """How many calls end the cheapest case: `verify.long_calls`, and up to half as many again, drawn per run (a
+    counter that waits for a known number of calls would wait one more)."""
+    n = int(cfg_verify.get("long_calls") or 0)
+    return n + run_rng(target, salt + b"long").randrange(n // 2 + 1) if n > 0 else 0
 
 
 def target_dtypes(target: Target, cfg_verify) -> list[torch.dtype]:

@@ -200,6 +200,8 @@ def evidence(data: CaseData, tol: Tolerance) -> tuple[bool, str]:
 
 def judge_case(target: Target, case: Case, data: CaseData, frame: dict, tol: Tolerance) -> tuple[CaseResult, bool]:
     """(the case's result, whether the candidate was non-deterministic on it)."""
+    if frame.get("output_valid") is not None:  # a range case: only what the sampled programs wrote is compared
+        frame, data = _sampled(frame, data)
     counted, why_not = evidence(data, tol)
     result = CaseResult(shape=list(case.shape), dtype=dtype_name(case.dtype), kind=case.kind, seed=case.seed,
                         passed=False, rtol=tol.rtol, atol=tol.atol, evidence=counted, source=case.source,
@@ -217,13 +219,48 @@ def judge_case(target: Target, case: Case, data: CaseData, frame: dict, tol: Tol
         nondeterministic = not all(same_bits(a, b) for a, b in zip(again or (), frame["outputs"]))
         second = compare_all(again, data.reference, data.golden, tol)
         failure = None if second.passed else f"a second call on the same inputs: {second.note}"
+        failure = failure or (_repeat_failure(target, case, again, frame["outputs"]) if nondeterministic else None)
     if failure is None and case.refill:
         failure = _refill_failure(data, frame, tol)
+    if failure is None and frame.get("long_differs") is not None:
+        failure = (f"call {frame['long_differs'] + 1} of {frame.get('long_calls')} on the same inputs launched or "
+                   "returned differently from the first (behaviour that depends on how often it was called: state "
+                   "between calls)")
     result.passed = failure is None
-    notes = [failure] if failure else [first.note, "non-deterministic: two calls on the same inputs differ bitwise"
-                                       if nondeterministic else "", why_not]
-    result.note = "; ".join(n for n in notes if n)
+    notes = [failure] if failure else [first.note, "non-deterministic within the target's declared atomic bound: two "
+                                       "calls on the same inputs differ bitwise" if nondeterministic else "", why_not]
+    result.note = "; ".join(n for n in [*notes, frame.get("sampled") or ""] if n)
     return result, nondeterministic
+
+
+def _sampled(frame: dict, data: CaseData) -> tuple[dict, CaseData]:
+    """The frame and the answers cut to the output elements a range case's sampled programs wrote (each output
+    of the reference's shape and dtype first: else it is compared whole, and fails as it should)."""
+    outs, masks = frame.get("outputs") or [], frame["output_valid"]
+    if len(outs) != len(data.reference) or len(masks) != len(outs) or not all(
+            isinstance(o, torch.Tensor) and isinstance(m, torch.Tensor) and o.shape == r.shape == m.shape
+            and o.dtype == r.dtype for o, m, r in zip(outs, masks, data.reference)):
+        return frame, data
+    masks = [m.bool() for m in masks]
+    cut = lambda ts: tuple(t[m] for t, m in zip(ts, masks))  # noqa: E731
+    frame = {**frame, "outputs": list(cut(outs)), "output_strides": None}
+    return frame, dataclasses.replace(data, reference=cut(data.reference), golden=cut(data.golden))
+
+
+def _repeat_failure(target: Target, case: Case, again, first) -> str | None:
+    """A second call on the same inputs that differs bitwise from the first: a race, an output that depends on
+    where it lies in memory, or state. Allowed only where the target declares an atomic reduction
+    (`Target.atomic_tolerance`: a split-K sum with atomic adds lands in another order each time) and only
+    within the bound it declares."""
+    bound = target.atomic_tolerance.get(case.dtype) if target.atomic_tolerance else None
+    if bound is None:
+        return ("two calls on the same inputs differ bitwise (a race between programs, a result that depends on "
+                "the output's address, or state; this target declares no atomic reduction that would excuse it)")
+    for j, (a, b) in enumerate(zip(again, first)):
+        if not same_bits(a, b) and not compare(a, b, b.double(), bound).passed:
+            return (f"two calls on the same inputs differ by more than the target's atomic-reduction bound (rtol "
+                    f"{bound.rtol:g}, atol {bound.atol:g}) in output {j}")
+    return None
 
 
 def _structure_failure(target: Target, data: CaseData, frame: dict, tol: Tolerance) -> str | None:

@@ -15,10 +15,16 @@ Triton 3.9's interpreter truncates fp32 -> bf16 (`x.to(tl.bfloat16)` keeps the t
 rounds to nearest even (Triton lowers the cast with RTNE; torch's `.to(torch.bfloat16)` does the same): half
 the values of a bf16 output are one ulp off toward zero, which a quantizer downstream of the rounding turns
 into integers off by one. `round_bf16_like_gpu` makes the interpreter round to nearest even.
+
+`install_gpu_semantics()` installs those two and the rest of what makes the interpreter compute as a GPU does
+(each part idempotent, all of them before the candidate is imported, while the interpreter's modules can still
+be patched): `gpu_numerics` (tl.dot, casts, scalar argument types) and `races` (programs of one launch that
+touch one address). `current_launch()` names the launch being interpreted, for those patches.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import secrets
 from typing import Callable
@@ -78,6 +84,25 @@ def round_bf16_like_gpu() -> None:
 _launch_hooks: list[Callable[[str, tuple, dict], None]] = []
 
 
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """One interpreted launch: the kernel and its arguments by parameter name (launch options left out)."""
+
+    fn: interpreter.InterpretedFunction
+    args: dict
+
+    @property
+    def kernel(self) -> str:
+        return self.fn.fn.__name__
+
+
+_launches: list[Launch] = []  # the launch being interpreted (a stack: a launch hook may launch, in tests)
+
+
+def current_launch() -> Launch | None:
+    return _launches[-1] if _launches else None
+
+
 def _install_launch_hooks() -> None:
     """Wrap the interpreter's `run` once, at import, before the worker installs its launch counter over it:
     a hook registered later joins this list instead of replacing `run` (which the counter's tamper check
@@ -86,10 +111,16 @@ def _install_launch_hooks() -> None:
 
     @functools.wraps(run)
     def run_checked(self, *args, grid, warmup, **kwargs):
-        if not warmup:
-            for hook in _launch_hooks:
-                hook(self.fn.__name__, args, kwargs)
-        return run(self, *args, grid=grid, warmup=warmup, **kwargs)
+        if warmup:
+            return run(self, *args, grid=grid, warmup=warmup, **kwargs)
+        for hook in _launch_hooks:
+            hook(self.fn.__name__, args, kwargs)
+        named = {**dict(zip(self.arg_names, args)), **{k: v for k, v in kwargs.items() if k in self.arg_names}}
+        _launches.append(Launch(self, named))
+        try:
+            return run(self, *args, grid=grid, warmup=warmup, **kwargs)
+        finally:
+            _launches.pop()
 
     interpreter.InterpretedFunction.run = run_checked
 
@@ -98,6 +129,19 @@ def before_each_launch(hook: Callable[[str, tuple, dict], None]) -> None:
     """Call hook(kernel name, args, kwargs) before the interpreter runs any launch (autotuned ones included:
     the Autotuner and Heuristics wrappers call the interpreted function's `run` with the final kwargs)."""
     _launch_hooks.append(hook)
+
+
+def install_gpu_semantics() -> None:
+    """Everything that makes the interpreter compute as a GPU does (see the module docstring); call it once
+    the interpreter is on and before a kernel runs. Each part installs itself once."""
+    from autotune.verify import gpu_numerics, races
+
+    permute_programs()
+    round_bf16_like_gpu()
+    gpu_numerics.install_dot()
+    gpu_numerics.install_casts()
+    gpu_numerics.install_scalar_arguments()
+    races.install()
 
 
 _install_launch_hooks()

@@ -25,18 +25,20 @@ import torch
 
 from autotune.errors import UserError
 from autotune.records import ProfiledShape
-from autotune.targets.base import Target
+from autotune.targets.base import Target, dtype_name
 from autotune.verify import cases as case_plan
 from autotune.verify import policy
 from autotune.verify.compare import judge_case
 from autotune.sandbox import Limits, SandboxResult, run_isolated
+from autotune.sandbox.schema import ERROR_CHARS, DictOf, Either, Int, ListOf, Schema, Text
 from autotune.verify.verdict import CaseResult, Status, Verdict
+from autotune.verify.wire import Placement
 
 
 class _Session:
     """The judge's state while the worker runs; `on_event` sees each frame as it arrives."""
 
-    def __init__(self, target: Target, cases: list[case_plan.Case], data: list[case_plan.CaseData]):
+    def __init__(self, target: Target, cases: list[case_plan.Case], data: dict[int, case_plan.CaseData]):
         self.target, self.cases, self.data = target, cases, data
         self.results: dict[int, CaseResult] = {}
         self.running: int | None = None
@@ -46,6 +48,9 @@ class _Session:
         self.protocol = ""
         self.setup_error = ""  # the worker could not set up (no GPU inside the sandbox): not the candidate's fault
         self.nondeterministic = False
+        self.coverage: dict | None = None  # the device's account of the launches seen at served shapes
+        self.dry_labels: dict[int, str] = {}  # dry call index -> the served shape it stands for
+        self.host_isolation: dict = {}
 
     def on_event(self, frame: dict) -> bool:
         kind = frame.get("kind")
@@ -64,6 +69,17 @@ class _Session:
         elif kind == "setup_error":
             self.setup_error = str(frame.get("error", ""))
             return True
+        elif kind == "policy_error":  # the device refused to build a kernel (the kernel half of the allow-list)
+            self.runtime_policy.append(f"{frame.get('error', '')} (a kernel may use only the allow-listed "
+                                       "triton.language names)")
+            return True
+        elif kind in ("host_protocol", "host_gone"):
+            self.protocol = str(frame.get("error") or "the candidate's process ended before it finished its cases")
+            return True
+        elif kind == "coverage":
+            self.coverage = frame
+        elif kind == "host_isolation":
+            self.host_isolation = frame.get("report") if isinstance(frame.get("report"), dict) else {}
         return False
 
     def _on_import(self, frame: dict) -> bool:
@@ -83,8 +99,8 @@ class _Session:
             self.protocol = f"an unexpected or malformed result for case {i!r}"
             return True
         case = self.cases[i]
-        result, nondeterministic = judge_case(self.target, case, self.data[i], frame,
-                                              self.target.tolerances[case.dtype])
+        result, nondeterministic = judge_case(self.target, case, self.data.pop(i), frame,
+                                              self.target.tolerances[case.dtype])  # its data is needed no more
         self.results[i] = result
         self.nondeterministic |= nondeterministic
         launches = frame["launches"]
@@ -117,9 +133,16 @@ class _Session:
             return Status.POLICY_VIOLATION, self.runtime_policy[0]
         if failed is not None:
             return Status.INCORRECT, f"case {_label(failed)}: {failed.note}"
-        if self.case_error is not None and self.case_error.get("tampered"):  # launch counter or op recorder gone
-            error = one_line(str(self.case_error.get("error", "")))
+        if self.case_error is not None and self.case_error.get("race"):  # found by autotune.verify.races
+            return Status.INCORRECT, f"{one_line(str(self.case_error['race']))} ({self.running_label()})"
+        if self.case_error is not None and (self.case_error.get("tampered") or self.case_error.get("refused")):
+            error = one_line(str(self.case_error.get("error", "")))  # a defence switched off, or a rule broken
             return Status.POLICY_VIOLATION, f"{error} ({self.running_label()})"
+        if self.case_error is not None and self.case_error.get("out_of_bounds"):
+            return Status.INCORRECT, f"{one_line(str(self.case_error.get('error', '')))} ({self.running_label()})"
+        if self.case_error is not None and self.case_error.get("dry"):
+            error = one_line(str(self.case_error.get("error", "")))
+            return Status.RUNTIME_ERROR, f"raised when called at a served shape (launches recorded, not run): {error}"
         if self.case_error is not None:
             error = one_line(str(self.case_error.get("error", "")))
             if self.case_error.get("compile"):
@@ -135,8 +158,9 @@ class _Session:
         if run.signal:
             return Status.RUNTIME_ERROR, f"the candidate's process died with {run.signal} while {self.running_label()}"
         if len(self.results) < len(self.cases) or not run.ok:
+            why = f": {one_line(run.error)}" if run.error else ""  # the worker's own failure, if it said
             return Status.RUNTIME_ERROR, (f"the candidate's process exited with status {run.returncode} after "
-                                          f"{len(self.results)} of {len(self.cases)} cases")
+                                          f"{len(self.results)} of {len(self.cases)} cases{why}")
         return self._proven()
 
     def _proven(self) -> tuple[Status, str]:
@@ -145,11 +169,63 @@ class _Session:
             if not any(r.evidence for r in results if r.dtype == dtype):
                 return Status.INCORRECT, (f"not proven: no {dtype} case discriminates (every reference output is "
                                           "degenerate or a null candidate passes it)")
+        uncovered = self._uncovered()
+        if uncovered:
+            return Status.INCORRECT, uncovered
         shapes = len({c.requested_shape for c in self.cases})
         dtypes = ", ".join(dict.fromkeys(r.dtype for r in results))
         evidence = sum(r.evidence for r in results)
         return Status.UNMEASURED, (f"correct on all {len(results)} cases ({evidence} counted as evidence) over "
                                    f"{shapes} shapes in {dtypes}")
+
+
+    def _uncovered(self) -> str:
+        """'' when every launch signature seen at a served or preset shape and every autotune configuration ran in
+        a compared case; else the first that did not, named."""
+        coverage = self.coverage if isinstance(self.coverage, dict) else {}
+        for item in coverage.get("uncovered") or []:
+            where = self.dry_labels.get(item.get("dry_index"), "a served shape")
+            return (f"not proven: the launch {item.get('signature')} that the launcher makes at {where} never ran in "
+                    "a compared case (a code path only served sizes reach is not checked here)")
+        for item in coverage.get("configs_not_run") or []:
+            return (f"not proven: the autotune configuration {item.get('config')} of `{item.get('kernel')}` never ran "
+                    "in a compared case (on a GPU the autotuner may pick it)")
+        return ""
+
+
+# The worker's frames (autotune/verify/worker.py), as the Reader checks them before on_event sees one: a frame
+# of another kind or shape is a protocol error (runtime_error), and only the first error of each kind is kept.
+_TENSORS = ListOf(Either(None, torch.Tensor), max_len=64)
+_PAIRS = ListOf(ListOf(int, max_len=2), max_len=4096)
+_OPS = DictOf(Text(200), Int(0), max_len=10_000)
+WORKER_FRAMES = [
+    Schema("case_start", {"index": Int(0)}),
+    Schema("case_result", {"index": Int(0), "outputs": _TENSORS, "output_types": ListOf(Text(100), max_len=64),
+                           "launches": ListOf(Int(0), max_len=3), "output_strides": ListOf(Either(None, [int]), 64),
+                           "aliased": _PAIRS, "reused": _PAIRS, "inputs_after": _TENSORS, "repeat_outputs": _TENSORS,
+                           "repeat_inputs_after": _TENSORS, "refill_outputs": _TENSORS,
+                           "refill_inputs_after": _TENSORS, "clobbered": bool, "guards_broken": [int], "torch_ops": _OPS,
+                           "long_calls": Int(0), "long_differs": Either(None, Int(0)), "output_valid": _TENSORS,
+                           "sampled": Text(500)},
+           optional=("repeat_outputs", "repeat_inputs_after", "refill_outputs", "refill_inputs_after", "output_valid",
+                     "sampled")),
+    Schema("compile_error", {"error": Text(ERROR_CHARS)}, keep="first"),
+    Schema("case_error", {"index": Either(None, Int(0)), "error": Text(ERROR_CHARS), "compile": bool,
+                          "tampered": bool, "refused": bool, "out_of_bounds": bool, "dry": bool,
+                          "race": Text(ERROR_CHARS)}, keep="first",
+           optional=("compile", "tampered", "refused", "out_of_bounds", "dry", "race")),
+    Schema("setup_error", {"error": Text(ERROR_CHARS)}, keep="first"),
+    Schema("policy_error", {"error": Text(ERROR_CHARS)}, keep="first"),
+    Schema("host_protocol", {"error": Text(ERROR_CHARS)}, keep="first"),
+    Schema("host_gone", {}, keep="first"),
+    Schema("host_isolation", {"report": DictOf(Text(40), Text(300), max_len=20)}, keep="first"),
+    Schema("coverage", {"uncovered": ListOf(DictOf(Text(40), Either(Int(0), Text(500)), max_len=4), max_len=20),
+                        "configs_not_run": ListOf(DictOf(Text(40), Text(500), max_len=4), max_len=20),
+                        "signatures_run": Int(0)}, keep="first"),
+    Schema("import_ops", {"torch_ops": _OPS}, keep="first"),
+    Schema("audit_log", {"denied": ListOf(Text(500), max_len=10_000)}, keep="first"),
+    Schema("result", {"payload": DictOf(str, Int(0), max_len=4)}, keep="first"),
+]
 
 
 def _well_formed(frame: dict) -> bool:
@@ -213,8 +289,9 @@ def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, de
     salt = salt or secrets.token_bytes(16)  # never sent to the candidate's process: it gets tensors, not seeds
     plan = case_plan.plan(target, shapes, cfg_verify, on_gpu, salt)
     with _one_thread():
-        session = _Session(target, plan, [])
-        run = _run_worker(target, source, plan, limits, device, session, salt)
+        session = _Session(target, plan, {})
+        run = _run_worker(target, source, plan, limits, device, session, salt,
+                          [] if on_gpu else case_plan.dry_calls(target, shapes, cfg_verify))
     if session.setup_error:
         raise UserError(f"the isolated worker could not start its work: {session.setup_error}")
     status, reason = session.conclude(run, limits)
@@ -247,19 +324,41 @@ def _record(verdict: Verdict, session: _Session, run: SandboxResult, cut_note: s
                              "for the references")
 
 
-def _run_worker(target, source, plan, limits: Limits, device, session: _Session, salt: bytes) -> SandboxResult:
-    def payload() -> dict:  # made while the worker starts up; the session needs the data before any result
-        session.data.extend(case_plan.make_data(target, c, salt) for c in plan)
-        return {"source": source, "entry": target.name, "device": device, "cases": [
-            {"index": c.index, "args": list(d.args), "repeat": c.repeat, "front_guard": c.front_guard,
-             "refill_args": list(d.refill_args) if d.refill_args is not None else None}
-            for c, d in zip(plan, session.data)]}
+def _run_worker(target, source, plan, limits: Limits, device, session: _Session, salt: bytes,
+                dry: list) -> SandboxResult:
+    """The worker's two processes (autotune.verify.worker). First the dry calls (`dry`: (shape, dtype, arguments
+    without values) at every served shape: the launches they make must each run in some case), then each case
+    goes to the device as it is made (the pipe keeps this process a case or two ahead, so neither side holds
+    every case's data): its data for the device, and where each input sits, without its values, for the host."""
+    def cases():
+        for i, (shape, dtype, args) in enumerate(dry):  # the launcher at served shapes: launches noted, not run
+            session.dry_labels[i] = f"the served shape {list(shape)} in {dtype_name(dtype)}"
+            yield {"dry": {"index": i, "host": {"index": i, "calls": 1, "dry": True, "args": [
+                {"place": Placement.of(a, True).to_wire()} if isinstance(a, torch.Tensor) else a for a in args]}}}
+        for c in plan:
+            d = session.data[c.index] = case_plan.make_data(target, c, salt)
+            host = {"index": c.index, "calls": len(_calls(c)) + c.long, "args": [
+                {"place": Placement.of(a, c.front_guard).to_wire()} if isinstance(a, torch.Tensor) else a
+                for a in d.args]}
+            yield {"case": {"index": c.index, "args": list(d.args), "front_guard": c.front_guard,
+                            "sequence": _calls(c), "calls": len(_calls(c)) + c.long, "long": c.long,
+                            "sample": c.sample,
+                            "refill_args": list(d.refill_args) if d.refill_args is not None else None,
+                            "host": host}}
 
+    host = {"source": source, "entry": target.name, "autotune_turn": secrets.randbelow(1 << 16)}
     with tempfile.TemporaryDirectory(prefix="autotune-verify-", ignore_cleanup_errors=True) as tmp:
-        return run_isolated("autotune.verify.worker", payload, limits=limits,
-                            workdir=Path(tmp) / "work", gpu=device == "cuda", on_event=session.on_event,
-                            max_frame_bytes=_largest_frame(target, plan),
+        return run_isolated("autotune.verify.worker", {"source": source, "device": device}, limits=limits,
+                            host=host, stream=cases, workdir=Path(tmp) / "work", gpu=device == "cuda",
+                            on_event=session.on_event, max_frame_bytes=_largest_frame(target, plan),
+                            schemas=WORKER_FRAMES,
                             progress=lambda frame: frame.get("kind") == "case_result")
+
+
+def _calls(case: case_plan.Case) -> list[str]:
+    """The calls of a case, in order: the first, a repeat on the same inputs, one after a refill (and then
+    `case.long` more on the first inputs, which the device compares with the first rather than runs)."""
+    return ["first", *["repeat"] * case.repeat, *["refill"] * case.refill]
 
 
 def _largest_frame(target: Target, plan) -> int:

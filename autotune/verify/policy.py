@@ -8,7 +8,11 @@ no dunder names or attributes at all; no attribute assignment (patching a librar
 `.data`); no aliasing of listed functions or modules (`f = torch.empty`, `t = torch`), so that every call
 the scan accepts is one it saw; no try/with/global/class/nested def; no string formatting outside error
 messages (the repr of a kernel object tells the interpreter from a GPU); `.device` only passed along as an
-argument, never in a condition. Every finding is reported; the first is the verdict's reason.
+argument, never in a condition. A builtin's name always means the builtin, refused unless listed, before
+anything else looks at it: the file's globals are only the names its top-level assignments store (`d[exec] = 1`
+reads `exec`, issue 17), no top-level import or def takes a builtin's or an earlier binding's name, and
+comprehensions and lambdas (their defaults evaluated outside) are scopes of their own. Every finding is
+reported; the first is the verdict's reason.
 
 The scan cannot see through operators (`x * w` on tensors): the run-time rule catches those, from the
 aten ops the worker records during each call (`runtime_violations`). What Triton's compiler would
@@ -21,11 +25,14 @@ from __future__ import annotations
 import ast
 import builtins
 import threading
-
-from autotune.targets.base import Target
+from typing import TYPE_CHECKING
+from autotune.verify import statics
 from autotune.verify.allowlist import (ALLOWED_IMPORTS, ATTRIBUTES, BUILTINS, CONVERSIONS, IMPORTS,
                                        KERNEL_ATTRIBUTES, KERNEL_BUILTINS, KERNEL_MATH, KERNEL_TL, METHODS, NAMES,
                                        Use)
+
+if TYPE_CHECKING:  # the worker imports this module and must not hold the targets (their references)
+    from autotune.targets.base import Target
 
 __all__ = ["ALLOWED_IMPORTS", "RUNTIME_ALLOWED_OPS", "parse", "runtime_violations", "scan"]
 
@@ -46,6 +53,8 @@ _MODULE_STATEMENTS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.Assign, a
 _BODY_STATEMENTS = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.If, ast.For, ast.While, ast.Break,
                     ast.Continue, ast.Pass, ast.Expr, ast.Assert, ast.Raise, ast.Delete)
 _PYTHON_BUILTINS = frozenset(dir(builtins))
+_ANNOTATION_TYPES = frozenset({"int", "float", "bool", "str", "tuple", "list", "dict"})
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
 
 def runtime_violations(ops: dict[str, int]) -> list[str]:
@@ -68,10 +77,30 @@ def scan(tree: ast.Module, target: Target) -> list[str]:
     """Every policy finding, as 'line N: what and what to do instead'; [] when the file is clean."""
     scanner = _Scanner(tree)
     scanner.run()
-    findings = scanner.findings + _entry_findings(tree, target, scanner.kernels)
+    findings = scanner.findings + _entry_findings(tree, target, scanner.kernels) + statics.findings(tree)
     if not scanner.kernels:
         findings.append("no @triton.jit kernel: the math must happen in a Triton kernel the entry function launches")
     return sorted(dict.fromkeys(findings), key=_line_of)  # stable: on one line, the order they were found
+
+
+def kernel_findings(tree: ast.Module) -> list[str]:
+    """The findings of the scan in the file's @triton.jit kernels alone (their decorators but the jit one left
+    out; the imports only bind the names the kernels use): what the device process checks before it compiles
+    a kernel, whatever the judge's own scan said (autotune.verify.loader)."""
+    kept = []
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            kept.append(stmt)
+        elif isinstance(stmt, ast.FunctionDef) and stmt.decorator_list:
+            jit = stmt.decorator_list[-1]
+            bare = ast.FunctionDef(name=stmt.name, args=stmt.args, body=stmt.body, decorator_list=[jit],
+                                   returns=stmt.returns, type_comment=None, lineno=stmt.lineno,
+                                   col_offset=stmt.col_offset)
+            kept.append(bare)
+    scanner = _Scanner(ast.Module(body=kept, type_ignores=[]))
+    scanner.run()
+    imports = {s.lineno for s in kept if isinstance(s, (ast.Import, ast.ImportFrom))}  # the host's business
+    return sorted(dict.fromkeys(f for f in scanner.findings if _line_of(f) not in imports), key=_line_of)
 
 
 def _line_of(finding: str) -> int:
@@ -118,9 +147,10 @@ class _Scanner:
                 self.imports(stmt)
             elif isinstance(stmt, ast.FunctionDef):
                 jit = bool(stmt.decorator_list) and self.dotted(_callee(stmt.decorator_list[-1])) == "triton.jit"
+                self.shadows(stmt, {stmt.name: None})
                 (self.kernels if jit else self.functions).add(stmt.name)
             elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
-                self.globals |= _bound_names(stmt)
+                self.globals |= _stored_names(stmt)  # a name only read in a target (`d[exec] = 1`) is a use
         for stmt in self.tree.body:
             if isinstance(stmt, ast.FunctionDef):
                 self.function(stmt)
@@ -140,6 +170,8 @@ class _Scanner:
     def imports(self, node: ast.Import | ast.ImportFrom) -> None:
         allowed = ", ".join(ALLOWED_IMPORTS)
         if isinstance(node, ast.Import):
+            self.shadows(node, {a.asname or a.name.split(".")[0]: a.name if a.asname else a.name.split(".")[0]
+                                for a in node.names})
             for a in node.names:
                 if a.name not in IMPORTS:
                     self.flag(node, f"imports `{a.name}` (allowed: {allowed})")
@@ -152,12 +184,24 @@ class _Scanner:
         if node.level or module not in IMPORTS:
             self.flag(node, f"imports from `{'.' * node.level}{module}` (allowed: {allowed})")
             return
+        self.shadows(node, {a.asname or a.name: f"{module}.{a.name}" for a in node.names if a.name != "*"})
         for a in node.names:
             dotted = f"{module}.{a.name}"
             if a.name == "*" or (dotted not in NAMES and dotted not in IMPORTS):
                 self.flag(node, f"imports `{dotted}`, which is not on the allow-list")
             else:
                 self.aliases[a.asname or a.name] = dotted
+
+    def shadows(self, node: ast.AST, names: dict[str, str | None]) -> None:
+        """A top-level import or def may not take a builtin's name or one bound before it: the scan reads every
+        use of a name as the one binding it knows (`open` as Python's, which it refuses; `torch` as the module,
+        not a function `def torch()` that replaced it; an import at the top of the file, not a later one).
+        `names`: name -> the module path an import binds it to (the same import twice is fine), None for a def."""
+        for name, dotted in names.items():
+            if name in _PYTHON_BUILTINS:
+                self.flag(node, f"rebinds the builtin name `{name}`")
+            elif (name in self.aliases and self.aliases[name] != dotted) or name in self.kernels or name in self.functions:
+                self.flag(node, f"rebinds the top-level name `{name}`: give each import and function its own name")
 
     # functions ---------------------------------------------------------------------------------
     def function(self, node: ast.FunctionDef) -> None:
@@ -208,12 +252,18 @@ class _Scanner:
             self.walk(root.annotation, "annotation")
             nodes = [n for n in (root.target, root.value) if n is not None]
         for node in nodes:
-            if isinstance(node, ast.stmt):
+            if mode == "annotation" and isinstance(node, (ast.Call, ast.Lambda, *_COMPREHENSIONS)):
+                self.flag(node, f"computes `{ast.unparse(node)}` in an annotation: annotate with types only")
+            elif isinstance(node, ast.stmt):
                 self.statement(node, mode)
             elif isinstance(node, ast.Lambda):
+                for default in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
+                    self.walk(default, mode)  # evaluated where the lambda is written, in the enclosing scope
                 self.scopes.append(_param_names(node.args) | _locals(node))
                 self.walk(node.body, "launcher")
                 self.scopes.pop()
+            elif isinstance(node, _COMPREHENSIONS):
+                self.comprehension(node, mode)
             else:
                 self.node(node, mode)
                 if not (isinstance(node, ast.Attribute) and self.dotted(node) is not None):
@@ -221,6 +271,18 @@ class _Scanner:
                         self.walk(child, mode)
         if isinstance(root, ast.stmt):
             self.stored(root)
+
+    def comprehension(self, node: ast.AST, mode: str) -> None:
+        """A comprehension is a scope of its own: its variables do not leak into the function's (`open` after
+        `[0 for open in ()]` is Python's open). Its first iterable is evaluated outside that scope."""
+        first, *rest = node.generators
+        self.walk(first.iter, mode)
+        self.scopes.append({n.id for g in node.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)})
+        self.walk(first.target, mode)
+        for part in [*first.ifs, *[x for g in rest for x in (g.target, g.iter, *g.ifs)],
+                     *([node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt])]:
+            self.walk(part, mode)
+        self.scopes.pop()
 
     def node(self, node: ast.AST, mode: str) -> None:
         if isinstance(node, ast.Name):
@@ -243,20 +305,18 @@ class _Scanner:
             self.flag(node, f"uses `{node.id}` (no interpreter internals)")
             return
         if not isinstance(node.ctx, ast.Load) or any(node.id in s for s in self.scopes):
-            return
-        if node.id in self.aliases:
+            return  # a parameter may shadow a builtin (`input`); a local may not (`stored` refuses that)
+        if node.id in _PYTHON_BUILTINS and not (mode == "annotation" and node.id in _ANNOTATION_TYPES):
+            # before anything else looks at the name: a file cannot make `exec` its own global
+            table = KERNEL_BUILTINS if mode == "kernel" else BUILTINS
+            self.use(node, node.id, table.get(node.id), f"the builtin `{node.id}`", ", ".join(sorted(table)))
+        elif node.id in self.aliases:
             parent = self.parents.get(node)
             if not (isinstance(parent, ast.Attribute) and parent.value is node):
                 self.dotted_use(node, self.aliases[node.id], mode)
         elif node.id in self.kernels:
             self.kernel_use(node, mode)
-        elif node.id in self.functions or node.id in self.globals:
-            return
-        elif mode == "annotation" and node.id in ("int", "float", "bool", "str", "tuple", "list", "dict"):
-            return
-        elif node.id in _PYTHON_BUILTINS:  # names Python does not have are left to it (a NameError on import)
-            table = KERNEL_BUILTINS if mode == "kernel" else BUILTINS
-            self.use(node, node.id, table.get(node.id), f"the builtin `{node.id}`", ", ".join(sorted(table)))
+        # else: the file's own function or global, or a name Python does not have (a NameError on import)
 
     def kernel_use(self, node: ast.Name, mode: str) -> None:
         parent = self.parents.get(node)
@@ -427,12 +487,13 @@ def _param_names(args: ast.arguments) -> set[str]:
 
 
 def _locals(fn: ast.AST) -> set[str]:
-    """Names a function or lambda binds (assignments, loop and comprehension targets), not in nested scopes."""
+    """Names a function or lambda binds (assignments, loop targets), not in nested scopes (functions, lambdas,
+    classes, comprehensions: `Scanner.comprehension` gives those their own)."""
     found: set[str] = set()
     stack = list(ast.iter_child_nodes(fn))
     while stack:
         node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, *_COMPREHENSIONS)):
             continue
         if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
             found.add(node.id)
@@ -440,8 +501,10 @@ def _locals(fn: ast.AST) -> set[str]:
     return found
 
 
-def _bound_names(stmt: ast.stmt) -> set[str]:
-    return {n.id for t in _targets(stmt) for n in ast.walk(t) if isinstance(n, ast.Name)}
+def _stored_names(stmt: ast.stmt) -> set[str]:
+    """The names a statement binds: Name nodes in Store context in its targets, not those a target reads (a
+    subscript's key, an attribute's base)."""
+    return {n.id for t in _targets(stmt) for n in ast.walk(t) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
 
 
 def _targets(stmt: ast.stmt) -> list[ast.AST]:

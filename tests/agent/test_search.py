@@ -192,7 +192,7 @@ def _sweep(workdir: Path, names: list[str]) -> None:
     torch.set_num_threads(1)
     from autotune.verify import interp
 
-    interp.round_bf16_like_gpu()  # as the checker's worker does: fp32 -> bf16 rounded as on a GPU
+    interp.install_gpu_semantics()  # as the checker's worker does: tl.dot, casts, races as on a GPU
     failures, count = [], {}
     for name in names:
         for params in search.search_space(name):

@@ -23,7 +23,7 @@ CASES = [
     ("torch_fallback.py", Status.POLICY_VIOLATION, "torch.rsqrt"),
     ("operator_fallback.py", Status.POLICY_VIOLATION, "torch math at run time"),
     ("mutate_input.py", Status.INCORRECT, "modified its input `x`"),
-    ("pointer_cache.py", Status.INCORRECT, "returned the previous answer"),
+    ("pointer_cache.py", Status.POLICY_VIOLATION, "no state survives a call"),  # a module-level dict it fills
     ("no_mask.py", Status.INCORRECT, "NaN at"),  # a drawn width or padded rows, before [7, 1000]
     ("too_few_programs.py", Status.INCORRECT, "NaN at"),
     ("wrong_dtype.py", Status.INCORRECT, "output dtype float32 where the reference has bfloat16"),
@@ -31,14 +31,14 @@ CASES = [
     ("patch_compare.py", Status.POLICY_VIOLATION, "assigns to `torch.testing.assert_close`"),
     ("gc_hunt.py", Status.POLICY_VIOLATION, "imports `gc`"),
     ("kill_self.py", Status.POLICY_VIOLATION, "imports `os`"),
-    ("segfault.py", Status.RUNTIME_ERROR, "died with SIGSEGV while running case [1, 128]"),
+    ("segfault.py", Status.INCORRECT, "outside every tensor argument of its launch"),  # once a SIGSEGV
     ("syntax_error.py", Status.COMPILE_ERROR, "does not parse: expected ':' (line 6)"),
     ("no_entry.py", Status.POLICY_VIOLATION, "no entry function"),
     ("read_secret.py", Status.POLICY_VIOLATION, "imports `os`"),
     ("no_launch.py", Status.POLICY_VIOLATION, "no Triton kernel ran"),
     ("import_error.py", Status.COMPILE_ERROR, "NameError: name 'DEFAULT_BLOCK_SIZE' is not defined (candidate line 7)"),
     ("kernel_typo.py", Status.COMPILE_ERROR, "has no attribute 'lod'"),
-    ("autotuned_bad_config.py", Status.INCORRECT, "NaN at 64 positions"),  # the second config is wrong
+    ("autotuned_bad_config.py", Status.INCORRECT, "NaN"),  # the second config leaves values unwritten
     ("oob_store.py", Status.INCORRECT, "wrote outside its input `x`"),
 ]
 

@@ -1,10 +1,13 @@
 """The comparison gate: assert_close's rule, NaN/Inf placement, the fp64-golden fallback, evidence."""
 
+import dataclasses
+
 import pytest
+
 import torch
 
 from autotune.targets import get
-from autotune.targets.base import DEFAULT_TOLERANCES
+from autotune.targets.base import DEFAULT_TOLERANCES, Tolerance
 from autotune.verify import cases as C
 from autotune.verify.compare import compare, evidence, judge_case, same_bits
 
@@ -143,7 +146,14 @@ def test_judge_case_checks_mutation_aliasing_repeat_and_refill():
     wobble = data.reference[0].clone()
     wobble[0, 0] = torch.nextafter(wobble[0, 0], torch.tensor(9.0))
     result, nondeterministic = judge_case(RMS, case, data, dict(good, repeat_outputs=[wobble]), FP32)
-    assert result.passed and nondeterministic and "non-deterministic" in result.note
+    assert not result.passed and nondeterministic and "two calls on the same inputs differ bitwise" in result.note
+    atomic = dataclasses.replace(RMS, atomic_tolerance={torch.float32: FP32})  # a split-K sum's order, declared
+    result, nondeterministic = judge_case(atomic, case, data, dict(good, repeat_outputs=[wobble]), FP32)
+    assert result.passed and nondeterministic and "atomic bound" in result.note
+    tight = dataclasses.replace(RMS, atomic_tolerance={torch.float32: Tolerance(rtol=0.0, atol=1e-9)})
+    assert "atomic-reduction bound" in judge_case(tight, case, data, dict(good, repeat_outputs=[wobble]), FP32)[0].note
+    counted = dict(good, long_differs=2048, long_calls=3000)
+    assert "call 2049 of 3000 on the same inputs" in judge_case(RMS, case, data, counted, FP32)[0].note
 
 
 def test_a_tensor_subclass_or_other_object_is_named_in_the_failure():

@@ -35,16 +35,46 @@ def findings(body: str = "pass", prefix: str = "") -> list[str]:
 
 
 # Correct kernels, Liger-Kernel and vLLM styles included, and the cheats and bugs that only later checks can
-# catch (a replayed cache, an unmasked load, a global float and a plain helper in a kernel: the compiler; an
-# order-dependent grid: the permuted interpreter).
+# catch (an unmasked load, a global float and a plain helper in a kernel: the compiler; an order-dependent grid:
+# the permuted interpreter). A replayed cache (pointer_cache.py) was one: its module-level dict is refused now.
 CLEAN = ["rms_norm_rowwise.py", "rms_norm_chunked.py", "rms_norm_autotuned.py", "rms_norm_liger_style.py",
-         "rms_norm_vllm_style.py", "pointer_cache.py", "no_mask.py", "kernel_typo.py", "import_error.py",
+         "rms_norm_vllm_style.py", "no_mask.py", "kernel_typo.py", "import_error.py",
          "global_float.py", "python_helper.py", "ordered_programs.py"]
 
 
 @pytest.mark.parametrize("name", CLEAN)
 def test_clean_kernels_pass_the_scan(name):
     assert scan(parse((CANDIDATES / name).read_text()), RMS) == []
+
+
+STATE = [  # (code at the top level or in the launcher, what the finding names)
+    ("CACHE = {}", "the module-level `CACHE` is a dict"),
+    ("CALLS = []", "the module-level `CALLS` is a list"),
+    ("SEEN = set()", "the module-level `SEEN` is a call of `set`"),
+    ("BUF = torch.empty(16)", "the module-level `BUF` is a call of `torch.empty`"),
+    ("T = (1, [2])", "the module-level `T` is a list"),
+    ("L = [c for c in (1, 2)]", "the module-level `L` is a list comprehension"),
+]
+
+
+@pytest.mark.parametrize("code, fragment", STATE, ids=[s[0] for s in STATE])
+def test_module_level_state_is_refused(code, fragment):
+    assert any(fragment in f and "immutable constants" in f for f in findings(prefix=code + "\n")), findings(
+        prefix=code + "\n")
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ("COUNT.append(1)", "calls `.append()` on the module-level `COUNT`"),
+    ("COUNT[0] = 1", "assigns into the module-level `COUNT`"),
+])
+def test_a_launcher_that_mutates_a_module_level_name_is_refused(body, fragment):
+    assert any(fragment in f for f in findings(body, prefix="COUNT = (0,)\n"))
+
+
+def test_constant_tables_and_configs_at_the_top_level_pass():
+    prefix = ("BLOCK = tl.constexpr(2 ** 7)\nWIDTHS = ((128, 64), (4096, 1024))\nEPS = 1e-6 if True else 1e-5\n"
+              "CONFIGS = tuple(triton.Config({'BLOCK': b}, num_warps=w) for b in (64, 128) for w in (4, 8))\n")
+    assert not [f for f in findings(prefix=prefix) if "immutable" in f or "state" in f]
 
 
 @pytest.mark.parametrize("target, path", [
@@ -260,3 +290,57 @@ def _resolve(dotted):
     for p in parts[1:]:
         obj = getattr(obj, p)
     return obj
+
+
+# Issue 17: a name only read inside a top-level assignment target (a subscript's key) was counted as the file's own
+# global, so `exec`, `eval`, `getattr` and `open` passed the scan. Each shape below once bound or hid a builtin.
+HOLES = [
+    ("_d = {}\n_d[exec] = 1\n", "z = exec('1')", "exec"),
+    ("_d = {}\n_d[eval] = 1\n", "z = eval('1')", "eval"),
+    ("_d = {}\n_d[getattr] = 1\n", "z = getattr(x, 'sum')()", "getattr"),
+    ("_d = {}\n_d[open] = 1\n", "z = open('/etc/passwd')", "open"),
+    ("_d = {}\n_d[__import__] = 1\n", "z = __import__('os')", "__import__"),
+    ("_d = {}\n_d[compile] = 1\n", "z = compile('1', 'f', 'eval')", "compile"),
+    ("_d = {}\n_d[globals] = 1\n", "z = globals()", "globals"),
+    ("_d = {}\n_d[exec].k = 1\n", "z = exec('1')", "exec"),  # an attribute's base
+    ("_d = {}\n_d[0], *_e[open] = 1, 2\n", "z = open('/etc/passwd')", "open"),  # starred, tuple unpacking
+    ("_d = {}\n_d[getattr]: int = 1\n", "z = getattr(x, 'sum')()", "getattr"),  # annotated
+    ("_d = {}\n_d[eval] += 1\n", "z = eval('1')", "eval"),  # augmented
+    ("_d = {}\ndel _d[exec]\n", "z = exec('1')", "exec"),
+    ("for exec in ():\n    pass\n", "z = exec('1')", "exec"),
+    ("_v = [0 for exec in ()]\n", "z = exec('1')", "exec"),  # a comprehension's variable is its own
+    ("_v = (_w := open)\n", "z = _w('/etc/passwd')", "open"),  # walrus
+    ("_v = (lambda e=eval: 0)\n", "pass", "eval"),  # a lambda's default, evaluated where it is written
+    ("", "_v = [0 for open in ()]\n    z = max(['/etc/passwd'], key=open)", "open"),  # a comprehension in a function
+    ("", "z = max(['1'], key=lambda s, e=eval: max([s], key=e))", "eval"),
+    ("", "d = {}\n    d[exec] = 1\n    z = exec('1')", "exec"),
+]
+
+
+@pytest.mark.parametrize("prefix, body, name", HOLES, ids=[f"{i}-{h[2]}" for i, h in enumerate(HOLES)])
+def test_a_builtin_read_in_an_assignment_target_is_a_use_not_a_global(prefix, body, name):
+    found = findings(body, prefix=prefix)
+    assert any(f"`{name}`" in f for f in found), found
+
+
+@pytest.mark.parametrize("prefix, fragment", [
+    ("from torch import empty as open\n", "rebinds the builtin name `open`"),
+    ("def open(path):\n    return path\n", "rebinds the builtin name `open`"),
+    ("import math as torch\n", "rebinds the top-level name `torch`"),
+    ("def tl():\n    return 0\n", "rebinds the top-level name `tl`"),
+    ("def f(x: max([1], key=len)):\n    return x\n", "in an annotation"),
+])
+def test_top_level_names_mean_one_thing(prefix, fragment):
+    source = KERNEL.replace("{body}", "pass")
+    head, tail = source.split("\n\n\n@triton.jit", 1)
+    found = scan(parse(head + "\n" + prefix + "\n\n@triton.jit" + tail), RMS)
+    assert any(fragment in f for f in found), found
+
+
+def test_the_same_module_imported_twice_is_one_name():
+    assert findings(prefix="import triton\nimport triton.language\nfrom triton import language as tl\n") == []
+
+
+def test_the_attackers_exec_hole_is_refused_by_the_scan():
+    found = scan(parse((CANDIDATES / "exec_hole.py").read_text()), RMS)
+    assert any("the builtin `exec`" in f for f in found), found

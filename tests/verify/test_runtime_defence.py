@@ -35,7 +35,7 @@ def text_of(verdict) -> str:
 DENIED = [
     ("forge_worker.py", "reading __main__.run_case"),  # the attack that once forged every case's evidence
     ("import_math.py", "torch math while the candidate was imported"),
-    ("unhook_counter.py", "removed the checker's Triton launch counter"),
+    ("unhook_counter.py", "torch math at run time"),  # its unhooking finds nothing to undo; the op record remains
 ]
 
 
@@ -44,6 +44,15 @@ def test_the_candidate_cannot_forge_its_evidence(name, fragment):
     v = deep(name)
     assert v.status is Status.POLICY_VIOLATION, v.reason
     assert fragment in v.reason
+
+
+def test_state_hidden_from_the_hosts_check_still_shows():
+    """output_ring.py's ring, kept where the host's check of its globals does not look: the first call that returns
+    a kept buffer launches and returns differently from the first call (the device compares them; a call it runs
+    refuses a storage an earlier call allocated)."""
+    v = deep("output_ring_hidden.py")
+    assert not v.passed and v.status in (Status.INCORRECT, Status.POLICY_VIOLATION), v.reason
+    assert "state between calls" in v.reason or "kept from an earlier call" in v.reason, v.reason
 
 
 def test_a_process_chain_is_denied_and_nothing_survives():
@@ -115,3 +124,64 @@ def test_mask_secrets(text, kept):
     for secret in ("sk-proj-abc123def456", "github_pat_11ABCDEFG0123456789_abcdef", "s3cr3t-value", "plain-value",
                    "abcdefghijklmnop"):
         assert secret not in masked
+
+
+# Issue 17: a candidate that reached `exec` through the scan's old hole (candidates/exec_hole.py), judged with the
+# scan off; each attack must be refused by a layer behind it, and the verdict must say what was refused.
+FORK_EXEC = """
+import _posixsubprocess, os  # fork_exec raises no audit event: only the kernel's filter stands in its way
+r, w = os.pipe()
+_posixsubprocess.fork_exec([b"/bin/true"], [b"/bin/true"], True, (w,), None, None, -1, -1, -1, -1, -1, -1, r, w,
+                           True, False, -1, None, None, None, -1, None, True)
+"""
+FILL = """
+import os  # the Triton cache and TMPDIR are writable: fill them, under the per-file limit
+for i in range(1000):
+    with open(os.path.join(os.environ["TMPDIR"], f"fill-{i}.bin"), "wb") as f:
+        f.write(bytes(8 << 20))
+"""
+FORGED_FRAME = """
+import io, os, struct, sys, zipfile  # the result pipe's number is in sys.argv, and os.write raises no audit event
+buf = io.BytesIO()
+with zipfile.ZipFile(buf, "w") as z:  # a dict whose key is a tuple nested 10^6 deep: hashing it overflows C's stack
+    z.writestr("archive/data.pkl", b"\\x80\\x02}N" + b"\\x85" * 1_000_000 + b"K\\x01s.")
+frame = struct.pack("<Q", len(buf.getvalue())) + buf.getvalue()
+for fd in range(3, 64):  # the judge's pipe is not among them: only the pipe to the device process is
+    try:
+        os.write(fd, frame)
+    except OSError:
+        pass
+"""
+ATTACKS = [
+    ("fork_exec", FORK_EXEC, Status.RUNTIME_ERROR, "PermissionError: [Errno 1] Operation not permitted"),
+    ("fill the directory", FILL, Status.RUNTIME_ERROR, "No space left on device"),
+    ("a forged frame", FORGED_FRAME, Status.RUNTIME_ERROR, "the candidate's process sent a malformed frame"),
+]
+
+
+@pytest.mark.parametrize("name, attack, status, fragment", ATTACKS, ids=[a[0] for a in ATTACKS])
+def test_code_the_scan_never_saw_is_refused_by_the_layers_behind_it(name, attack, status, fragment):
+    source = (CANDIDATES / "exec_hole.py").read_text().replace('ATTACK = "pass"', f"ATTACK = {attack!r}")
+    cfg = compose(["verify=quick", "verify.max_dir_mb=32"]).verify
+    v = judge(get("rms_norm"), source, "exec_hole.py", cfg, scan=False)
+    if not str(v.sandbox.get("filesystem", "")).startswith("applied") and name == "fill the directory":
+        pytest.skip(f"no private filesystem here: {v.sandbox.get('filesystem')}")
+    assert v.status is status, v.reason
+    assert fragment in v.reason
+
+
+def test_a_file_under_the_root_never_reaches_the_verdict():
+    marker = f"autotune-root-file-{uuid.uuid4().hex}"
+    path = Path("/") / marker
+    try:
+        path.write_text(f"SECRET-{marker}")
+    except OSError:
+        pytest.skip("cannot write under / here")
+    try:
+        attack = f"raise RuntimeError(open({str(path)!r}).read())"
+        source = (CANDIDATES / "exec_hole.py").read_text().replace('ATTACK = "pass"', f"ATTACK = {attack!r}")
+        v = judge(get("rms_norm"), source, "exec_hole.py", compose(["verify=quick"]).verify, scan=False)
+    finally:
+        path.unlink()
+    assert v.status is Status.POLICY_VIOLATION and f"open '{path}' for reading" in v.reason, v.reason
+    assert f"SECRET-{marker}" not in text_of(v)

@@ -24,7 +24,7 @@ PROBE = "autotune.sandbox.probe"
 
 def run_probe(tmp_path, payload, **kwargs):
     limits = Limits(timeout_s=kwargs.pop("timeout_s", 60), memory_mb=4096,
-                    total_timeout_s=kwargs.pop("total_timeout_s", None))
+                    total_timeout_s=kwargs.pop("total_timeout_s", None), dir_mb=kwargs.pop("dir_mb", 256))
     return run_isolated(PROBE, payload, limits=limits, workdir=tmp_path / "work", **kwargs)
 
 
@@ -80,8 +80,9 @@ def test_the_child_writes_only_its_private_directory_and_reads_no_root_secret(tm
 
 
 def test_stopping_early_kills_every_process_of_the_child_even_one_that_left_the_group(tmp_path):
+    # the seccomp filter (in front of this layer) refuses processes: switched off to show the layer behind it
     r = run_probe(tmp_path, {"spawn_escaper": True, "sleep_s": 600},
-                  on_event=lambda frame: frame.get("kind") == "spawned")
+                  on_event=lambda frame: frame.get("kind") == "spawned", seccomp=None)
     assert r.stopped and not r.ok and r.signal == "SIGKILL"
     assert [e["kind"] for e in r.events] == ["spawned"]
     if r.isolation.get("uid") is not None:
@@ -127,7 +128,7 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 
 def test_a_chain_of_processes_in_new_sessions_does_not_outlive_the_run(tmp_path):
     marker = f"autotune-chain-{uuid.uuid4().hex}"
-    r = run_probe(tmp_path, {"fork_chain": marker, "sleep_s": 1.5})
+    r = run_probe(tmp_path, {"fork_chain": marker, "sleep_s": 1.5}, seccomp=None)  # the layer behind seccomp
     assert r.ok, r
     if not applied(r, "processes"):
         pytest.skip(f"no PID namespace here: {r.isolation['processes']}")
@@ -146,16 +147,36 @@ def test_no_system_v_shared_memory_outlives_the_run(tmp_path):
     assert str(key) not in keys
 
 
-def test_the_child_sees_no_other_process_and_not_the_checkout(tmp_path):
-    r = run_probe(tmp_path, {"read": [str(CHECKOUT / "pyproject.toml")], "list": [str(CHECKOUT), "/home", "/root"]})
+def test_the_child_sees_no_other_process_no_host_file_not_the_checkout_and_fills_only_its_capped_directory(tmp_path):
+    planted = Path("/") / f"autotune-probe-{uuid.uuid4().hex}"  # a file directly under the host's /
+    try:
+        planted.write_text("host file")
+    except OSError:
+        planted = None
+    try:
+        r = run_probe(tmp_path, {"read": [str(CHECKOUT / "pyproject.toml"), "/etc/passwd", str(planted)],
+                                 "list": [str(CHECKOUT), "/home", "/root", "/", "/etc", "/usr"], "fill_mb": 4},
+                      dir_mb=16)
+    finally:
+        if planted is not None:
+            planted.unlink()
     assert r.ok, r
     if not applied(r, "proc"):
         pytest.skip(f"no fresh /proc here: {r.isolation['proc']}")
     assert not any("pytest" in c for c in r.result["processes"]), r.result["processes"]
     assert len(r.result["processes"]) <= 3  # the namespace's init, the probe (and the process that started it)
-    assert r.result["read"][str(CHECKOUT / "pyproject.toml")].startswith("blocked")
-    assert "pyproject.toml" not in (r.result["listed"][str(CHECKOUT)] or [])
-    python = {Path(p).relative_to(top).parts[0] for top in ("/home", "/root") for p in (sys.prefix, sys.base_prefix)
-              if p.startswith(top + "/")}  # the Python installation may live in a home directory
+    listed, read = r.result["listed"], r.result["read"]
+    assert read[str(CHECKOUT / "pyproject.toml")].startswith("blocked")
+    python = {Path(p).relative_to(top).parts[0] for top in ("/home", "/root", str(CHECKOUT))
+              for p in (sys.prefix, sys.base_prefix) if p.startswith(top + "/")}  # Python may live in any of them
+    assert set(listed[str(CHECKOUT)] or []) <= python | {"autotune"}, listed[str(CHECKOUT)]
     for top in ("/home", "/root"):
-        assert set(r.result["listed"][top] or []) <= python, r.result["listed"][top]
+        assert set(listed[top] or []) <= python, listed[top]
+    if not applied(r, "filesystem"):
+        pytest.skip(f"no root of its own here: {r.isolation['filesystem']}")
+    assert planted is None or (planted.name not in listed["/"] and read[str(planted)] == "blocked: No such file or "
+                                                                                          "directory")
+    assert listed["/etc"] == ["ld.so.cache"] and read["/etc/passwd"].startswith("blocked")
+    assert set(listed["/usr"]) <= {"lib", "lib32", "lib64", "libx32"}, listed["/usr"]
+    assert "16 MiB tmpfs" in r.isolation["filesystem"]  # the private directory: ENOSPC past its cap
+    assert r.result["fill"] == {"written_mb": 16, "stopped": "ENOSPC"}

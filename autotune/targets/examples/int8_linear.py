@@ -1,5 +1,6 @@
 """A correct W8A16 GEMM: one program per 16 x 32 tile of y, K in steps of 64, int8 weights converted in
-registers, fp32 products and sums, each column scaled at the end."""
+registers to x's dtype (exact: |w| <= 127), the tiles on tl.dot with an fp32 accumulator (tensor cores for
+bf16/fp16, full fp32 products for fp32), each column scaled at the end."""
 
 import torch
 import triton
@@ -15,7 +16,7 @@ def _kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, BM: tl.constexpr, BN: tl.conste
         rk = k0 + tl.arange(0, BK)
         a = tl.load(x_ptr + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
         b = tl.load(w_ptr + rn[None, :] * K + rk[:, None], mask=(rn[None, :] < N) & (rk[:, None] < K), other=0)
-        acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+        acc = tl.dot(a, b.to(a.dtype), acc, input_precision="ieee")  # the precision matters for fp32 only
     acc = acc * tl.load(s_ptr + rn, mask=rn < N, other=0.0)[None, :]
     tl.store(y_ptr + rm[:, None] * N + rn[None, :], acc.to(y_ptr.dtype.element_ty),
              mask=(rm[:, None] < M) & (rn[None, :] < N))

@@ -1,5 +1,6 @@
-"""A correct GEMM y = x @ weight.T: one program per 16 x 32 tile of y, K in steps of 64, fp32 products
-and sums (full fp32, not TF32), y in x's dtype."""
+"""A correct GEMM y = x @ weight.T: one program per 16 x 32 tile of y, K in steps of 64, the tiles in x's
+dtype on tl.dot (tensor cores for bf16/fp16; full fp32 products for fp32, not TF32) with an fp32
+accumulator, y in x's dtype."""
 
 import torch
 import triton
@@ -15,7 +16,7 @@ def _kernel(x_ptr, w_ptr, y_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK
         rk = k0 + tl.arange(0, BK)
         a = tl.load(x_ptr + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
         b = tl.load(w_ptr + rn[None, :] * K + rk[:, None], mask=(rn[None, :] < N) & (rk[:, None] < K), other=0.0)
-        acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+        acc = tl.dot(a, b, acc, input_precision="ieee")  # the precision matters for fp32 tiles only
     tl.store(y_ptr + rm[:, None] * N + rn[None, :], acc.to(y_ptr.dtype.element_ty),
              mask=(rm[:, None] < M) & (rn[None, :] < N))
 

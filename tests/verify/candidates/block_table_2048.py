@@ -5,7 +5,7 @@ import torch
 import triton
 import triton.language as tl
 
-BLOCKS = {128: 128, 1024: 1024, 2048: 1024, 4096: 4096, 8192: 8192}
+BLOCKS = ((128, 128), (1024, 1024), (2048, 1024), (4096, 4096), (8192, 8192))  # (width, block)
 
 
 @triton.jit
@@ -23,6 +23,9 @@ def rms_norm(x, weight, eps):
     x2 = x.reshape(-1, x.shape[-1]).contiguous()
     y = torch.empty_like(x2)
     n_rows, n_cols = x2.shape
-    block = BLOCKS.get(n_cols, triton.next_power_of_2(n_cols))
+    block = triton.next_power_of_2(n_cols)
+    for width, tabled in BLOCKS:
+        if width == n_cols:
+            block = tabled
     _rms_norm_kernel[(n_rows,)](x2, weight, y, n_cols, eps, BLOCK=block)
     return y.view(x.shape)

@@ -1,12 +1,21 @@
-"""Cheat: takes the checker's Triton launch counter out (restores the launcher it wrapped), so that the
-torch math it runs instead of a kernel is not flagged as 'no Triton kernel ran'."""
+"""Cheat: takes the checker's report of its Triton launches out (restores the launcher it wrapped) and runs one
+do-nothing kernel, so that the torch math it runs instead is not flagged as 'no Triton kernel ran'. In the
+host process the math computes on NaN stand-ins anyway; the host notices the change first."""
 
 import torch
 import triton
+import triton.language as tl
 from triton.runtime import interpreter, jit
 
 
+@triton.jit
+def _noop_kernel(y_ptr):
+    pass
+
+
 def rms_norm(x, weight, eps):
+    y = torch.empty_like(x)
+    _noop_kernel[(1,)](y)
     for cls in (interpreter.InterpretedFunction, jit.JITFunction):
         run = cls.run
         cls.run = getattr(run, "__wrapped__", run)

@@ -1,0 +1,297 @@
+"""Arithmetic as an NVIDIA GPU does it where Triton 3.9's CPU interpreter does it otherwise: `tl.dot`, casts,
+and the types of scalar launch arguments. Each `install_*` patches the interpreter once (a second call does
+nothing); `autotune.verify.interp.install_gpu_semantics` installs them all. Tested against numpy/torch
+computations of the GPU's rules in tests/verify/test_gpu_semantics.py.
+
+`tl.dot` (InterpreterBuilder.create_dot; 3.9 calls np.matmul on the operands' storage arrays):
+- bf16 operands are stored as uint16 bits and were multiplied as integers (errors of 1e8-1e11). Here every
+  operand is decoded to its real value; bf16/fp16/fp8 products are exact in fp32 (8- or 11-bit significands)
+  and sum in fp32, as on the tensor cores; with an fp16 accumulator (`out_dtype=tl.float16`) each 16-deep
+  slice of K is added to it and rounded to fp16, as an m16n8k16 MMA with f16 C/D does. int8 x int8 sums
+  exactly in int32 (wrapping, as mma .s32 without .satfinite).
+- fp32 operands at the declared `input_precision` (3.9 ignored it: always IEEE). Default "tf32" on NVIDIA
+  (`NVIDIA CUDAOptions.default_dot_input_precision`, `tl.dot` when `TRITON_F32_DEFAULT` is unset). TF32: the
+  MMA reads fp32 registers and ignores the 13 low mantissa bits, i.e. truncates (tl.dot's 3.9 docstring: "the
+  float32 inputs may be truncated to TF32 format ... without rounding"; Triton rounds only in the tf32x3 split
+  and in TensorDescriptor loads). "tf32x3" as the F32DotTC pass rewrites it: big = cvt.rna.tf32.f32(x)
+  (round to nearest, ties away from zero), small = x - big, then small*big + big*small (NaN -> 0, so an Inf
+  operand's NaN correction is dropped) + big*big, each a TF32 dot. "bf16x3"/"bf16x6" (allowed on NVIDIA,
+  not by 3.9's interpreter) split each operand into 2 or 3 bf16 parts (RTNE) and sum the 3 or 6 leading
+  products. "ieee": fp32 products and sums. `max_num_imprecise_acc` only concerns fp8 on sm_90, whose
+  reduced-precision accumulation is not modelled (fp8 dtypes are not on the allow-list).
+
+Casts (InterpreterBuilder.cast_impl; 3.9 used numpy's astype):
+- float -> int as PTX `cvt.rzi` (the lowering of fptosi/fptoui): toward zero, saturated to the destination's
+  range ("For float-to-integer conversions, the result is clamped to the destination range by default"), NaN
+  -> 0 unless the source is f64 or the destination 64-bit, then 1 << (bits - 1) (PTX ISA, cvt, Integer
+  Notes). numpy gave INT_MIN for NaN, Inf and overflow in 32/64 bits and wrapped in 8/16 bits.
+- int -> bf16 and f64 -> bf16 were numpy casts to the uint16 storage (3 -> 2.8e-40); here correctly rounded
+  (RTNE, one rounding: fp64 -> fp32 rounded to odd, then to bf16).
+- `fp_downcast_rounding="rtz"` overflowed to NaN (fp32 1e30 -> fp16); here toward zero: 65504.
+  fp32 -> fp16 beyond 65504 already gave Inf with round to nearest, as cvt.rn.f16.f32 does.
+
+Scalar arguments (interpreter._implicit_cvt; 3.9 passed a Python float through as a Python float, so
+`eps.to(tl.float16)` failed on the CPU only): typed as the JIT types them (`mangle_type`): float -> fp32
+(so 1e300 is Inf, as on a GPU), bool -> i1, int -> i32 / i64 / u64 with data of that width. The JIT also
+specialises an int argument equal to 1 into a constexpr (3.9: `specialize_impl` gives ('constexpr', 1)
+unless the parameter is in `do_not_specialize`); the interpreter is handed such a 1 as a plain constant too,
+so it promotes with other operands as a literal does on the GPU (int8 * 1 stays int8). Divisibility by 16
+changes only alignment hints, not values: nothing to do. (Triton's front end compiles every launch with
+these rules first, `autotune.verify.frontend`, so `n.to(...)` on an n of 1 is a compile error on both.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import triton
+import triton.language as tl
+from triton._C.libtriton import ir
+from triton.runtime import interpreter
+
+# bound here, not read through the module: the worker seals autotune.verify.interp (sandbox.audit)
+from autotune.verify.interp import _fp32_to_bf16_rtne, current_launch
+
+_P = ir.INPUT_PRECISION
+_F32_SPECIAL = np.uint32(0x7F800000)
+_TF32_LOW = np.uint32(0x1FFF)  # the 13 mantissa bits an fp32 has and a TF32 lacks
+MMA_K_F16_ACC = 16  # K of one m16n8k16 MMA: an fp16 accumulator is rounded once per slice this deep
+
+
+def _installed(owner, flag: str) -> bool:
+    """True if `flag` is already set on owner; sets it otherwise (idempotent installs)."""
+    if getattr(owner, flag, False):
+        return True
+    setattr(owner, flag, True)
+    return False
+
+
+# ---- tl.dot -------------------------------------------------------------------------------------------------
+
+def _bf16_values(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def _operand(h) -> np.ndarray:
+    """A dot operand's values: bf16/fp8 decoded and fp16 widened to fp32 (exact), ints to int32."""
+    ty = h.dtype
+    if ty == tl.bfloat16:
+        return _bf16_values(h.data)
+    if ty.is_fp8():
+        return interpreter._convert_float(h.data, ty, tl.float16, None).view(np.float16).astype(np.float32)
+    if ty == tl.float16:
+        return h.data.astype(np.float32)
+    if ty.is_int():
+        return h.data.astype(np.int32)
+    return h.data
+
+
+def tf32_truncated(x: np.ndarray) -> np.ndarray:
+    """fp32 values as a TF32 MMA reads them: the 13 low mantissa bits dropped (Inf and NaN stay)."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    return (bits & ~_TF32_LOW).view(np.float32)
+
+
+def tf32_rna(x: np.ndarray) -> np.ndarray:
+    """cvt.rna.tf32.f32: to 10 mantissa bits, to nearest, ties away from zero (Inf and NaN unchanged)."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0x1000)) & ~_TF32_LOW
+    return np.where((bits & _F32_SPECIAL) == _F32_SPECIAL, bits, rounded).view(np.float32)
+
+
+def _bf16_rtne(x: np.ndarray) -> np.ndarray:
+    return _bf16_values(_fp32_to_bf16_rtne(x))
+
+
+def _split(x: np.ndarray, parts: int, head) -> list[np.ndarray]:
+    """x as `parts` terms, each the rounding `head` of what the earlier ones leave (x = sum, nearly)."""
+    terms, rest = [], x
+    for _ in range(parts):
+        terms.append(head(rest))
+        rest = (rest - terms[-1]).astype(np.float32)
+    return terms
+
+
+def _compensated(a: np.ndarray, b: np.ndarray, parts: int, head, dot) -> np.ndarray:
+    """The split products Triton keeps (leading-order terms first), NaN corrections dropped, then big x big."""
+    sa, sb = _split(a, parts, head), _split(b, parts, head)
+    pairs = [(i, j) for i in range(parts) for j in range(parts) if 0 < i + j < parts]
+    small = sum((dot(sa[i], sb[j]) for i, j in sorted(pairs, key=sum, reverse=True)), np.float32(0))
+    return dot(sa[0], sb[0]) + np.where(np.isnan(small), np.float32(0), small)
+
+
+def _fp32_product(a: np.ndarray, b: np.ndarray, precision) -> np.ndarray:
+    """a @ b of fp32 operands at the declared input precision (before the accumulator is added)."""
+    if precision == _P.IEEE:
+        return np.matmul(a, b)
+    tf32_dot = lambda x, y: np.matmul(tf32_truncated(x), tf32_truncated(y))  # noqa: E731
+    if precision == _P.TF32:
+        return tf32_dot(a, b)
+    if precision == _P.TF32x3:
+        return _compensated(a, b, 2, tf32_rna, tf32_dot)
+    parts = {_P.BF16x3: 2, _P.BF16x6: 3}[precision]
+    return _compensated(a, b, parts, _bf16_rtne, np.matmul)
+
+
+def _into_fp16(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """An fp16 accumulator: each K slice of one MMA summed in fp32, added, rounded to fp16."""
+    for k0 in range(0, a.shape[-1], MMA_K_F16_ACC):
+        part = np.matmul(a[..., k0:k0 + MMA_K_F16_ACC], b[..., k0:k0 + MMA_K_F16_ACC, :])
+        acc = (acc.astype(np.float32) + part).astype(np.float16)
+    return acc
+
+
+def gpu_dot(a, b, d, input_precision) -> np.ndarray:
+    """tl.dot(a, b, d) as the GPU computes it, in the accumulator's numpy dtype."""
+    x, y, acc = _operand(a), _operand(b), d.data
+    if acc.dtype == np.float16:
+        return _into_fp16(acc, x, y)
+    if a.dtype == tl.float32:
+        product = _fp32_product(x, y, input_precision)
+    else:
+        product = np.matmul(x, y)
+    return (product + acc).astype(acc.dtype)
+
+
+def install_dot() -> None:
+    """From now on tl.dot computes as the GPU's MMA does (see the module docstring)."""
+    builder = interpreter.InterpreterBuilder
+    if _installed(builder, "_autotune_gpu_dot"):
+        return
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        with np.errstate(all="ignore"):  # Inf - Inf in a split is NaN on the GPU too, without a warning
+            return interpreter.TensorHandle(gpu_dot(a, b, d, input_precision), d.dtype.scalar)
+
+    builder.create_dot = create_dot
+    options = interpreter.interpreter_builder.options  # NVIDIA's CUDAOptions also allow the bf16 splits
+    interpreter.interpreter_builder.options = dataclasses.replace(
+        options, allowed_dot_input_precisions=(*options.allowed_dot_input_precisions, "bf16x3", "bf16x6"))
+
+
+# ---- casts --------------------------------------------------------------------------------------------------
+
+def ptx_float_to_int(x: np.ndarray, src_is_f64: bool, dst: np.dtype) -> np.ndarray:
+    """cvt.rzi.{s,u}N.fM: toward zero, saturated; NaN -> 0, or 1 << (N - 1) from f64 or into 64 bits."""
+    info = np.iinfo(dst)
+    wide = np.asarray(x, dtype=np.float64)
+    t = np.trunc(wide)
+    nan, high, low = np.isnan(t), t >= float(info.max) + 1, t < float(info.min)
+    out = np.where(nan | high | low, 0, t).astype(dst)
+    out[high], out[low] = info.max, info.min
+    if src_is_f64 or info.bits == 64:
+        out[nan] = np.array(1 << (info.bits - 1), dtype=np.uint64).astype(dst)  # MININT, or MAXINT >> 1 + 1
+    return out
+
+
+def _uint_of(dtype: np.dtype) -> type:
+    return {2: np.uint16, 4: np.uint32, 8: np.uint64}[np.dtype(dtype).itemsize]
+
+
+def toward_zero(x: np.ndarray, dst: type) -> np.ndarray:
+    """x (fp32/fp64) rounded toward zero to fp16/fp32: to nearest, then one step back where that went outward
+    (an overflow to Inf becomes the largest finite value, as cvt.rz does)."""
+    with np.errstate(over="ignore"):
+        y = np.asarray(x).astype(dst)
+    wide = np.asarray(x, dtype=np.float64)
+    outward = np.isfinite(wide) & (np.abs(y.astype(np.float64)) > np.abs(wide))
+    bits = y.view(_uint_of(dst)).copy()
+    bits[outward] -= 1  # sign-magnitude: one ulp less magnitude, for either sign
+    return bits.view(dst)
+
+
+def _bf16_bits_rtz(x: np.ndarray) -> np.ndarray:
+    f32 = toward_zero(x, np.float32).view(np.uint32)
+    nan = np.isnan(f32.view(np.float32))
+    return np.where(nan, (f32 >> 16) | 0x40, f32 >> 16).astype(np.uint16)
+
+
+def bf16_bits_rtne(x: np.ndarray) -> np.ndarray:
+    """Any real values (float64, ints) -> bf16 bits, rounded to nearest even once: fp32 rounded to odd (toward
+    zero, lowest bit set when inexact) keeps the information the second rounding needs."""
+    wide = np.asarray(x, dtype=np.float64)
+    f32 = toward_zero(wide, np.float32)
+    inexact = np.isfinite(wide) & (f32.astype(np.float64) != wide)
+    odd = (f32.view(np.uint32) | inexact.astype(np.uint32)).view(np.float32)
+    return _fp32_to_bf16_rtne(odd)
+
+
+def _float_source(h) -> np.ndarray:
+    return _bf16_values(h.data) if h.dtype == tl.bfloat16 else h.data
+
+
+def install_casts() -> None:
+    """From now on float -> int casts saturate as PTX's cvt.rzi does, int/f64 -> bf16 round correctly and
+    fp_downcast_rounding="rtz" rounds toward zero without overflowing to NaN."""
+    builder = interpreter.InterpreterBuilder
+    if _installed(builder, "_autotune_gpu_casts"):
+        return
+    cast_impl, fp_to_fp = builder.cast_impl, builder.create_fp_to_fp
+
+    def cast(self, src, dst_type):
+        s, d = src.dtype.scalar, dst_type.scalar
+        if s.is_floating() and d.is_int() and not d.is_bool():
+            dst = interpreter._get_np_dtype(d)
+            return interpreter.TensorHandle(ptx_float_to_int(_float_source(src), s == tl.float64, dst), d)
+        if d == tl.bfloat16 and s not in (tl.bfloat16, tl.float32):
+            return interpreter.TensorHandle(bf16_bits_rtne(src.data), d)
+        return cast_impl(self, src, dst_type)
+
+    def create_fp_to_fp(self, src, dst_type, rounding_mode):
+        s, d = src.dtype.scalar, dst_type.scalar
+        if rounding_mode == ir.ROUNDING_MODE.RTZ and s in (tl.float32, tl.float64):
+            if d == tl.bfloat16:
+                return interpreter.TensorHandle(_bf16_bits_rtz(src.data), d)
+            if d in (tl.float16, tl.float32):
+                return interpreter.TensorHandle(toward_zero(src.data, interpreter._get_np_dtype(d).type), d)
+        return fp_to_fp(self, src, dst_type, rounding_mode)
+
+    builder.cast_impl, builder.create_fp_to_fp = cast, create_fp_to_fp
+
+
+# ---- scalar arguments ---------------------------------------------------------------------------------------
+
+_INT_DATA = {"i32": np.int32, "i64": np.int64, "u64": np.uint64}
+
+
+def _scalar(value, ty_name: str, np_dtype) -> tl.tensor:
+    ty = tl.str_to_ty(ty_name, None)
+    with np.errstate(over="ignore"):  # a float beyond fp32's range is Inf on the GPU too
+        data = np.array([value], dtype=np_dtype)
+    return tl.tensor(interpreter.TensorHandle(data, ty), ty)
+
+
+def _specialised_ones(names: list[str], args: tuple, kwargs: dict) -> list[str]:
+    """The parameters the JIT would turn into the constexpr 1: int (not bool) arguments equal to 1."""
+    launch = current_launch()
+    skip = set((launch.fn.kwargs.get("do_not_specialize") or ()) if launch else ())
+    bound = {**dict(zip(names, args)), **kwargs}
+    return [n for i, n in enumerate(names) if type(bound.get(n)) is int and bound[n] == 1
+            and n not in skip and i not in skip]
+
+
+def install_scalar_arguments() -> None:
+    """From now on scalar kernel arguments reach the kernel typed as the JIT types them (module docstring)."""
+    if _installed(interpreter, "_autotune_gpu_scalars"):
+        return
+    convert = interpreter._implicit_cvt
+
+    def implicit_cvt(arg):
+        if type(arg) is float:
+            return _scalar(arg, "fp32", np.float32)
+        if type(arg) is int:
+            name = triton.runtime.jit.mangle_type(arg)
+            return _scalar(arg, name, _INT_DATA[name]) if name in _INT_DATA else convert(arg)
+        return convert(arg)
+
+    grid_call = interpreter.GridExecutor.__call__
+
+    def call(self, *args, **kwargs):
+        ones = _specialised_ones(self.arg_names, args, kwargs)
+        if ones:  # this executor serves one launch
+            self.constexprs = [*self.constexprs, *ones]
+        return grid_call(self, *args, **kwargs)
+
+    interpreter._implicit_cvt = implicit_cvt
+    interpreter.GridExecutor.__call__ = call

@@ -1,0 +1,192 @@
+"""A candidate's kernels built from its source without running the file: what the device process executes.
+
+The device process (autotune.verify.device) holds the real case data and runs the candidate's kernels under
+the interpreter, so it must never run the candidate's Python: no module-level statement, no launcher, no
+decorator argument. It builds the kernels from the syntax tree instead:
+
+- the imports of the allowed modules (torch, triton, triton.language, math) bind their names;
+- a top-level assignment binds its name only when its value is a constant expression this module can
+  evaluate itself (numbers, strings, tuples, `tl.constexpr(...)`, dtypes, arithmetic on those); anything
+  else is left unbound, and a kernel that reads it fails to compile, as it would if the file were wrong;
+- each top-level function whose innermost decorator is `@triton.jit` is compiled alone, with its decorators
+  removed, into a namespace that holds only the above and the other kernels; `@triton.autotune` and
+  `@triton.heuristics` are the host's business (it sends the final meta-parameters with every launch).
+
+Before anything is compiled, every kernel body is checked against the kernel half of the allow-list
+(autotune.verify.policy.kernel_findings): Triton's front end calls Python callables it reaches through a
+module at compile time, so a kernel that reached `tl.core.builtins.open` would run it here. The names a
+kernel may reach are the allow-listed ones, whatever the judge's own scan said.
+
+    kernels = load(source, workdir / "kernels.py")      # raises KernelSourceError
+    kernels.interpreted["_rms_norm_kernel"]             # InterpretedFunction (TRITON_INTERPRET=1)
+    kernels.compiled["_rms_norm_kernel"]                 # JITFunction, for Triton's front end
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import dataclasses
+import math
+import operator
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
+from triton.runtime.jit import JITFunction
+
+from autotune.verify import policy
+
+_MODULES = {"torch": torch, "triton": triton, "triton.language": tl, "math": math}
+# What a kernel body may name beyond its file's own constants and kernels (Triton's front end has its own
+# namespace for these; the interpreter runs the body as Python and needs them as builtins).
+_KERNEL_BUILTINS = {name: getattr(builtins, name) for name in
+                    ("range", "len", "min", "max", "int", "float", "bool", "abs", "isinstance", "getattr",
+                     "hasattr", "list", "tuple", "print", "ValueError", "AssertionError", "TypeError")}
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+           ast.LShift: operator.lshift, ast.RShift: operator.rshift, ast.BitOr: operator.or_,
+           ast.BitAnd: operator.and_, ast.BitXor: operator.xor}
+_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_, ast.Invert: operator.invert}
+_CONSTANT_TYPES = (int, float, bool, str, type(None), tl.constexpr, tl.dtype, torch.dtype)
+
+
+class KernelSourceError(Exception):
+    """The source cannot be turned into kernels (a refused name in a kernel body, no kernel at all)."""
+
+
+@dataclasses.dataclass
+class Kernels:
+    interpreted: dict[str, InterpretedFunction]  # run under TRITON_INTERPRET=1
+    compiled: dict[str, JITFunction]  # the same functions for Triton's front end (autotune.verify.frontend)
+    constexpr_args: dict[str, tuple[str, ...]]  # kernel -> its tl.constexpr parameters
+
+
+def load(source: str, path: Path) -> Kernels:
+    """The kernels of `source`, compiled from its syntax tree (the file is written to `path`, which the
+    interpreter and Triton's front end read their source lines from)."""
+    tree = policy.parse(source, filename=str(path))
+    refused = policy.kernel_findings(tree)
+    if refused:
+        raise KernelSourceError(refused[0])
+    path.write_text(source)
+    compiled = _namespace(tree, path, interpreted=False)
+    interpreted = _namespace(tree, path, interpreted=True)
+    names = [n for n in compiled if isinstance(compiled[n], JITFunction)]
+    if not names:
+        raise KernelSourceError("no @triton.jit kernel in the file")
+    return Kernels(interpreted={n: interpreted[n] for n in names}, compiled={n: compiled[n] for n in names},
+                   constexpr_args={n: _constexpr_params(compiled[n]) for n in names})
+
+
+def _namespace(tree: ast.Module, path: Path, interpreted: bool) -> dict:
+    """The module namespace the kernels see: imports, constants, the kernels themselves (as JITFunctions or
+    as InterpretedFunctions: a kernel calls its helpers by their global names)."""
+    ns: dict = {"__builtins__": dict(_KERNEL_BUILTINS), "__name__": "candidate_kernels"}
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            _bind_import(stmt, ns)
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            if len(targets) == 1 and isinstance(targets[0], ast.Name):
+                try:
+                    ns[targets[0].id] = constant(stmt.value, ns)
+                except _NotConstant:
+                    ns.pop(targets[0].id, None)
+        elif isinstance(stmt, ast.FunctionDef) and _is_kernel(stmt, ns):
+            ns[stmt.name] = _kernel(stmt, path, ns, interpreted)
+    return ns
+
+
+def _bind_import(stmt: ast.Import | ast.ImportFrom, ns: dict) -> None:
+    if isinstance(stmt, ast.Import):
+        for a in stmt.names:
+            if a.name in _MODULES:
+                ns[a.asname or a.name.split(".")[0]] = _MODULES[a.name if a.asname else a.name.split(".")[0]]
+        return
+    module = _MODULES.get(stmt.module or "") if not stmt.level else None
+    for a in stmt.names if module is not None else ():
+        value = getattr(module, a.name, None)
+        if value is not None and (isinstance(value, _CONSTANT_TYPES) or callable(value)):
+            ns[a.asname or a.name] = value
+
+
+def _is_kernel(fn: ast.FunctionDef, ns: dict) -> bool:
+    if not fn.decorator_list:
+        return False
+    innermost = fn.decorator_list[-1]
+    innermost = innermost.func if isinstance(innermost, ast.Call) else innermost
+    try:
+        return _resolve(innermost, ns) is triton.jit
+    except _NotConstant:
+        return False
+
+
+def _kernel(fn: ast.FunctionDef, path: Path, ns: dict, interpreted: bool):
+    """One kernel compiled alone (decorators removed) into `ns`; `@triton.jit(...)`'s constant keyword
+    arguments (do_not_specialize, debug ...) kept."""
+    jit = fn.decorator_list[-1]
+    options = {k.arg: constant(k.value, ns) for k in jit.keywords} if isinstance(jit, ast.Call) else {}
+    bare = ast.FunctionDef(name=fn.name, args=fn.args, body=fn.body, decorator_list=[], returns=fn.returns,
+                           type_comment=None, lineno=fn.lineno, col_offset=fn.col_offset,
+                           end_lineno=fn.end_lineno, end_col_offset=fn.end_col_offset)
+    code = compile(ast.Module(body=[bare], type_ignores=[]), str(path), "exec")
+    exec(code, ns)  # defines the plain function: its body runs only when the kernel is interpreted
+    python_fn = ns[fn.name]
+    return InterpretedFunction(python_fn, **options) if interpreted else JITFunction(python_fn, **options)
+
+
+def _constexpr_params(fn: JITFunction) -> tuple[str, ...]:
+    return tuple(p.name for p in fn.params if p.is_constexpr)
+
+
+class _NotConstant(Exception):
+    pass
+
+
+def constant(node: ast.AST, ns: dict):
+    """The value of a constant expression (see the module docstring), or _NotConstant."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Tuple):
+        return tuple(constant(e, ns) for e in node.elts)
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        return _UNARY[type(node.op)](constant(node.operand, ns))
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        left, right = constant(node.left, ns), constant(node.right, ns)
+        if isinstance(node.op, ast.Pow) and abs(right) > 64:  # no 10 ** 10 ** 9 at load time
+            raise _NotConstant
+        return _BINARY[type(node.op)](left, right)
+    if isinstance(node, ast.Call) and not node.keywords and len(node.args) <= 1:
+        fn = _resolve(node.func, ns)
+        if fn is tl.constexpr:
+            return tl.constexpr(constant(node.args[0], ns) if node.args else None)
+    if isinstance(node, (ast.Name, ast.Attribute)):
+        value = _resolve(node, ns)
+        if isinstance(value, _CONSTANT_TYPES) or (isinstance(value, tuple) and all(
+                isinstance(v, _CONSTANT_TYPES) for v in value)):
+            return value
+    raise _NotConstant
+
+
+def _resolve(node: ast.AST, ns: dict):
+    """A name or an attribute chain on an imported module (only chains of plain names, no dunders)."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name) or node.id.startswith("__") or node.id not in ns:
+        raise _NotConstant
+    value = ns[node.id]
+    for part in reversed(parts):
+        if part.startswith("_"):
+            raise _NotConstant
+        value = getattr(value, part, _missing)
+        if value is _missing:
+            raise _NotConstant
+    return value
+
+
+_missing = object()

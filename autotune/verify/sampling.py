@@ -1,0 +1,212 @@
+"""A drawn sample of a launch's programs, and exactly the outputs they wrote: how a served shape is checked whole on
+the CPU without the interpreter running all of it.
+
+A case at a served shape keeps every dimension a kernel indexes whole (every kv head, the longest context, M over
+many row blocks) and cuts only independent work; where that is still too slow for the interpreter, each launch
+of the call runs only some of its programs: along the grid's longest axis, `programs` indices drawn per call
+(the same indices for every launch of the call whose axis has that length, so that a second kernel reading the
+first's partial results finds the ones it needs), every index of the other axes. The rest of the grid is never
+visited: the interpreter's loop stops when the sample is done.
+
+What the sampled programs wrote is then all that is compared. Every storage allocated during the call gets a
+shadow of valid bytes: a store by a program that read nothing invalid makes its bytes valid; a program that read
+an invalid byte (an element some skipped program would have written) is tainted, and its stores are invalid too;
+an atomic update in a sampled launch is invalid (skipped programs would have added to it); allocations are
+invalid until written, zero fills and copies carry validity along. An output's element is compared when all its
+bytes are valid; the inputs, which the judge made, are valid throughout. A kernel cannot know which programs
+run, so one that is wrong for some programs is wrong in the sample with the probability that it picks them,
+drawn afresh on every call.
+
+    with Sample(programs=2, rng=rng) as sample:     # in the device, around a call's launches and ops
+        sample.track(start, nbytes)                 # every storage the call allocates
+        ... launches ...
+        sample.valid(view)                          # bool tensor: the elements to compare
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import torch
+from triton.runtime import interpreter
+
+
+class _Done(Exception):
+    """Raised by the grid loop's next set_grid_idx once the sample has run: the launch ends there."""
+
+
+_active: list["Sample"] = []
+
+
+class Sample:
+    def __init__(self, programs: int, rng: np.random.Generator):
+        self.programs, self.rng = programs, rng
+        self.indices: dict[int, np.ndarray] = {}  # axis length -> the indices drawn for it in this call
+        self.starts: list[int] = []
+        self.shadows: list[tuple[int, int, np.ndarray]] = []  # (start, end, valid bytes)
+        self.tainted = False
+        self.launch_sampled = False
+        self.left = 0  # programs still to run in the launch under way
+        self.notes: list[str] = []
+
+    def __enter__(self) -> "Sample":
+        _install()
+        _active.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _active.pop()
+
+    # storages ---------------------------------------------------------------------------------------
+    def track(self, start: int, nbytes: int) -> None:
+        """A storage allocated in this call: nothing in it is valid yet."""
+        self.shadows = [s for s in self.shadows if not (s[0] < start + nbytes and start < s[1])]
+        self.shadows.append((start, start + nbytes, np.zeros(nbytes, dtype=np.uint8)))
+        self.shadows.sort(key=lambda s: s[0])
+        self.starts = [s[0] for s in self.shadows]
+
+    def _bytes(self, t: torch.Tensor) -> np.ndarray | None:
+        """The shadow bytes of a view's elements, [numel, itemsize]; None for an untracked (valid) storage."""
+        first = t.data_ptr()  # the view's first element (the device's buffers start past their storage's start)
+        for start, end, shadow in self.shadows:
+            if start <= first < end:
+                e = t.element_size()
+                return torch.from_numpy(shadow).as_strided((*t.shape, e), (*(s * e for s in t.stride()), 1),
+                                                           first - start)
+        return None
+
+    def valid(self, t: torch.Tensor) -> torch.Tensor:
+        """The elements of `t` that hold what sampled, untainted programs (or the inputs) put there."""
+        b = self._bytes(t)
+        return torch.ones(t.shape, dtype=torch.bool) if b is None else b.all(-1).bool()
+
+    def set_valid(self, t: torch.Tensor, valid: torch.Tensor | bool) -> None:
+        """After an op wrote all of `t`: its validity (a zero fill: valid; a copy: its source's)."""
+        b = self._bytes(t)
+        if b is not None:
+            b.copy_(torch.as_tensor(valid, dtype=torch.uint8).expand(*t.shape).unsqueeze(-1).expand(b.shape))
+
+    def _mark(self, addrs: np.ndarray, width: int, value: int) -> None:
+        for start, end, shadow, offs in self._locate(addrs):
+            for w in range(width):
+                shadow[np.minimum(offs + w, end - start - 1)] = value
+
+    def _invalid_read(self, addrs: np.ndarray, width: int) -> bool:
+        for start, end, shadow, offs in self._locate(addrs):
+            if not shadow[offs].all():
+                return True
+        return False
+
+    def _locate(self, addrs: np.ndarray):
+        if not self.shadows or addrs.size == 0:
+            return
+        which = np.searchsorted(np.array(self.starts, dtype=np.uint64), addrs, side="right").astype(np.intp) - 1
+        for k in np.unique(which[which >= 0]):
+            start, end, shadow = self.shadows[k]
+            sel = (which == k) & (addrs < np.uint64(end))
+            if sel.any():
+                yield start, end, shadow, (addrs[sel] - np.uint64(start)).astype(np.intp)
+
+    # programs ---------------------------------------------------------------------------------------
+    def order(self, grid: tuple[int, int, int]) -> np.ndarray | None:
+        """The linear ids of the programs to run, in a random order; None to run the whole grid."""
+        axis = int(np.argmax(grid))
+        n = grid[axis]
+        if n <= self.programs:
+            self.launch_sampled = False
+            return None
+        chosen = self.indices.setdefault(n, np.sort(self.rng.choice(n, self.programs, replace=False)))
+        coords = np.meshgrid(*[chosen if a == axis else np.arange(grid[a]) for a in range(3)], indexing="ij")
+        ids = (coords[0] * grid[1] + coords[1]) * grid[2] + coords[2]
+        self.launch_sampled = True
+        self.notes.append(f"{len(chosen)} of {n} along grid axis {axis}")
+        return self.rng.permutation(ids.reshape(-1))
+
+
+def _width(handle) -> int:
+    return max(1, handle.get_element_ty().primitive_bitwidth // 8)
+
+
+def _lanes(ptrs, mask) -> np.ndarray:
+    p = np.asarray(ptrs.data, dtype=np.uint64)
+    if mask is None:
+        return p.reshape(-1)
+    return p[np.broadcast_to(np.asarray(mask.data, dtype=bool), p.shape)]
+
+
+def _install() -> None:
+    builder = interpreter.InterpreterBuilder
+    if getattr(builder, "_autotune_sampling", False):
+        return
+    set_dim, set_idx = builder.set_grid_dim, builder.set_grid_idx
+    load, store = builder.create_masked_load, builder.create_masked_store
+    rmw, cas = builder.create_atomic_rmw, builder.create_atomic_cas
+
+    def set_grid_dim(self, nx, ny, nz):
+        set_dim(self, nx, ny, nz)
+        s = _active[-1] if _active else None
+        if s is None:
+            return
+        order = s.order((nx, ny, nz))
+        s.left = nx * ny * nz if order is None else len(order)
+        if order is not None:  # the permuted loop (autotune.verify.interp) visits these first, then stops
+            rest = np.setdiff1d(np.arange(nx * ny * nz), order)
+            self._autotune_order = np.concatenate([order, rest])
+
+    def set_grid_idx(self, x, y, z):
+        s = _active[-1] if _active else None
+        if s is not None:
+            if s.left <= 0:
+                raise _Done()
+            s.left -= 1
+            s.tainted = False
+        return set_idx(self, x, y, z)
+
+    @functools.wraps(load)
+    def masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
+        s = _active[-1] if _active else None
+        if s is not None and not s.tainted and s.shadows:
+            s.tainted = s._invalid_read(_lanes(ptrs, mask), _width(ptrs))
+        return load(self, ptrs, mask, other, cache_policy, is_volatile)
+
+    @functools.wraps(store)
+    def masked_store(self, ptrs, value, mask, cache_policy):
+        s = _active[-1] if _active else None
+        if s is not None and s.shadows:
+            s._mark(_lanes(ptrs, mask), _width(ptrs), 0 if s.tainted else 1)
+        return store(self, ptrs, value, mask, cache_policy)
+
+    @functools.wraps(rmw)
+    def atomic_rmw(self, rmw_op, ptr, val, mask, sem, scope):
+        s = _active[-1] if _active else None
+        if s is not None and s.shadows:
+            lanes = _lanes(ptr, mask)
+            s.tainted = s.tainted or s._invalid_read(lanes, _width(ptr))
+            s._mark(lanes, _width(ptr), 0 if (s.tainted or s.launch_sampled) else 1)
+        return rmw(self, rmw_op, ptr, val, mask, sem, scope)
+
+    @functools.wraps(cas)
+    def atomic_cas(self, ptr, cmp, val, sem, scope):
+        s = _active[-1] if _active else None
+        if s is not None and s.shadows:
+            lanes = _lanes(ptr, None)
+            s.tainted = s.tainted or s._invalid_read(lanes, _width(ptr))
+            s._mark(lanes, _width(ptr), 0 if (s.tainted or s.launch_sampled) else 1)
+        return cas(self, ptr, cmp, val, sem, scope)
+
+    builder.set_grid_dim, builder.set_grid_idx = set_grid_dim, set_grid_idx
+    builder.create_masked_load, builder.create_masked_store = masked_load, masked_store
+    builder.create_atomic_rmw, builder.create_atomic_cas = atomic_rmw, atomic_cas
+    builder._autotune_sampling = True
+
+
+def ended_by_sample(e: BaseException) -> bool:
+    """Whether a launch stopped because its sample had run (not an error)."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, _Done):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False

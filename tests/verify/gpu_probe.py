@@ -1,0 +1,198 @@
+"""Kernels that show where Triton 3.9's CPU interpreter and a GPU differ, run twice in one fresh interpreter
+process: on the stock interpreter, then after `interp.install_gpu_semantics()`. Run as a script by
+tests/verify/test_gpu_semantics.py (TRITON_INTERPRET=1 set before triton is imported); it saves the inputs
+and both runs' outputs with torch.save to the path given, and the test computes what a GPU gives
+independently (numpy/torch/pure Python) and compares.
+
+    TRITON_INTERPRET=1 python tests/verify/gpu_probe.py OUT.pt
+"""
+
+import sys
+
+import torch
+import triton
+import triton.language as tl
+
+from autotune.verify import interp
+from autotune.verify.races import race_in
+
+
+@triton.jit
+def _dot(a_ptr, b_ptr, acc_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, PREC: tl.constexpr,
+         ACC: tl.constexpr):
+    rm, rn, rk = tl.arange(0, M), tl.arange(0, N), tl.arange(0, K)
+    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
+    if ACC == "fp16":
+        c = tl.dot(a, b, tl.load(acc_ptr + rm[:, None] * N + rn[None, :]), out_dtype=tl.float16)
+    elif PREC == "default":
+        c = tl.dot(a, b)
+    else:
+        c = tl.dot(a, b, input_precision=PREC)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], c)
+
+
+@triton.jit
+def _cast(x_ptr, y_ptr, n, DST: tl.constexpr, RTZ: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    if RTZ:
+        y = x.to(DST, fp_downcast_rounding="rtz")
+    else:
+        y = x.to(DST)
+    tl.store(y_ptr + offs, y, mask=offs < n)
+
+
+@triton.jit
+def _float_scalar(out_ptr, s):
+    tl.store(out_ptr, s * 1.0)  # out is fp64: what the kernel holds for s
+
+
+@triton.jit
+def _float_scalar_cast(out_ptr, s):
+    tl.store(out_ptr, s.to(tl.float16).to(tl.float32))
+
+
+@triton.jit
+def _int_scalar_width(x_ptr, out_ptr, n):
+    tl.store(out_ptr, (tl.load(x_ptr) * n).dtype.primitive_bitwidth)  # int8 * n: a literal keeps int8
+
+
+@triton.jit
+def _rmw(y_ptr, x_ptr, N: tl.constexpr):  # split-K partial sums added without an atomic
+    offs = tl.arange(0, N)
+    tl.store(y_ptr + offs, tl.load(y_ptr + offs) + tl.load(x_ptr + tl.program_id(0) * N + offs))
+
+
+@triton.jit
+def _dup(y_ptr, N: tl.constexpr):  # every program stores its own id into the same elements
+    tl.store(y_ptr + tl.arange(0, N), tl.zeros((N,), tl.float32) + tl.program_id(0))
+
+
+@triton.jit
+def _chain(y_ptr, N: tl.constexpr):  # program p stores block p and reads block p + 1
+    p = tl.program_id(0)
+    offs = tl.arange(0, N)
+    tl.store(y_ptr + p * N + offs, tl.load(y_ptr + (p + 1) * N + offs) + 1.0)
+
+
+@triton.jit
+def _same(y_ptr, N: tl.constexpr):  # redundant programs storing identical values: no race
+    tl.store(y_ptr + tl.arange(0, N), tl.zeros((N,), tl.float32) + 3.0)
+
+
+@triton.jit
+def _last_block(y_ptr, count_ptr, x_ptr, out_ptr, N: tl.constexpr):
+    # atomic split sums; the program that takes the last ticket reads them plainly: correct on a GPU
+    offs = tl.arange(0, N)
+    tl.atomic_add(y_ptr + offs, tl.load(x_ptr + tl.program_id(0) * N + offs))
+    if tl.atomic_add(count_ptr, 1) == tl.num_programs(0) - 1:
+        tl.store(out_ptr + offs, tl.load(y_ptr + offs) * 2.0)
+
+
+@triton.jit
+def _own_rows(y_ptr, x_ptr, N: tl.constexpr):  # each program reads and rewrites only its own row
+    offs = tl.program_id(0) * N + tl.arange(0, N)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs) * 2.0)
+    tl.store(y_ptr + offs, tl.load(y_ptr + offs) + 1.0)
+
+
+def _attempt(fn):
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001 - the stock interpreter's failure is data for the test
+        return {"error": race_in(e) or repr(e)[:500], "race": bool(race_in(e))}
+
+
+DOTS = [("bf16", torch.bfloat16, "default", None), ("fp16", torch.float16, "default", None),
+        ("int8", torch.int8, "default", None), ("fp16_acc16", torch.float16, "default", "fp16")] + [
+    (f"fp32_{p}", torch.float32, p, None) for p in ("default", "tf32", "tf32x3", "ieee", "bf16x3", "bf16x6")]
+INT_DSTS = [("int8", tl.int8), ("int16", tl.int16), ("int32", tl.int32), ("int64", tl.int64), ("uint8", tl.uint8),
+            ("uint16", tl.uint16), ("uint32", tl.uint32), ("uint64", tl.uint64)]
+SPECIALS = [float("nan"), float("inf"), -float("inf"), 3e9, -3e9, 1e19, -1e19, 2e19, 200.7, -200.7, 70000.5,
+            -0.7, 0.7, 127.9, -128.9, 255.5, 32767.5, -32768.5, 2.0 ** 31, -(2.0 ** 31) - 1, 2.0 ** 63, 0.0,
+            -0.0, 1e30, 65519.0, 65520.0, 3.0]
+
+
+def make_inputs() -> dict:
+    g = torch.Generator().manual_seed(16)
+    inputs = {}
+    for name, dtype, _, acc in DOTS:
+        k = 64 if acc else 32
+        if dtype == torch.int8:
+            a, b = (torch.randint(-128, 128, s, generator=g, dtype=torch.int8) for s in ((16, k), (k, 16)))
+        else:
+            a, b = (torch.randn(s, generator=g).to(dtype) for s in ((16, k), (k, 16)))
+        inputs[f"dot_{name}"] = (a, b, torch.randn(16, 16, generator=g).half() * 4 if acc else None)
+    inputs["cast_f32"] = torch.tensor(SPECIALS, dtype=torch.float32)
+    inputs["cast_f64"] = torch.tensor(SPECIALS, dtype=torch.float64)
+    inputs["to_bf16_i32"] = torch.tensor([3, -5, 1000, 2 ** 24 + 1, 2 ** 24 + 3, 65535, -2 ** 31, 2 ** 31 - 1],
+                                         dtype=torch.int32)
+    inputs["race_x"] = torch.randn(4, 8, generator=g)
+    return inputs
+
+
+def _dots(inputs: dict) -> dict:
+    out = {}
+    for name, dtype, prec, acc in DOTS:
+        a, b, c0 = inputs[f"dot_{name}"]
+        c = torch.empty(16, 16, dtype=torch.int32 if dtype == torch.int8 else (torch.float16 if acc else torch.float32))
+        out[name] = _attempt(lambda: (_dot[(1,)](a, b, c0 if acc else c, c, 16, 16, a.shape[1], prec, acc or ""), c)[1])
+    return out
+
+
+def _casts(inputs: dict) -> dict:
+    out = {}
+    for src in ("f32", "f64"):
+        x = inputs[f"cast_{src}"]
+        for name, dst in INT_DSTS:
+            y = torch.empty(len(x), dtype=getattr(torch, name))
+            out[f"{src}_{name}"] = _attempt(lambda: (_cast[(1,)](x, y, len(x), dst, False, BLOCK=32), y)[1])
+    x32, x64, i32 = inputs["cast_f32"], inputs["cast_f64"], inputs["to_bf16_i32"]
+    for key, x, dst, rtz in (("f32_f16", x32, tl.float16, False), ("f32_f16_rtz", x32, tl.float16, True),
+                             ("f64_bf16", x64, tl.bfloat16, False), ("f64_bf16_rtz", x64, tl.bfloat16, True),
+                             ("i32_bf16", i32, tl.bfloat16, False)):
+        y = torch.empty(len(x), dtype=torch.float16 if dst == tl.float16 else torch.bfloat16)
+        out[key] = _attempt(lambda: (_cast[(1,)](x, y, len(x), dst, rtz, BLOCK=32), y)[1])
+    return out
+
+
+def _scalars() -> dict:
+    out = {}
+    for value in (0.1, 1e300):
+        held = torch.empty(1, dtype=torch.float64)
+        out[f"held_{value}"] = _attempt(lambda: (_float_scalar[(1,)](held, value), held)[1])
+    cast = torch.empty(1)
+    out["cast"] = _attempt(lambda: (_float_scalar_cast[(1,)](cast, 0.1), cast)[1])
+    for n in (1, 2):
+        width = torch.empty(1, dtype=torch.int32)
+        out[f"width_{n}"] = _attempt(lambda: (_int_scalar_width[(1,)](torch.ones(1, dtype=torch.int8), width, n),
+                                              width)[1])
+    return out
+
+
+def _races(inputs: dict) -> dict:
+    x = inputs["race_x"]
+    kernels = {
+        "rmw": lambda: _rmw[(4,)](torch.zeros(8), x, N=8),
+        "dup": lambda: _dup[(4,)](torch.zeros(8), N=8),
+        "same": lambda: _same[(4,)](torch.zeros(8), N=8),
+        "own_rows": lambda: _own_rows[(4,)](torch.zeros(4, 8), x, N=8),
+        "last_block": lambda: _last_block[(4,)](torch.zeros(8), torch.zeros(1, dtype=torch.int32), x,
+                                               torch.zeros(8), N=8),
+    }
+    out = {name: _attempt(lambda: (run(), "ok")[1]) for name, run in kernels.items()}
+    out["chain"] = [_attempt(lambda: (_chain[(3,)](torch.zeros(4, 8), N=8), "ok")[1]) for _ in range(8)]
+    return out
+
+
+def run_all(inputs: dict) -> dict:
+    return {"dot": _dots(inputs), "cast": _casts(inputs), "scalar": _scalars(), "race": _races(inputs)}
+
+
+if __name__ == "__main__":
+    inputs = make_inputs()
+    stock = run_all(inputs)
+    interp.install_gpu_semantics()
+    interp.install_gpu_semantics()  # idempotent: a second install changes nothing
+    torch.save({"inputs": inputs, "stock": stock, "patched": run_all(inputs)}, sys.argv[1])

@@ -1,0 +1,63 @@
+"""Issue 16, classes 3 and 6, end to end through `autotune verify` (quick plan): correct kernels written as
+the Triton tutorials, FlashAttention, vLLM and GPTQ-style split-K write theirs (bf16/fp16 tiles straight
+into tl.dot) are accepted in fp32, bf16 and fp16; kernels that were right only on Triton 3.9's interpreter
+(TF32 left on, a NaN cast, an address test, races) are rejected with the reason.
+
+The tables are read by autotune.selfcheck too, which runs the same files on a GPU. Costs on 2 shared cores
+(CPU time): each correct kernel 14-30 s (all cases of the quick plan), each rejection ~10 s (a worker
+start-up and its first failing case).
+"""
+
+from pathlib import Path
+
+import pytest
+
+from autotune.config import compose
+from autotune.verify import verify
+from autotune.verify.verdict import Status
+
+CANDIDATES = Path(__file__).parent / "candidates"
+QUICK = compose(["verify=quick"])
+
+CORRECT = [
+    ("linear", "linear_tutorial_style.py"),  # @triton.autotune + key, grouped program ids, bf16 tiles on tl.dot
+    ("prefill_attention", "prefill_attention_flash_style.py"),  # FA2 forward: online softmax, heuristics
+    ("decode_attention", "decode_attention_vllm_style.py"),  # split-K two-stage, grouped heads, strides
+    ("int8_linear", "int8_linear_splitk.py"),  # W8A16 split-K, int8 -> activation dtype, fixed-order sum
+]
+
+
+@pytest.mark.parametrize("target, name", CORRECT, ids=[c[1] for c in CORRECT])
+def test_tensor_core_kernels_in_the_styles_people_write_them_are_accepted(target, name):
+    v = verify(target, CANDIDATES / name, QUICK)
+    assert v.status is Status.UNMEASURED, v.reason
+    assert {c.dtype for c in v.cases} == {"float32", "bfloat16", "float16"} and all(c.passed for c in v.cases)
+
+
+def test_a_kernel_may_cast_its_float_scalar_argument():
+    # on a GPU `eps` is an fp32 scalar and `eps.to(tl.float32)` compiles; the interpreter used to pass a Python
+    # float (a CPU-only compile error). One dtype: the point is the scalar, not the data
+    v = verify("rms_norm", CANDIDATES / "rms_norm_scalar_cast.py", compose(["verify=quick", "verify.dtypes=[float32]"]))
+    assert v.status is Status.UNMEASURED, v.reason
+
+
+CASES = [
+    # TF32 products in fp32 (the default precision) miss fp32's tolerance on a GPU, and now on the CPU
+    ("linear_tf32_default.py", Status.INCORRECT, "differ beyond rtol", "linear"),
+    # NaN re-planted only where NaN -> int gave INT_MIN (the old interpreter): PTX gives 0
+    ("nan_cast_flag.py", Status.INCORRECT, "NaN swallowed", "rms_norm"),
+    # the last row skipped only when input, output and scratch are 512-byte aligned, as on a GPU
+    ("aligned_branch.py", Status.INCORRECT, "NaN at", "rms_norm"),
+    # split-K partials added with a plain load and store; two programs storing one row
+    ("linear_splitk_rmw.py", Status.INCORRECT, "race in `_kernel`: program (", "linear"),
+    ("rms_norm_duplicate_rows.py", Status.INCORRECT, "race in `_rms_norm_kernel`: program ", "rms_norm"),
+]
+
+
+@pytest.mark.parametrize("name, status, fragment, target", CASES, ids=[c[0] for c in CASES])
+def test_kernels_right_only_on_the_old_interpreter_are_rejected(name, status, fragment, target):
+    v = verify(target, CANDIDATES / name, QUICK)
+    assert v.status is status, v.reason
+    assert fragment in v.reason
+    if "race" in fragment:  # the element, as an argument's index, and the other program
+        assert "`y_ptr[" in v.reason and "which program" in v.reason and "in the same launch" in v.reason
