@@ -23,6 +23,7 @@ COMMANDS = {
     "report": "read run and sweep directories into report.html, report.md, CSVs and plots",
     "regress": "re-check every merged kernel on this environment against its recorded verdict",
     "export": "write the merged kernels as a vLLM plugin package or a transformers patch package",
+    "bench": "serve the workload on two engine setups (A/B), compare them side by side; the upgrade gate",
 }
 
 USAGE = {
@@ -33,6 +34,7 @@ USAGE = {
     "report": "autotune report RUN_OR_SWEEP_DIR... [--out DIR]",
     "regress": "autotune regress [--margin 0.05] [--out regress.md] [key=value ...]",
     "export": "autotune export vllm|hf [--out DIR] [key=value ...]",
+    "bench": "autotune bench engine=vllm|sglang [+bench.b.KEY=VALUE ...] [bench.margin=0.05] [key=value ...]",
 }
 
 EXAMPLES = {
@@ -47,6 +49,9 @@ EXAMPLES = {
     "report": ["autotune report multirun/2026-11-30/21-00-00", "autotune report runs/2026-11-30/* --out report"],
     "regress": ["autotune regress", "autotune regress --margin 0.03 --out regress.md kernels.dir=kernels"],
     "export": ["autotune export vllm --out dist/vllm-plugin", "autotune export hf", "autotune export vllm kernels.dir=PATH"],
+    "bench": ["autotune bench engine=vllm engine.launch=true engine.model=PATH engine.python=PATH "
+              "+bench.b.plugin=dist/vllm-plugin bench.margin=0.05",
+              "autotune bench engine=vllm +bench.a.url=http://127.0.0.1:8000 +bench.b.url=http://127.0.0.1:8001"],
 }
 
 
@@ -107,6 +112,8 @@ def _dispatch(command: str, args: list[str]) -> int:
         return importlib.import_module("autotune.export.command").main(compose(overrides), rest)
     if rest:
         raise UserError(f"unexpected argument(s) {' '.join(rest)} (usage: {USAGE[command]})")
+    if command == "bench":
+        return importlib.import_module("autotune.engine.command").main(compose(overrides))
     return importlib.import_module("autotune.profile.command").main(compose(overrides))
 
 
@@ -204,7 +211,7 @@ def command_help(command: str) -> str:
 def _doc_module(command: str) -> str:
     return {"profile": "autotune.profile.command", "verify": "autotune.verify.command", "run": "autotune.run",
             "review": "autotune.publish.review", "report": "autotune.report", "regress": "autotune.regress",
-            "export": "autotune.export.command"}[command]
+            "export": "autotune.export.command", "bench": "autotune.engine.command"}[command]
 
 
 if __name__ == "__main__":
