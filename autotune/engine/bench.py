@@ -101,13 +101,15 @@ def bench(cfg: DictConfig) -> dict[str, Any]:
     runs = setups(cfg)
     out = Path(cfg.bench.out_dir) / f"{dt.datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
     work = out / "work"
-    for _ in range(max(1, int(cfg.bench.rounds))):
+    rounds, repeats = max(1, int(cfg.bench.rounds)), max(1, int(cfg.bench.repeats))
+    if not any(r.settings.launch for r in runs):  # running servers cost nothing to switch: alternate every repeat
+        rounds, repeats = rounds * repeats, 1
+    for _ in range(rounds):
         for run in runs:
-            with serving(dataclasses.replace(run.settings, profile=False) if not run.settings.launch
-                         else run.settings, work / run.label) as server:
-                serve_setup(cfg, server, run)
+            with serving(run.settings, work / run.label) as server:
+                serve_setup(cfg, server, run, repeats)
     shutil.rmtree(work, ignore_errors=True)
-    record = bench_record(cfg, runs)
+    record = bench_record(cfg, runs, rounds, repeats)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
     (out / "bench.md").write_text(markdown(record) + "\n")
@@ -115,9 +117,9 @@ def bench(cfg: DictConfig) -> dict[str, Any]:
     return record
 
 
-def serve_setup(cfg: DictConfig, server: Server, run: SetupRun) -> None:
+def serve_setup(cfg: DictConfig, server: Server, run: SetupRun, repeats: int) -> None:
     run.engine = server.record()
-    for _ in range(max(1, int(cfg.bench.repeats))):
+    for _ in range(repeats):
         run.reports.append(measure(cfg, server, profiled=False)[0])
     if run.outputs is None:
         run.outputs = greedy_outputs(server, int(cfg.bench.prompts), int(cfg.bench.max_tokens))
@@ -180,7 +182,7 @@ def compare(a: SetupRun, b: SetupRun, margin: float | None) -> list[dict]:
     return rows
 
 
-def bench_record(cfg: DictConfig, runs: list[SetupRun]) -> dict[str, Any]:
+def bench_record(cfg: DictConfig, runs: list[SetupRun], rounds: int, repeats: int) -> dict[str, Any]:
     a, b = runs[0], runs[1]
     margin = cfg.bench.margin
     margin = None if margin is None else float(margin)
@@ -194,7 +196,7 @@ def bench_record(cfg: DictConfig, runs: list[SetupRun]) -> dict[str, Any]:
     gate = None if margin is None else {"margin": margin, "passed": not reasons, "reasons": reasons}
     labels = OmegaConf.to_container(cfg.labels, resolve=True) if "labels" in cfg else {}
     return {"environment": env.collect(labels).to_dict(), "workload": OmegaConf.to_container(cfg.workload, resolve=True),
-            "rounds": int(cfg.bench.rounds), "repeats": int(cfg.bench.repeats),
+            "rounds": rounds, "repeats": repeats,
             "setups": [setup_record(r) for r in runs], "comparison": rows,
             "attribution": [{"label": r.label, "kernels": list(r.settings.plugin_kernels),
                              "comparison": compare(a, r, margin)} for r in runs[2:]],
@@ -230,8 +232,8 @@ def markdown(record: dict[str, Any]) -> str:
     lines.append("")
     lines.append(f"Greedy outputs on {outputs['prompts']} fixed prompts ({outputs['max_tokens']} tokens): "
                  + ("identical." if outputs["identical"] else f"differ on prompts {outputs['differ']}."))
-    lines.append(f"Each setup: {record['rounds']} start(s) x {record['repeats']} repeat(s); ± is half the spread "
-                 "between repeats (the measured noise).")
+    lines.append(f"A and B alternated {record['rounds']} time(s), serving the workload {record['repeats']} time(s) "
+                 "each time; ± is half the spread between all of a setup's repeats (the measured noise).")
     for s in setups_:
         engine = s.get("engine") or {}
         lines.append(f"- {s['label']}: {s['describe']}; {engine.get('name')} {engine.get('version')}")
