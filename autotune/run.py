@@ -282,11 +282,17 @@ def check_and_publish(name: str, best, hotspot: Hotspot | None, cfg: DictConfig,
         target=name, source=source, verdict=best.verdict, hotspot=hotspot, model_check=check.to_dict(),
         candidate={k: getattr(best, k) for k in ("id", "agent", "model", "turn", "prompt_tokens", "cached_tokens",
                                                  "completion_tokens", "cost_usd")},
-        environment=environment, run_dir=str(run_dir), run_id=str(cfg.run_id))
+        environment=environment, run_dir=str(run_dir), run_id=str(cfg.run_id), engine_bench=_bench_of(source, cfg))
     with _PUBLISH:  # targets finish side by side; their branches go into one repository one at a time
         proposal = publish(request, cfg)
     ledger.append("proposal", candidate=best.id, **dataclasses.asdict(proposal))
     return Outcome(name, OutcomeStatus.PROPOSED, check.reason, best.id, best.status, proposal.id, proposal.pr_url)
+
+
+def _bench_of(source: str, cfg: DictConfig) -> dict | None:
+    from autotune.engine.bench import bench_for_kernel
+
+    return bench_for_kernel(source, cfg.bench.out_dir) if cfg.get("bench") else None
 
 
 def write_summary(cfg: DictConfig, run_dir: Path, ledger: Ledger, outcomes: list[Outcome],

@@ -205,7 +205,10 @@ def bench_record(cfg: DictConfig, runs: list[SetupRun], rounds: int, repeats: in
 
 
 def setup_record(run: SetupRun) -> dict[str, Any]:
-    return {"label": run.label, "describe": run.settings.describe(), "engine": run.engine,
+    kernels = plugin_manifest(run.settings.plugin) if run.settings.plugin else {}
+    if run.settings.plugin_kernels:
+        kernels = {t: k for t, k in kernels.items() if t in run.settings.plugin_kernels}
+    return {"label": run.label, "describe": run.settings.describe(), "engine": run.engine, "kernels": kernels,
             "summary": {name: {"median": run.median(name), "spread": run.spread(name)} for name, _, _ in METRICS},
             "failed": run.failed, "requests": run.requests,
             "reports": [r.to_dict(with_requests=False) for r in run.reports], "outputs": run.outputs}
@@ -242,3 +245,31 @@ def markdown(record: dict[str, Any]) -> str:
         verdict = "PASSED" if gate["passed"] else "FAILED: " + "; ".join(gate["reasons"])
         lines.append(f"\nGate (margin {100 * gate['margin']:g}%): {verdict}")
     return "\n".join(lines)
+
+
+def plugin_manifest(plugin: str) -> dict[str, dict]:
+    """{target: {id, status, sha256}} of an exported plugin's kernels."""
+    try:
+        return dict(json.loads((Path(plugin) / "autotune_vllm_kernels" / "manifest.json").read_text())["kernels"])
+    except (OSError, KeyError, ValueError):
+        return {}
+
+
+def bench_for_kernel(source: str, bench_dir: str | Path) -> dict[str, Any] | None:
+    """The newest bench whose B served this exact kernel (by the sha256 its plugin's manifest records): what a
+    proposal's evidence page shows as measured on the engine; None when no bench did."""
+    import hashlib
+
+    sha = hashlib.sha256(source.encode()).hexdigest()
+    for path in sorted(Path(bench_dir).glob("*/bench.json"), reverse=True):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        with_it = [s for s in record.get("setups", [])[1:] if any(k.get("sha256") == sha
+                                                                  for k in (s.get("kernels") or {}).values())]
+        if with_it:
+            alone = next((s["label"] for s in with_it if len(s.get("kernels") or {}) == 1), None)
+            return {"dir": str(path.parent), "markdown": markdown(record), "gate": record.get("gate"),
+                    "alone": alone}
+    return None

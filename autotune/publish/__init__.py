@@ -37,6 +37,7 @@ class ProposalRequest:
         "logit_tolerance": float | None, "latency": {"before": {metric: value}, "after": {...}} | None
         (GPU only)}; None when not run.
     environment: an `autotune.env.Environment.to_dict()`.
+    engine_bench: {"dir", "markdown", "gate", "alone"} of the newest bench that served this kernel on a live engine.
     """
 
     target: str
@@ -48,6 +49,7 @@ class ProposalRequest:
     environment: dict[str, Any]
     run_dir: str
     run_id: str
+    engine_bench: dict[str, Any] | None = None  # `autotune bench` with this kernel in B (engine.bench.bench_for_kernel)
 
     def __post_init__(self):
         if isinstance(self.hotspot, dict):

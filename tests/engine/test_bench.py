@@ -1,6 +1,7 @@
 """`autotune bench` against two local servers behaving as vLLM's API: the side-by-side table, the measured spread,
 the outputs' equality and the gate's exit code."""
 
+import dataclasses
 import json
 
 import pytest
@@ -77,3 +78,33 @@ def test_bench_refuses_what_it_cannot_compare(tmp_path):
     with pytest.raises(UserError, match="per_kernel"):
         setups(compose(["engine=vllm", "engine.url=http://127.0.0.1:1", "+bench.b.url=http://127.0.0.1:2",
                         "bench.per_kernel=true"]))
+
+
+def test_a_proposals_evidence_carries_the_bench_that_served_its_kernel(fake, tmp_path, capsys):
+    import hashlib
+
+    from autotune.engine.bench import bench_for_kernel
+    from autotune.publish import evidence
+    from tests.publish.conftest import request
+
+    proposal = request()
+    plugin = tmp_path / "plugin" / "autotune_vllm_kernels"
+    plugin.mkdir(parents=True)
+    sha = hashlib.sha256(proposal.source.encode()).hexdigest()
+    (plugin / "manifest.json").write_text(json.dumps({"kernels": {"rms_norm": {"id": "k1", "sha256": sha}}}))
+    (_, a), (_, b) = fake(), fake()
+    _bench(tmp_path, capsys, a, b, "bench.margin=0.9")
+    assert bench_for_kernel(proposal.source, tmp_path / "bench") is None  # B served no plugin with it
+    (run,) = list((tmp_path / "bench").iterdir())
+    record = json.loads((run / "bench.json").read_text())
+    record["setups"][1]["kernels"] = {"rms_norm": {"id": "k1", "sha256": sha}}  # as a B with this plugin records
+    (run / "bench.json").write_text(json.dumps(record))
+    found = bench_for_kernel(proposal.source, tmp_path / "bench")
+    assert found["alone"] == "B" and "| output tok/s |" in found["markdown"]
+    text = evidence.render(dataclasses.replace(proposal, engine_bench=found), proposal_id="rms_norm-abc123",
+                           short_id="abc123", branch="b", base="main", backend="local", sha256="f" * 64)
+    section = text.split("## Measured on the engine")[1].split("## Checker notes")[0]
+    assert "| output tok/s |" in section and "Gate (margin 90%)" in section and str(run) in section
+    plain = evidence.render(proposal, proposal_id="rms_norm-abc123", short_id="abc123", branch="b", base="main",
+                            backend="local", sha256="f" * 64)
+    assert "Not measured: no `autotune bench`" in plain
