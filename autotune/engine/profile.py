@@ -50,7 +50,7 @@ def profile_engine(cfg: DictConfig, settings: EngineSettings | None = None):
     finally:
         if settings.launch:
             shutil.rmtree(workdir, ignore_errors=True)  # the raw traces: the worker's was copied into the run
-    result.notes.extend(trace_notes(result.ops))
+    result.notes.extend(trace_notes(trace))
     return result, report
 
 
@@ -95,6 +95,19 @@ def environment_record(cfg: DictConfig, server: Server) -> dict:
     return record
 
 
-def trace_notes(ops) -> list[str]:
-    """What the engine's own trace says about how it was profiled."""
-    return []
+def trace_notes(trace: Path) -> list[str]:
+    """What the worker's trace says about how its profiler was set: Python stacks on (vLLM's default) make traces
+    several times larger; one of 1.5 GB got a vLLM worker OOM-killed while it wrote it."""
+    import gzip
+
+    try:
+        with (gzip.open(trace) if trace.read_bytes()[:2] == b"\x1f\x8b" else open(trace, "rb")) as f:
+            head = f.read(1 << 16)  # the trace's metadata comes before its events
+    except OSError:
+        return []
+    if b'"with_stack": 1' not in head and b'"with_stack": true' not in head:
+        return []
+    return [f"the server's profiler recorded Python stacks ({trace.stat().st_size / 1e6:.1f} MB trace): they make "
+            "traces several times larger and add nothing to the hot spots; restart vLLM with "
+            "--profiler-config '{... \"torch_profiler_with_stack\": false}' (engine.launch=true does), SGLang with "
+            "SGLANG_PROFILE_WITH_STACK=False"]

@@ -40,6 +40,8 @@ def test_a_vllm_server_is_driven_profiled_and_its_worker_trace_ranked(fake, tmp_
     # 1 warm-up outside the window, then the 4 profiled; the window is opened and closed once
     assert len(state.requests) == 5 and len(state.profile_bodies) == 2
     assert "TTFT" in out and "targets cover" in out and "vllm 0.32.0 serving tiny" in out
+    # the slice was taken from a server whose profiler kept Python stacks (vLLM's default): said, with the fix
+    assert "recorded Python stacks" in out and '"torch_profiler_with_stack": false' in out
 
 
 def test_a_vllm_server_started_without_profiling_gets_the_flag_to_restart_with(fake, tmp_path):
