@@ -49,9 +49,10 @@ class Server:
     log_path: Path | None = None
 
     @property
-    def flags(self) -> list[str]:
-        """The server's flags as recorded with every figure: the launch command's, or the configured args."""
-        return list(self.command[3:]) if self.command else list(self.settings.args)
+    def flags(self) -> list[str] | None:
+        """The server's flags as recorded with every figure: the launch command's; for a running server, what
+        engine.args says it was started with (None when not given: its API does not tell)."""
+        return list(self.command[3:]) if self.command else (list(self.settings.args) or None)
 
     def record(self) -> dict:
         """What the environment record says about the engine."""

@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from tests.engine.openai_server import State, serve
+from tests.publish.conftest import project  # noqa: F401 - a user's checkout, for the run that publishes into it
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -58,7 +58,8 @@ def test_profile_of_the_live_server_maps_linear_silu_and_mul_the_norms_and_rotar
     load = json.loads((run / "load.json").read_text())
     assert load["failed"] == 0 and load["output_tokens"] >= 16 and load["ttft_ms"]["p99"] >= load["ttft_ms"]["p50"] > 0
     engine = json.loads((run / "env.json").read_text())["engine"]
-    assert engine["version"] == "0.32.0" and "--enforce-eager" in engine["flags"]
+    assert engine["version"] == "0.32.0" and engine["launched"] is False and engine["flags"] is None  # attached
+    assert "--enforce-eager" in vllm.record()["flags"]  # the session's server, launched with the profiling flags
     assert "targets cover" in out and "TTFT" in out
     print(f"\nlive profile: coverage {100 * cover['share']:.1f}%, uncovered {cover['uncovered'][:3]}; "
           f"TTFT p50 {load['ttft_ms']['p50']:.0f} ms, TPOT p50 {load['tpot_ms']['p50']:.0f} ms, "
@@ -119,11 +120,13 @@ def test_bench_without_and_with_the_plugin_is_the_gate(vllm, tmp_path, capsys):
     print("\n" + (run / "bench.md").read_text(), file=sys.stderr)
 
 
-def test_the_run_whose_agent_the_engine_serves_reports_its_own_serving_figures(vllm, tmp_path, capsys):
-    run_dir = tmp_path / "run"
+def test_the_run_whose_agent_the_engine_serves_reports_its_own_serving_figures(vllm, tmp_path, capsys, project):
+    run_dir, transcript = tmp_path / "run", _transcript(tmp_path / "earlier.jsonl")
+    # the profile is taken under an earlier agent run's own requests; agent.base_url is left for the engine's
     code = cli.main(["run", *_attached(vllm), "agent=openai", "agent.candidates=1", "agent.turns=1",
-                     "agent.max_tokens=16", "agent.temperature=0", "targets=[rms_norm]", "verify=quick", *SMALL,
-                     f"hydra.run.dir={run_dir}", f"publish.repo={tmp_path / 'repo'}"])
+                     "agent.max_tokens=16", "agent.temperature=0", "targets=[rms_norm]", "verify=quick",
+                     "workload=agent", f"workload.transcript={transcript}", "profile.warmup_requests=0",
+                     f"hydra.run.dir={run_dir}", f"publish.repo={project}"])
     out = capsys.readouterr().out
     assert code == 0, out
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -134,3 +137,9 @@ def test_the_run_whose_agent_the_engine_serves_reports_its_own_serving_figures(v
     transcript = [json.loads(line) for line in (run_dir / "transcript.jsonl").read_text().splitlines()]
     assert transcript[0]["model"] == engine["engine"]["model"]  # the agent's requests went to this very server
     assert "served the agent's 1 requests" in out
+    profiled = [json.loads(line) for line in (run_dir / "ledger.jsonl").read_text().splitlines()
+                if json.loads(line)["kind"] == "profile"]
+    assert profiled[0]["load"]["num_requests"] == 2 and profiled[0]["engine"]["version"] == "0.32.0"
+    print(f"\nself-optimising run: {json.dumps({k: engine[k] for k in ('agent_live', 'note')})}; before: "
+          f"{engine['before']['output_tokens_per_s']:.1f} tok/s, TTFT p50 {engine['before']['ttft_ms']['p50']:.0f} ms",
+          file=sys.stderr)
