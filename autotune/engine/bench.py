@@ -31,7 +31,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from autotune import env
-from autotune.engine.launch import Server, http, plugin_kernels, serving, _auth
+from autotune.engine.launch import Server, http, plugin_kernels, serving, auth_headers
 from autotune.engine.profile import measure
 from autotune.engine.settings import EngineSettings
 from autotune.engine.stats import LoadReport
@@ -145,7 +145,7 @@ def greedy_outputs(server: Server, n: int, max_tokens: int) -> list[dict]:
         if server.settings.name == "vllm":
             body["return_token_ids"] = True
         status, text = http("POST", server.url + "/v1/completions", body, server.settings.request_timeout_s,
-                            _auth(server.settings))
+                            auth_headers(server.settings))
         if status != 200:
             outputs.append({"prompt": prompt, "error": f"HTTP {status}: {' '.join(text.split())[:200]}"})
             continue

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from autotune.engine.launch import Server, _auth, http
+from autotune.engine.launch import Server, auth_headers, http
 from autotune.engine.settings import profiler_config
 from autotune.errors import UserError
 
@@ -70,7 +70,7 @@ def profiling(server: Server) -> Iterator[Window]:
 def call(server: Server, path: str, body: dict | None, timeout_s: float) -> None:
     """POST to a profiler endpoint; a 404 from vLLM means profiling was not configured at start."""
     try:
-        status, text = http("POST", server.url + path, body, timeout_s, _auth(server.settings))
+        status, text = http("POST", server.url + path, body, timeout_s, auth_headers(server.settings))
     except OSError as e:
         raise UserError(f"POST {server.url}{path} failed: {type(e).__name__}: {e}") from None
     if status == 404 and server.settings.name == "vllm":

@@ -215,7 +215,7 @@ def wait_ready(server: Server, timeout_s: float) -> None:
 
 def describe(server: Server) -> Server:
     """The server's version, model name and context length, from its API."""
-    headers = _auth(server.settings)
+    headers = auth_headers(server.settings)
     try:
         _, info = http_get(server.url + server.settings.api.version, 10.0, headers)
         server.version = str(json.loads(info).get("version") or "") or None
@@ -235,7 +235,7 @@ def describe(server: Server) -> Server:
     return server
 
 
-def _auth(settings: EngineSettings) -> dict[str, str]:
+def auth_headers(settings: EngineSettings) -> dict[str, str]:
     key = os.environ.get(settings.api_key_env) if settings.api_key_env else None
     return {"Authorization": f"Bearer {key}"} if key else {}
 
