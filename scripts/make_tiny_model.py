@@ -3,7 +3,8 @@
     python scripts/make_tiny_model.py DIR     # run with the vLLM venv's Python (transformers, tokenizers)
 
 Hidden 256, intermediate 688, 4 layers, 8 heads, 2 kv heads, vocab 1024, fp32 (the shapes of the real vLLM
-traces in tests/profile/fixtures/). The byte-level BPE is trained on 20 files of the Python standard library,
+traces in tests/profile/fixtures/), positions up to 8192: autotune's own agent prompts are a few thousand tokens,
+and the self-optimising run sends them to this model. The byte-level BPE is trained on 20 files of the Python standard library,
 so nothing is downloaded; the weights are seeded, so every run writes the same model and greedy outputs
 repeat. The chat template lets the OpenAI chat endpoint serve it (the agent's own requests are chats).
 """
@@ -18,6 +19,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 VOCAB = 1024
+MAX_POSITIONS = 8192
+VERSION = "2"  # scripts/setup_vllm_cpu.sh remakes a model written by another version
 # <s>role\ncontent</s> per message, then <s>assistant\n for the reply
 CHAT_TEMPLATE = ("{% for m in messages %}<s>{{ m['role'] }}\n{{ m['content'] }}</s>\n{% endfor %}"
                  "{% if add_generation_prompt %}<s>assistant\n{% endif %}")
@@ -41,7 +44,7 @@ def tokenizer() -> PreTrainedTokenizerFast:
 def model() -> LlamaForCausalLM:
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
-                      num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=2048,
+                      num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=MAX_POSITIONS,
                       bos_token_id=0, eos_token_id=1, tie_word_embeddings=False, torch_dtype="float32")
     return LlamaForCausalLM(cfg).to(torch.float32)
 
@@ -49,6 +52,8 @@ def model() -> LlamaForCausalLM:
 def main(out: str) -> None:
     tokenizer().save_pretrained(out)
     model().save_pretrained(out, safe_serialization=True)
+    with open(os.path.join(out, "made_by.txt"), "w") as f:
+        f.write(f"scripts/make_tiny_model.py {VERSION}\n")
     print(f"wrote {out}: {sorted(os.listdir(out))}")
 
 

