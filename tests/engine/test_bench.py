@@ -108,3 +108,18 @@ def test_a_proposals_evidence_carries_the_bench_that_served_its_kernel(fake, tmp
     plain = evidence.render(proposal, proposal_id="rms_norm-abc123", short_id="abc123", branch="b", base="main",
                             backend="local", sha256="f" * 64)
     assert "Not measured: no `autotune bench`" in plain
+
+
+def test_per_kernel_attribution_adds_b_with_each_plugin_kernel_alone(tmp_path):
+    plugin = tmp_path / "plugin"
+    (plugin / "autotune_vllm_kernels").mkdir(parents=True)
+    (plugin / "pyproject.toml").write_text("[project]\nname = 'autotune-vllm-kernels'\n")
+    (plugin / "autotune_vllm_kernels" / "manifest.json").write_text(json.dumps(
+        {"kernels": {"rms_norm": {"id": "k1"}, "silu_and_mul": {"id": "k2"}}}))
+    import sys
+
+    runs = setups(compose(["engine=vllm", "engine.launch=true", f"engine.python={sys.executable}", "engine.model=m",
+                           f"+bench.b.plugin={plugin}", "bench.per_kernel=true"]))
+    assert [r.label for r in runs] == ["A", "B", "B[rms_norm]", "B[silu_and_mul]"]
+    assert runs[1].settings.plugin_kernels == () and runs[3].settings.plugin_kernels == ("silu_and_mul",)
+    assert runs[0].settings.plugin is None and runs[2].settings.launch
