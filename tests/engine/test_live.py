@@ -143,3 +143,18 @@ def test_the_run_whose_agent_the_engine_serves_reports_its_own_serving_figures(v
     print(f"\nself-optimising run: {json.dumps({k: engine[k] for k in ('agent_live', 'note')})}; before: "
           f"{engine['before']['output_tokens_per_s']:.1f} tok/s, TTFT p50 {engine['before']['ttft_ms']['p50']:.0f} ms",
           file=sys.stderr)
+
+
+def test_the_plugin_registers_only_the_kernels_autotune_kernels_names(tmp_path):
+    """What bench.per_kernel relies on: AUTOTUNE_KERNELS selects the plugin's kernels one by one in vLLM."""
+    plugin, site = _plugin(tmp_path), tmp_path / "site"
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                           "--no-index", "--target", str(site), str(plugin)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    script = "import json, autotune_vllm_kernels as p; print(json.dumps(p.register()))"
+    env = {"PYTHONPATH": str(site), "TRITON_INTERPRET": "1", "AUTOTUNE_KERNELS": "silu_and_mul,rotary_embedding",
+           "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([str(PYTHON), "-c", script], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    registered = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(registered) == {"silu_and_mul", "rotary_embedding"}, registered
