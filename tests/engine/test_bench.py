@@ -13,9 +13,9 @@ from autotune.engine.settings import EngineSettings
 from autotune.engine.stats import LoadReport, RequestResult
 from autotune.errors import UserError
 
-WORKLOAD = ["workload.num_requests=3", "workload.prompt_len.low=4", "workload.prompt_len.high=8",
+WORKLOAD = ["workload.num_requests=2", "workload.prompt_len.low=4", "workload.prompt_len.high=8",
             "workload.output_len.dist=fixed", "+workload.output_len.value=4", "profile.warmup_requests=1",
-            "engine.vocab_size=1000", "bench.prompts=3", "bench.max_tokens=5"]
+            "engine.vocab_size=1000", "bench.prompts=2", "bench.max_tokens=3"]
 
 
 def _bench(tmp_path, capsys, a_url, b_url, *more):
@@ -31,7 +31,7 @@ def test_two_equal_setups_pass_the_gate_with_the_spread_measured(fake, tmp_path,
     (_, a), (_, b) = fake(first_s=0.1, token_s=0.05), fake(first_s=0.1, token_s=0.05)
     code, out, record, md = _bench(tmp_path, capsys, a, b, "bench.margin=0.5", "bench.repeats=2")
     assert code == 0, out
-    assert record["gate"]["passed"] and record["outputs"]["identical"] and record["outputs"]["prompts"] == 3
+    assert record["gate"]["passed"] and record["outputs"]["identical"] and record["outputs"]["prompts"] == 2
     a_setup = record["setups"][0]
     assert len(a_setup["reports"]) == 2 and a_setup["summary"]["output tok/s"]["spread"] is not None
     assert a_setup["engine"]["version"] == "0.32.0" and record["environment"]["python"]
@@ -41,12 +41,12 @@ def test_two_equal_setups_pass_the_gate_with_the_spread_measured(fake, tmp_path,
 def test_different_greedy_outputs_fail_the_gate(fake, tmp_path, capsys):
     (_, a), (_, b) = fake(), fake(shift=1)  # B answers t1 t2 ... where A answers t0 t1 ...
     code, out, record, md = _bench(tmp_path, capsys, a, b, "bench.margin=0.5")
-    assert code == 1 and record["outputs"]["differ"] == [0, 1, 2]
-    assert "greedy outputs differ on 3 of 3" in " ".join(record["gate"]["reasons"]) and "FAILED" in out
+    assert code == 1 and record["outputs"]["differ"] == [0, 1]
+    assert "greedy outputs differ on 2 of 2" in " ".join(record["gate"]["reasons"]) and "FAILED" in out
 
 
 def test_a_slower_b_is_worse_beyond_the_margin_and_without_a_margin_nothing_fails(fake, tmp_path, capsys):
-    (_, a), (_, b) = fake(first_s=0.01, token_s=0.005), fake(first_s=0.3, token_s=0.08)
+    (_, a), (_, b) = fake(first_s=0.01, token_s=0.005), fake(first_s=0.25, token_s=0.06)
     code, out, record, _ = _bench(tmp_path, capsys, a, b, "bench.margin=0.10", "bench.repeats=2")
     rows = {r["metric"]: r for r in record["comparison"]}
     assert code == 1 and rows["TTFT p50 ms"]["verdict"] == "worse" and rows["output tok/s"]["change"] < -0.1
