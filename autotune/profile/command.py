@@ -30,6 +30,9 @@ Outputs, in `<profile.out_dir>/<run>/` (default traces/, run = e.g. 20261130-043
   env.json        environment record: GPU, driver, CUDA, torch, triton, Python, commit, host, labels.*
   serve.json      the serving report (latencies per request and percentiles)
   nsight.json     with profile.nsight=true, a GPU and Nsight Compute: per-kernel duration and DRAM GB/s
+  load.json       engine=vllm|sglang: the client's figures (per request, and TTFT/TPOT/ITL/e2e percentiles,
+                  tokens/s, errors); env.json then holds the engine's version, flags and model under "engine"
+  server.log      engine.launch=true: the server's output
 A run folder appears only when complete; a failed or interrupted profile leaves none.
 
 Main settings (conf/profile/default.yaml; override as key=value):

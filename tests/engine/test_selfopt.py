@@ -43,3 +43,23 @@ def test_the_agents_live_figures_and_the_summary_lines(tmp_path):
     assert lines[0] == "engine vllm 0.32.0: served the agent's 2 requests (120 completion tokens)"
     assert "replayed before this run's kernels: 8.0 output tokens/s, TTFT p50 200.0 ms" in lines[1]
     assert lines[-1].strip() == "no kernel of this run passed"
+
+
+def test_the_report_shows_the_agents_traffic_before_and_after_on_its_engine(tmp_path):
+    from autotune.ledger import Ledger
+    from autotune.report.build import build
+    from tests.report.test_report import CPU_ENV, make_run
+
+    d = make_run(tmp_path / "runs" / "0", temperature=0.0, env=CPU_ENV, candidates=[(0, 1, "unmeasured", None)],
+                 llm=[(0, 1, 1000, 900, 50, 0.0)])
+    report = lambda tok_s, ttft: {"output_tokens_per_s": tok_s, "ttft_ms": {"p50": ttft}, "tpot_ms": {"p50": 5.0}}
+    Ledger(d / "ledger.jsonl").append(
+        "engine_serving", engine={"name": "vllm", "version": "0.32.0"}, agent_live={"requests": 3, "e2e_ms": {"p50": 700.0}},
+        before=report(30.0, 170.0), after=report(0.8, 5000.0), outputs_identical=True,
+        cost_per_kernel={"tokens_per_kernel": 1950.0, "dollars_per_kernel": 0.0})
+    build([tmp_path / "runs"], tmp_path / "report")
+    table = __import__("pandas").read_csv(tmp_path / "report" / "engine_serving.csv")
+    row = table.iloc[0]
+    assert (row["engine"], row["agent_requests"], row["before_tok_s"], row["after_tok_s"]) == ("vllm 0.32.0", 3, 30.0, 0.8)
+    assert row["after_ttft_p50_ms"] == 5000.0 and row["tokens_per_kernel"] == 1950.0 and bool(row["outputs_identical"])
+    assert "The engine that served the agent" in (tmp_path / "report" / "report.md").read_text()
