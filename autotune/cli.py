@@ -22,12 +22,13 @@ COMMANDS = {
     "report": "read run and sweep directories into report.html, report.md, CSVs and plots",
     "regress": "re-check every merged kernel on this environment against its recorded verdict",
     "export": "write the merged kernels as a vLLM plugin package or a transformers patch package",
+    "bench": "serve one workload against two engine setups (A/B): the side-by-side table and the upgrade gate",
 }
 
 # Each command's entry is `main(argv) -> int` in `autotune/<package>/command.py`, which also holds its USAGE line
 # and, as its docstring, its help text.
 PACKAGE = {"profile": "profile", "verify": "verify", "run": "run", "review": "publish", "report": "report",
-           "regress": "regress", "export": "export"}
+           "regress": "regress", "export": "export", "bench": "engine"}
 
 
 def entry(command: str):
@@ -46,6 +47,9 @@ EXAMPLES = {
     "report": ["autotune report multirun/2026-11-30/21-00-00", "autotune report runs/2026-11-30/* --out report"],
     "regress": ["autotune regress", "autotune regress --margin 0.03 --out regress.md kernels.dir=kernels"],
     "export": ["autotune export vllm --out dist/vllm-plugin", "autotune export hf", "autotune export vllm kernels.dir=PATH"],
+    "bench": ["autotune bench engine=vllm engine.launch=true engine.model=PATH engine.python=PATH "
+              "+bench.b.plugin=dist/vllm-plugin bench.margin=0.05",
+              "autotune bench engine=vllm +bench.a.url=http://127.0.0.1:8000 +bench.b.url=http://127.0.0.1:8001"],
 }
 
 

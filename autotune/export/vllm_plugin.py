@@ -17,6 +17,9 @@ kernel one x [T, H, D] with cos, sin [T, D/2] gathered at the positions. Calls t
 
 The kernels are Triton: they run on a GPU, or on the CPU only under the Triton interpreter (TRITON_INTERPRET=1
 in the server's environment, for testing); elsewhere the plugin registers nothing and logs why.
+
+AUTOTUNE_KERNELS=rms_norm,silu_and_mul (comma-separated) in the server's environment registers only those of the
+bundled kernels, so that each one's end-to-end effect can be measured alone (`autotune bench bench.per_kernel=true`).
 """
 
 
@@ -52,6 +55,9 @@ def register() -> dict[str, str]:
         logger.warning("autotune kernels not registered: no CUDA GPU and TRITON_INTERPRET is not 1")
         return {}
     targets = set(MANIFEST["kernels"])
+    only = {t.strip() for t in os.environ.get("AUTOTUNE_KERNELS", "").split(",") if t.strip()}
+    if only:
+        targets &= only
     try:
         import vllm.ir  # noqa: F401
         has_ir = True

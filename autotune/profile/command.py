@@ -6,6 +6,11 @@ shapes recorded. It prints the hot spots ranked by share of serving time, with t
 `profile.assumed_speedup` times faster could give (Amdahl); the share of the time spent in ops that the targets
 cover, with the biggest uncovered ops by name; and the serving latencies (TTFT, TPOT, tokens/s).
 
+`autotune profile engine=vllm engine.url=URL` (or engine=sglang, or engine.launch=true engine.model=PATH
+engine.python=PATH to start the server here) drives a live server with the workload through its OpenAI API,
+streamed, measures TTFT, TPOT, ITL and end to end p50/p95/p99, tokens/s and errors on the client's side, and
+profiles the server's worker around that window (autotune/engine/: conf/engine/*.yaml for the settings).
+
 `autotune profile trace=PATH` reads an existing torch-profiler trace instead (.json or .json.gz: ours, or
 one written by vLLM or SGLang: the worker's trace, with shapes recorded). Other engines' op names map to
 targets as each target declares (vLLM's `_C::` and `vllm_ir::` ops, SGLang's `sgl_kernel::` ops, with the
@@ -25,6 +30,9 @@ Outputs, in `<profile.out_dir>/<run>/` (default traces/, run = e.g. 20261130-043
   env.json        environment record: GPU, driver, CUDA, torch, triton, Python, commit, host, labels.*
   serve.json      the serving report (latencies per request and percentiles)
   nsight.json     with profile.nsight=true, a GPU and Nsight Compute: per-kernel duration and DRAM GB/s
+  load.json       engine=vllm|sglang: the client's figures (per request, and TTFT/TPOT/ITL/e2e percentiles,
+                  tokens/s, errors); env.json then holds the engine's version, flags and model under "engine"
+  server.log      engine.launch=true: the server's output
 A run folder appears only when complete; a failed or interrupted profile leaves none.
 
 Main settings (autotune/conf/profile/default.yaml; override as key=value):
@@ -41,6 +49,7 @@ from rich.console import Console
 from rich.table import Table
 
 from autotune.env import Environment
+from autotune.errors import UserError
 from autotune.profile.hotspots import hotspots_in
 from autotune.records import Coverage, ProfiledShape
 from autotune.profile.profiler import ProfileResult, profile_serving, profile_trace
@@ -61,7 +70,7 @@ def main(argv: list[str]) -> int:
 
 
 def profile(cfg: DictConfig) -> int:
-    result = profile_trace(cfg, cfg.trace) if cfg.trace else profile_serving(cfg)
+    result = profile_trace(cfg, cfg.trace) if cfg.trace else _profile(cfg)
     console = Console()
     console.print(hotspot_table(result.hotspots, int(cfg.profile.top)))
     if "coverage" in result.hotspots:
@@ -119,7 +128,26 @@ def coverage_table(cov: Coverage, top: int) -> Table:
     return table
 
 
+def _profile(cfg: DictConfig) -> ProfileResult:
+    """The built-in engine under torch.profiler, or a live engine (engine=vllm|sglang) under its own profiler."""
+    if cfg.get("engine") is not None and cfg.engine.name != "builtin":
+        from autotune.engine import profile_engine
+
+        return profile_engine(cfg)[0]
+    if cfg.workload.get("name") == "agent":
+        raise UserError("workload=agent replays chat requests to a live engine: add engine=vllm (or sglang) with "
+                        "engine.url=URL or engine.launch=true")
+    return profile_serving(cfg)
+
+
 def _print_serving(console: Console, result: ProfileResult) -> None:
+    if result.load_report is not None:
+        from autotune.engine.stats import LoadReport
+
+        console.print(LoadReport.from_dict(result.load_report).table())
+        console.print("(measured by the client while the server's profiler ran, which slows it: compare with runs "
+                      "profiled the same way; `autotune bench` measures without the profiler)", soft_wrap=True)
+        return
     if result.serve_report is None:
         console.print("serving latency: not in this trace (it was not written by `autotune profile`)")
         return
@@ -142,6 +170,12 @@ def _print_files(console: Console, result: ProfileResult) -> None:
 
 def environment_line(environment: dict) -> str:
     """One line for the environment record, or what a foreign trace says about its machine."""
+    engine = environment.get("engine")
+    if engine:
+        flags = " ".join(a for a in engine.get("flags") or [] if len(a) < 60)
+        return (f"{engine.get('name')} {engine.get('version') or '(version unknown)'} serving {engine.get('model')}"
+                f"{' with ' + flags if flags else ''}; client: "
+                + environment_line({k: v for k, v in environment.items() if k != "engine"}))
     if environment.get("source") == "foreign trace":
         return f"foreign trace, GPU {environment.get('gpu') or 'not recorded'}"
     try:

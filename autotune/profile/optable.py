@@ -11,9 +11,9 @@ Columns: `op, target, input_shapes, case_shape, dtype, calls, total_us, self_us,
 - `target` is the target the op implements (profile/opmap.py: our `autotune::<target>` dispatch points, the
   targets' declared foreign ops, the user's profile.target_map). An op nested inside an op that maps to a
   target (`aten::_softmax` under `autotune::softmax`, `aten::linear` under `autotune::linear`) is not counted
-  again, whichever target it maps to. An unfused RMSNorm (aten::pow, mean, add, rsqrt, mul, mul side by side;
-  profile/patterns.py) outside any mapped op is one row, its op named after the sequence, e.g.
-  `aten::pow+aten::mean+...`, its time the sum of its ops'.
+  again, whichever target it maps to. An unfused RMSNorm (aten::pow, mean, add, rsqrt, mul, mul side by side)
+  or SiLU-and-mul (aten::silu, aten::mul; profile/patterns.py) outside any mapped op is one row, its op named
+  after the sequence, e.g. `aten::silu+aten::mul`, its time the sum of its ops'.
 - `input_shapes` lists every argument's dims as recorded; `case_shape` is the target's case read from them
   by the op's mapping (vLLM's rotary: query [T, H*D] at argument 1 -> [T, H, D]), '' when the trace did not
   record shapes; `dtype` is the case tensor's.
@@ -25,6 +25,7 @@ Serving time: the duration of our `autotune::serve` window when the trace has on
 from __future__ import annotations
 
 import collections
+import dataclasses
 import gzip
 import json
 import zlib
@@ -36,7 +37,7 @@ import pandas as pd
 from autotune import targets
 from autotune.errors import UserError
 from autotune.profile.opmap import MappedOp, OpMap, declared_map
-from autotune.profile.patterns import Match, find_rms_norms
+from autotune.profile.patterns import Match, find_patterns
 from autotune.records import Coverage
 
 COLUMNS = ["op", "target", "input_shapes", "case_shape", "dtype", "calls", "total_us", "self_us", "device_us", "share"]
@@ -189,25 +190,52 @@ def _pattern_row(host: list[dict], match: Match, self_us: list[float], device: l
             "self_us": sum(self_us[i] for i in match.members), "device_us": sum(device[i] for i in match.members)}
 
 
+@dataclasses.dataclass(frozen=True)
+class _Attributed:
+    """A trace's host events with what each computes: the one attribution the op table and the coverage share."""
+
+    host: list[dict]
+    parents: list[int]
+    on_gpu: bool
+    device: list[float]  # GPU time each launched, its children's included (zeros on a CPU trace)
+    mapped: list[MappedOp | None]
+    targets: list[str]  # each event's target, blank inside another target op (_targets)
+    matches: list[Match]  # unfused sequences outside any mapped op
+
+    @classmethod
+    def of(cls, trace: Mapping[str, Any], op_map: OpMap) -> "_Attributed":
+        events = complete_events(trace)
+        host = [e for e in events if e["cat"] in HOST_CATEGORIES]
+        parents = _parents(host)
+        on_gpu = any(e["cat"] in DEVICE_CATEGORIES for e in events)
+        device = _device_us(host, parents, events) if on_gpu else [0.0] * len(host)
+        mapped = [op_map.get(e["name"]) if e["cat"] == "cpu_op" else None for e in host]
+        targets_of = _targets(parents, [m.target if m else "" for m in mapped])
+        matches = find_patterns(host, parents, [not x for x in _inside_mapped(parents, mapped)])
+        return cls(host, parents, on_gpu, device, mapped, targets_of, matches)
+
+    def time_us(self) -> list[float]:
+        """The time that counts per event: GPU kernel time on a GPU trace, CPU time otherwise."""
+        return self.device if self.on_gpu else [float(e["dur"]) for e in self.host]
+
+    def covered(self) -> list[bool]:
+        """Whether each event counts for a target: a target op outside any other, or a member of a sequence."""
+        members = {i for m in self.matches for i in m.members}
+        return [bool(t) or i in members for i, t in enumerate(self.targets)]
+
+
 def op_table(trace: Mapping[str, Any], op_map: OpMap | None = None) -> pd.DataFrame:
     """The op table of a trace (columns COLUMNS), sorted by share, largest first; op_map: opmap.build_map()."""
-    op_map = declared_map() if op_map is None else op_map
-    events = complete_events(trace)
-    host = [e for e in events if e["cat"] in HOST_CATEGORIES]
-    parents = _parents(host)
+    at = _Attributed.of(trace, declared_map() if op_map is None else op_map)
+    host = at.host
     self_us = [float(e["dur"]) for e in host]
-    for i, p in enumerate(parents):
+    for i, p in enumerate(at.parents):
         if p != -1:
             self_us[p] -= host[i]["dur"]
-    on_gpu = any(e["cat"] in DEVICE_CATEGORIES for e in events)
-    device = _device_us(host, parents, events) if on_gpu else [0.0] * len(host)
-    mapped = [op_map.get(e["name"]) if e["cat"] == "cpu_op" else None for e in host]
-    targets_of = _targets(parents, [m.target if m else "" for m in mapped])
-    matches = find_rms_norms(host, parents, [not x for x in _inside_mapped(parents, mapped)])
-    in_match = {i for m in matches for i in m.members}
-    rows = [{**_row(e, targets_of[i], mapped[i]), "self_us": self_us[i], "device_us": device[i]}
+    in_match = {i for m in at.matches for i in m.members}
+    rows = [{**_row(e, at.targets[i], at.mapped[i]), "self_us": self_us[i], "device_us": at.device[i]}
             for i, e in enumerate(host) if e["cat"] == "cpu_op" and i not in in_match]
-    rows += [_pattern_row(host, m, self_us, device) for m in matches]
+    rows += [_pattern_row(host, m, self_us, at.device) for m in at.matches]
     if not rows:
         return pd.DataFrame({c: pd.Series(dtype="float64" if c.endswith(("_us", "share")) else "object")
                              for c in COLUMNS})
@@ -216,7 +244,7 @@ def op_table(trace: Mapping[str, Any], op_map: OpMap | None = None) -> pd.DataFr
              .agg(calls=("total_us", "size"), total_us=("total_us", "sum"), self_us=("self_us", "sum"),
                   device_us=("device_us", "sum"))
              .reset_index())
-    if not on_gpu:
+    if not at.on_gpu:
         table["device_us"] = float("nan")  # no GPU kernels in the trace: left empty, not zero
     serving = serving_time_us(trace)
     table["share"] = op_time_us(table) / serving if serving > 0 else 0.0
@@ -224,40 +252,40 @@ def op_table(trace: Mapping[str, Any], op_map: OpMap | None = None) -> pd.DataFr
 
 
 def coverage(trace: Mapping[str, Any], op_map: OpMap) -> Coverage:
-    """The share of the time spent in ops that target ops hold, and the uncovered rest by op name (records.Coverage).
+    """The share of the time spent in ops that targets hold, and the uncovered rest by op name (records.Coverage).
 
-    Each op counts once, at its outermost level: an op inside another op is part of the outer one's time. A target
-    op inside a non-target op (vLLM's `_C::rms_norm` under a Python-level wrapper op) covers that much of the
-    outer op's time; the rest of the outer op is listed under the outer op's name."""
-    events = complete_events(trace)
-    host = [e for e in events if e["cat"] in HOST_CATEGORIES]
-    parents = _parents(host)
-    on_gpu = any(e["cat"] in DEVICE_CATEGORIES for e in events)
-    time = _device_us(host, parents, events) if on_gpu else [float(e["dur"]) for e in host]
+    Each op counts once, at its outermost level: an op inside another op is part of the outer one's time. The
+    ops that count for a target are the op table's: target ops (not inside another target op) and the members of
+    an unfused sequence (an RMSNorm as aten::pow, mean, ...; aten::silu + aten::mul). One inside a non-target op
+    (vLLM's `_C::rms_norm` under a Python-level wrapper op) covers that much of the outer op's time; the rest of
+    the outer op is listed under the outer op's name."""
+    at = _Attributed.of(trace, op_map)
+    time, covered, host = at.time_us(), at.covered(), at.host
     is_op = [e["cat"] == "cpu_op" for e in host]
-    own = [op_map[e["name"]].target if op and e["name"] in op_map else "" for e, op in zip(host, is_op)]
-    counted = [bool(t) for t in _targets(parents, own)]  # a target op not inside another target op
-    is_target = [bool(t) for t in own]
-    ops_us, covered_us, outer_of, inside = 0.0, 0.0, {}, collections.Counter()
+    ops_us, covered_us, inside = 0.0, 0.0, collections.Counter()
+    outermost = {}
     for i in range(len(host)):
-        if not is_op[i]:
-            continue
-        outer, p = i, parents[i]
-        while p != -1:  # the outermost op around this one (user annotations are not ops)
-            outer = p if is_op[p] else outer
-            p = parents[p]
-        outer_of[i] = outer
-    for i, outer in outer_of.items():
+        if is_op[i]:
+            outermost[i] = _outermost_op(at.parents, is_op, i)
+    for i, outer in outermost.items():
         if i == outer:
             ops_us += time[i]
-        if counted[i]:
+        if covered[i] and not any(covered[a] for a in _ancestors(at.parents, i)):
             covered_us += time[i]
             inside[outer] += time[i]
     rest: collections.Counter = collections.Counter()
-    for i, outer in outer_of.items():
-        if i == outer and not is_target[i]:
+    for i, outer in outermost.items():
+        if i == outer and not covered[i]:
             rest[host[i]["name"]] += max(0.0, time[i] - inside[i])
     return Coverage(ops_us, covered_us, tuple((op, us) for op, us in rest.most_common() if us > 0))
+
+
+def _outermost_op(parents: list[int], is_op: list[bool], i: int) -> int:
+    """The outermost op around event i (user annotations are not ops), i itself at the top."""
+    outer = i
+    for a in _ancestors(parents, i):
+        outer = a if is_op[a] else outer
+    return outer
 
 
 def _ancestors(parents: list[int], i: int) -> Iterator[int]:

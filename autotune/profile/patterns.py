@@ -11,6 +11,13 @@ only the aten ops of its formula, side by side under the same parent:
 fused_add_rms_norm with the leading residual add, with case shape (T, W) and x's dtype, so it ranks like the
 named op an engine with a fused kernel would have called. In vLLM 0.32's CPU trace of a 4-layer Llama each
 step has 9 of them (306 in 34 steps).
+
+SiLU-and-mul unfused (vLLM's and SGLang's `SiluAndMul.forward_native`: `silu(x[..., :I]) * x[..., I:]`):
+
+    [aten::slice(x [T, 2I])] -> aten::silu([T, I]) -> [aten::slice(x)] -> aten::mul([T, I], [T, I])
+
+is silu_and_mul with case shape (T, 2I), the slices (views, but 40 us each on vLLM's CPU build, as long as the
+silu) counted with it. vLLM 0.32's CPU build runs every MLP's activation so: 4 per step.
 """
 
 from __future__ import annotations
@@ -22,7 +29,10 @@ from collections import defaultdict
 _QUIET = {"aten::to", "aten::_to_copy", "aten::type_as", "aten::view", "aten::reshape", "aten::result_type",
           "aten::empty_strided", "aten::copy_", "aten::detach"}
 _RMS_NORM = ("aten::pow", "aten::mean", "aten::add", "aten::rsqrt", "aten::mul", "aten::mul")
-PATTERN_OPS = {"rms_norm": "+".join(_RMS_NORM), "fused_add_rms_norm": "aten::add+" + "+".join(_RMS_NORM)}
+# Views that slice the gate and the up half out of silu_and_mul's input
+_VIEWS = {"aten::slice", "aten::narrow", "aten::chunk", "aten::split", "aten::split_with_sizes", "aten::select"}
+PATTERN_OPS = {"rms_norm": "+".join(_RMS_NORM), "fused_add_rms_norm": "aten::add+" + "+".join(_RMS_NORM),
+               "silu_and_mul": "aten::silu+aten::mul"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,16 +49,47 @@ class Match:
         return PATTERN_OPS[self.target]
 
 
-def find_rms_norms(host: list[dict], parents: list[int], eligible: list[bool]) -> list[Match]:
-    """Every unfused RMSNorm among the eligible host events (those inside no mapped op)."""
+def find_patterns(host: list[dict], parents: list[int], eligible: list[bool]) -> list[Match]:
+    """Every unfused RMSNorm and SiLU-and-mul among the eligible host events (those inside no mapped op)."""
+    found = []
+    for run in _sibling_runs(host, parents, eligible):
+        norms = _matches(host, run)
+        taken = {i for m in norms for i in m.members}
+        found.extend(norms)
+        found.extend(_silu_and_muls(host, [i for i in run if i not in taken]))
+    return found
+
+
+def _sibling_runs(host: list[dict], parents: list[int], eligible: list[bool]) -> list[list[int]]:
+    """The eligible ops (casts left out) of each (process, thread, parent), in time order."""
     siblings: dict[tuple, list[int]] = defaultdict(list)
     for i, e in enumerate(host):
         if eligible[i] and e.get("cat") == "cpu_op" and e["name"] not in _QUIET:
             siblings[(e.get("pid"), e.get("tid"), parents[i])].append(i)
+    return [sorted(run, key=lambda i: host[i]["ts"]) for run in siblings.values()]
+
+
+def _silu_and_muls(host: list[dict], run: list[int]) -> list[Match]:
+    """aten::silu(a [.., I]) then, past views only, aten::mul(a', b) of the same shape; the slices of the
+    [.., 2I] input just before the silu and between the two count with them."""
     found = []
-    for run in siblings.values():
-        run.sort(key=lambda i: host[i]["ts"])
-        found.extend(_matches(host, run))
+    for k, i in enumerate(run):
+        if host[i]["name"] != "aten::silu" or not _dims(host[i]) or not _dims(host[i])[0]:
+            continue
+        half = list(_dims(host[i])[0])
+        whole = half[:-1] + [2 * half[-1]]
+        before = []
+        j = k - 1
+        while j >= 0 and host[run[j]]["name"] in _VIEWS and _dims(host[run[j]])[:1] == [whole]:
+            before.insert(0, run[j])
+            j -= 1
+        between = []
+        j = k + 1
+        while j < len(run) and host[run[j]]["name"] in _VIEWS:
+            between.append(run[j])
+            j += 1
+        if j < len(run) and host[run[j]]["name"] == "aten::mul" and _dims(host[run[j]])[:2] == [half, half]:
+            found.append(Match("silu_and_mul", (*before, i, *between, run[j]), tuple(int(d) for d in whole), i))
     return found
 
 

@@ -49,6 +49,7 @@ class ProfileResult:
     nsight: list[dict] | None = None  # per-kernel metrics when profile.nsight measured them
     nsight_note: str | None = None  # why nsight did not run (or what it did)
     notes: list[str] = dataclasses.field(default_factory=list)  # what the trace cannot show (diagnose.notes)
+    load_report: dict | None = None  # a live engine's client-side figures (engine.stats.LoadReport), load.json
 
 
 def new_run_name() -> str:
@@ -132,8 +133,10 @@ def profile_serving(cfg: DictConfig) -> ProfileResult:
     return result
 
 
-def profile_trace(cfg: DictConfig, path: str | Path) -> ProfileResult:
-    """Read an existing torch-profiler trace (ours, vLLM's, SGLang's) and write a run folder for it."""
+def profile_trace(cfg: DictConfig, path: str | Path, environment: dict | None = None,
+                  load_report: dict | None = None) -> ProfileResult:
+    """Read an existing torch-profiler trace (ours, vLLM's, SGLang's) and write a run folder for it; a live
+    engine's profile (autotune/engine/profile.py) passes its environment record and client-side figures."""
     check_settings(cfg)
     path = Path(path)
     trace = read_trace(path)
@@ -141,10 +144,13 @@ def profile_trace(cfg: DictConfig, path: str | Path) -> ProfileResult:
     with path.open("rb") as f:
         name = "trace.json.gz" if f.read(2) == b"\x1f\x8b" else "trace.json"  # keep the copy's bytes as given
     out_dir, run = Path(cfg.profile.out_dir), new_run_name()
-    environment = trace.get(META_ENVIRONMENT) or foreign_environment(trace, cfg)
+    environment = environment or trace.get(META_ENVIRONMENT) or foreign_environment(trace, cfg)
     with building(out_dir, run) as partial:
         shutil.copyfile(path, partial / name)
         result = _analyse(cfg, trace, out_dir / run, name, partial, environment, trace.get(META_SERVE))
+        if load_report is not None:
+            _write_json(partial / "load.json", load_report)
+            result.load_report = load_report
     return result
 
 

@@ -206,6 +206,7 @@ def render(request: "ProposalRequest", *, proposal_id: str, short_id: str, branc
         tokens_line=_tokens_line(cand), hotspot=_hotspot(request), model_check=request.model_check,
         model_line=_model_sentence(request.model_check) if request.model_check else "not run",
         model_sentence=_model_sentence(request.model_check), latency_rows=_latency_rows(request.model_check),
+        engine_bench=request.engine_bench,
         environment=request.environment or {}, environment_summary=env.summary() if env else "not recorded",
         environment_rows=[(k, val) for k, val in (request.environment or {}).items()],
         metadata=json.dumps({"proposal": proposal_id, "run": request.run_id, "target": request.target, "sha256": sha256,

@@ -35,6 +35,7 @@ class ProposalRequest:
     environment: dict[str, Any]
     run_dir: str
     run_id: str
+    engine_bench: dict[str, Any] | None = None  # `autotune bench` with this kernel in B (engine.bench.bench_for_kernel)
 
     def __post_init__(self):
         if isinstance(self.hotspot, dict):

@@ -37,7 +37,8 @@ class Written:
 def tables(runs: data.Runs) -> dict[str, pd.DataFrame]:
     return {"settings": data.settings_table(runs), "candidates": data.candidates(runs),
             "progress": data.progress(runs), "statuses_per_turn": data.statuses_per_turn(runs),
-            "costs": data.costs(runs), "cache_per_turn": data.cache_per_turn(runs), "gains": data.gains(runs)}
+            "costs": data.costs(runs), "cache_per_turn": data.cache_per_turn(runs), "gains": data.gains(runs),
+            "engine_serving": data.engine_serving(runs)}
 
 
 def figures(t: dict[str, pd.DataFrame], environments: list[str]) -> list[Figure]:

@@ -207,3 +207,25 @@ def settings_table(r: Runs) -> pd.DataFrame:
     cols[1:1] = [c for c in out.columns if c.startswith("set:")]
     out = out[cols].rename(columns={"candidates_x": "candidates_per_target", "candidates_y": "judged"})
     return out
+
+
+ENGINE_COLUMNS = ["run", "engine", "agent_requests", "agent_e2e_p50_ms", "before_tok_s", "after_tok_s",
+                  "before_ttft_p50_ms", "after_ttft_p50_ms", "before_tpot_p50_ms", "after_tpot_p50_ms",
+                  "outputs_identical", "tokens_per_kernel", "dollars_per_kernel", "note"]
+
+
+def engine_serving(r: Runs) -> pd.DataFrame:
+    """Per run whose agent a live engine served (autotune/engine/selfopt.py): the agent's own traffic on that
+    engine before and after the run's kernels, and the agent's cost per kernel."""
+    rows = []
+    for _, e in _of(r.ledger, "engine_serving").iterrows():
+        get = lambda key: e.get(key) if key in e and e.get(key) == e.get(key) else None  # NaN: not measured
+        rows.append({"run": e["run"], "engine": f"{get('engine.name')} {get('engine.version')}",
+                     "agent_requests": get("agent_live.requests"), "agent_e2e_p50_ms": get("agent_live.e2e_ms.p50"),
+                     "before_tok_s": get("before.output_tokens_per_s"), "after_tok_s": get("after.output_tokens_per_s"),
+                     "before_ttft_p50_ms": get("before.ttft_ms.p50"), "after_ttft_p50_ms": get("after.ttft_ms.p50"),
+                     "before_tpot_p50_ms": get("before.tpot_ms.p50"), "after_tpot_p50_ms": get("after.tpot_ms.p50"),
+                     "outputs_identical": get("outputs_identical"),
+                     "tokens_per_kernel": get("cost_per_kernel.tokens_per_kernel"),
+                     "dollars_per_kernel": get("cost_per_kernel.dollars_per_kernel"), "note": get("note")})
+    return pd.DataFrame(rows, columns=ENGINE_COLUMNS)

@@ -98,16 +98,22 @@ def main(cfg: DictConfig) -> int:
 def _run(cfg: DictConfig, run_dir: Path) -> int:
     from autotune.run.progress import Progress, ProgressLedger
 
+    from autotune.engine.selfopt import engine_session
+
     names = list(cfg.targets) if cfg.targets else []
     budget = cfg.agent.get("budget", {}) or {}
-    with Progress([str(n) for n in names], budget.get("wall_s"), run_dir, console) as progress:
-        ledger = ProgressLedger(run_dir / "ledger.jsonl", progress)
-        progress.seed(ledger.read())
-        hotspots = profile_stage(cfg, run_dir, ledger)
-        outcomes, errors = work_on_all(choose_targets(cfg, hotspots), hotspots, cfg, run_dir, ledger, progress)
-    if errors:
-        return died(run_dir, "; ".join(errors))
-    summary = write_summary(cfg, run_dir, ledger, outcomes)
+    with engine_session(cfg, run_dir) as engine:  # engine=vllm|sglang: one live server for the run, else None
+        with Progress([str(n) for n in names], budget.get("wall_s"), run_dir, console) as progress:
+            ledger = ProgressLedger(run_dir / "ledger.jsonl", progress)
+            progress.seed(ledger.read())
+            hotspots = engine.profile(cfg, run_dir, ledger) if engine else profile_stage(cfg, run_dir, ledger)
+            outcomes, errors = work_on_all(choose_targets(cfg, hotspots), hotspots, cfg, run_dir, ledger, progress)
+        if errors:
+            return died(run_dir, "; ".join(errors))
+        summary = write_summary(cfg, run_dir, ledger, outcomes)
+        if engine:  # the agent's own serving figures before and after its kernels
+            summary = write_summary(cfg, run_dir, ledger, outcomes, engine.after(
+                cfg, run_dir, ledger, outcomes, summary["accounting"]))
     print_summary(summary, run_dir)
     return 0
 
@@ -314,19 +320,28 @@ def check_and_publish(name: str, best, hotspot: Hotspot | None, cfg: DictConfig,
         target=name, source=source, verdict=best.verdict, hotspot=hotspot, model_check=check.to_dict(),
         candidate={k: getattr(best, k) for k in ("id", "agent", "model", "turn", "prompt_tokens", "cached_tokens",
                                                  "completion_tokens", "cost_usd")},
-        environment=environment, run_dir=str(run_dir), run_id=str(cfg.run_id))
+        environment=environment, run_dir=str(run_dir), run_id=str(cfg.run_id), engine_bench=_bench_of(source, cfg))
     with _PUBLISH:  # targets finish side by side; their branches go into one repository one at a time
         proposal = publish(request, cfg)
     ledger.append("proposal", candidate=best.id, **dataclasses.asdict(proposal))
     return Outcome(name, OutcomeStatus.PROPOSED, check.reason, best.id, best.status, proposal.id, proposal.pr_url)
 
 
-def write_summary(cfg: DictConfig, run_dir: Path, ledger: Ledger, outcomes: list[Outcome]) -> dict[str, Any]:
+def _bench_of(source: str, cfg: DictConfig) -> dict | None:
+    from autotune.engine.bench import bench_for_kernel
+
+    return bench_for_kernel(source, cfg.bench.out_dir) if cfg.get("bench") else None
+
+
+def write_summary(cfg: DictConfig, run_dir: Path, ledger: Ledger, outcomes: list[Outcome],
+                  engine: dict | None = None) -> dict[str, Any]:
     from autotune.agent import summarize
 
     summary = {"run_id": cfg.run_id, "run_dir": str(run_dir), "agent": cfg.agent.name,
                "model": cfg.model.name, "device": env.resolve_device(cfg.device),
                "outcomes": [dataclasses.asdict(o) for o in outcomes], "accounting": summarize(ledger.read())}
+    if engine is not None:
+        summary["engine"] = engine  # autotune/engine/selfopt.py: the engine that served the agent, before/after
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
 
@@ -339,6 +354,11 @@ def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
         best = f"best {o['best']} ({o['verdict']}); " if o["best"] else ""
         console.print(f"  {best}{o['detail']}")
     console.print(accounting_line(summary["agent"], summary["accounting"]))
+    if summary.get("engine"):
+        from autotune.engine.selfopt import summary_lines
+
+        for line in summary_lines(summary["engine"]):
+            console.print(line, soft_wrap=True)
     console.print(f"files: {run_dir}")
     proposals = [o["proposal"] for o in summary["outcomes"] if o["proposal"]]
     if proposals:

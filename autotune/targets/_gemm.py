@@ -8,14 +8,46 @@ gate_up (M, 2 * intermediate, hidden), down (M, hidden, intermediate).
 
 import torch
 
-from autotune.targets.base import Shape, numel
+from autotune.targets.base import Shape
 from autotune.targets.space import Knob, SearchSpace, configs
 
 
 def shape_from_dims(dims: list) -> Shape:
-    """Profiler input dims [x [..., K], weight [N, K], ...] -> (M, N, K)."""
+    """Profiler input dims [x [..., K], weight [N, K], ...] -> (M, N, K): F.linear's layout."""
     x, w = dims[0], dims[1]
-    return numel(x[:-1]), w[0], w[1]
+    return _rows(x), w[0], _same_k(x[-1], w[1])
+
+
+def shape_from_mm_dims(dims: list) -> Shape:
+    """[x [M, K], weight [K, N], ...] -> (M, N, K): aten::mm's layout, and aten::addmm's after its bias (the
+    weight is linear's [N, K] transposed, so the math is linear's)."""
+    x, w = dims[0], dims[1]
+    return _rows(x), w[1], _same_k(x[-1], w[0])
+
+
+def shape_from_out_dims(dims: list) -> Shape:
+    """[out [..., N], x [..., K], ...] -> (M, N, K): vLLM's CPU `_C::onednn_mm(out, x, bias, handler)`, whose
+    weight lives in the oneDNN handler and is not recorded; N is the output's width."""
+    out, x = dims[0], dims[1]
+    if _rows(out) != _rows(x):
+        raise ValueError(f"output rows {out} and input rows {x} differ")
+    return _rows(x), out[-1], x[-1]
+
+
+def _rows(x: list) -> int:
+    if not x:
+        raise ValueError("no shape recorded")
+    m = 1
+    for d in x[:-1]:
+        m *= d
+    return m
+
+
+def _same_k(k_x: int, k_w: int) -> int:
+    """K, when x's and the weight's agree; a ValueError (no case shape) for a call laid out otherwise."""
+    if k_x != k_w:
+        raise ValueError(f"x's K {k_x} is not the weight's {k_w}: not this layout")
+    return k_x
 
 
 def flops(shape, dtype):

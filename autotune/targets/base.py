@@ -95,6 +95,9 @@ class ForeignOp:
     name: str  # as the trace names it, e.g. "_C::rotary_embedding"
     case_arg: int = 0
     head_size_arg: int | None = None
+    # this op's own rule from dims[case_arg:] to the case shape, where its argument layout differs from the
+    # target's `shape_from_dims` (aten::mm's weight is [K, N], not linear's [N, K]); None: the target's rule
+    dims_rule: Callable[[list], Shape] | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self):
         if not self.name or self.case_arg < 0 or (self.head_size_arg is not None and self.head_size_arg < 0):
@@ -106,7 +109,7 @@ class ForeignOp:
         if len(dims) <= self.case_arg or not dims[self.case_arg]:
             raise ValueError(f"{self.name}: no shape recorded for argument {self.case_arg}")
         if self.head_size_arg is None:
-            return tuple(int(d) for d in shape_from_dims(dims[self.case_arg:]))
+            return tuple(int(d) for d in (self.dims_rule or shape_from_dims)(dims[self.case_arg:]))
         *lead, width = (int(d) for d in dims[self.case_arg])
         head_size = int(float(concrete[self.head_size_arg])) if len(concrete) > self.head_size_arg else 0
         if head_size <= 0 or width % head_size:

@@ -58,7 +58,7 @@ TARGET = Target(
     random_shapes=RMS_NORM.random_shapes,
     # (input, residual, weight, eps) in every engine; vLLM's and SGLang's update input and residual in place
     foreign_ops=(ForeignOp("vllm_ir::fused_add_rms_norm"), ForeignOp("_C::fused_add_rms_norm"),
-                 ForeignOp("sgl_kernel::fused_add_rmsnorm")),
+                 ForeignOp("sgl_kernel::fused_add_rmsnorm"), ForeignOp("sgl_kernel::fused_add_rmsnorm_cpu")),
     search=row_space("fused_add_rms_norm.py.j2"),
     example="fused_add_rms_norm.py",
     dims=RMS_NORM.dims,

@@ -41,9 +41,15 @@ TARGET = Target(
     flops=_gemm.flops,
     default_shapes=_gemm.DEFAULT_SHAPES,
     edge_shapes=_gemm.EDGE_SHAPES,
-    # what F.linear records in any eager PyTorch engine: (input [..., K], weight [N, K], bias); not aten::mm or
-    # aten::addmm, whose weight is [K, N] and whose arguments differ
-    foreign_ops=(ForeignOp("aten::linear"),),
+    # F.linear in any eager PyTorch engine (input [..., K], weight [N, K], bias), the GEMMs it lowers to where it is
+    # not recorded itself (aten::mm (x, weight.T [K, N]); aten::addmm (bias, x, weight.T)), vLLM's CPU GEMM
+    # (_C::onednn_mm (out [M, N], x [M, K], bias, handler): every projection of vLLM 0.32's CPU build) and
+    # SGLang's CPU one (weight_packed_linear (x, weight [N, K], bias, is_vnni)). Inside aten::linear the mm is
+    # not counted again (an op inside a target op never is).
+    foreign_ops=(ForeignOp("aten::linear"), ForeignOp("aten::mm", dims_rule=_gemm.shape_from_mm_dims),
+                 ForeignOp("aten::addmm", case_arg=1, dims_rule=_gemm.shape_from_mm_dims),
+                 ForeignOp("_C::onednn_mm", dims_rule=_gemm.shape_from_out_dims),
+                 ForeignOp("sgl_kernel::weight_packed_linear")),
     shape_from_dims=_gemm.shape_from_dims,
     op_class=OpClass.COMPUTE_BOUND,  # at a decode step's few tokens the weight read bounds it: the floor says so
     search=_gemm.search_space("linear.py.j2"),

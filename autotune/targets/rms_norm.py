@@ -62,7 +62,8 @@ TARGET = Target(
     # vLLM's _C::rms_norm(out, input, weight, eps) and SGLang's sgl_kernel::rmsnorm(out, input, weight, eps, ...)
     # take their output first; vLLM IR's vllm_ir::rms_norm(x, weight, eps, ...) (ir_enable_torch_wrap) does not.
     foreign_ops=(ForeignOp("vllm_ir::rms_norm"), ForeignOp("_C::rms_norm", case_arg=1),
-                 ForeignOp("sgl_kernel::rmsnorm", case_arg=1)),
+                 ForeignOp("sgl_kernel::rmsnorm", case_arg=1),  # SGLang on a GPU: (out, input, weight, eps, pdl)
+                 ForeignOp("sgl_kernel::rmsnorm_cpu")),  # SGLang's CPU build: (input, weight, eps)
     search=row_space("rms_norm.py.j2"),
     dims=("hidden",),
     advice=ROW_REDUCTION_ADVICE,

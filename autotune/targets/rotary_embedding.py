@@ -82,7 +82,12 @@ TARGET = Target(
     random_shapes=random_shapes,
     # vLLM's _C::rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox): query [T, H*D]
     # at argument 1, D at argument 3 (vLLM 0.32's CPU trace: query [17, 256], head_size 32 -> (17, 8, 32))
-    foreign_ops=(ForeignOp("_C::rotary_embedding", case_arg=1, head_size_arg=3),),
+    # vLLM's and SGLang's (positions, query [T, H*D], key, head_size, cos_sin_cache, is_neox); SGLang's GPU path
+    # (sgl_kernel.apply_rope_with_cos_sin_cache_inplace) passes q already viewed as [T, H, D] first
+    foreign_ops=(ForeignOp("_C::rotary_embedding", case_arg=1, head_size_arg=3),
+                 ForeignOp("sgl_kernel::rotary_embedding", case_arg=1, head_size_arg=3),
+                 ForeignOp("sgl_kernel::rotary_embedding_cpu", case_arg=1, head_size_arg=3),
+                 ForeignOp("sgl_kernel::apply_rope_pos_ids_cos_sin_cache")),
     search=SEARCH,
     example="rotary_embedding.py",
     dims=("tokens", "heads", "head_dim"),

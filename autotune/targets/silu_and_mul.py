@@ -68,7 +68,10 @@ TARGET = Target(
     model_shapes=rowwise_shapes((("intermediate_size", 2),)),
     random_shapes=random_shapes,
     # vLLM's _C::silu_and_mul(out, input) and SGLang's sgl_kernel::silu_and_mul(out, input) take the output first
-    foreign_ops=(ForeignOp("_C::silu_and_mul", case_arg=1), ForeignOp("sgl_kernel::silu_and_mul", case_arg=1)),
+    # (out, input) in vLLM and SGLang on a GPU; (input) in SGLang's CPU build. vLLM's CPU build runs it unfused
+    # (aten::silu + aten::mul), which profile/patterns.py recognises
+    foreign_ops=(ForeignOp("_C::silu_and_mul", case_arg=1), ForeignOp("sgl_kernel::silu_and_mul", case_arg=1),
+                 ForeignOp("sgl_kernel::silu_and_mul_cpu")),
     search=SEARCH,
     example="silu_and_mul.py",
     dims=("2I",),  # the gate_up projection's output: gate x[..., :I], up x[..., I:]

@@ -29,12 +29,14 @@ def test_amdahl_gain():
 def test_ranking_of_the_gpu_fixture_matches_the_hotspots_schema():
     trace = read_trace(FIXTURES / "kineto_gpu.json")
     hot = rank_hotspots(op_table(trace), serving_time_us(trace), 4.0)
-    assert [h.target for h in hot] == ["rms_norm", "silu_and_mul"]
-    rms = hot[0]
+    assert [h.target for h in hot] == ["linear", "rms_norm", "silu_and_mul"]
+    # aten::mm(x [8, 4096], weight.T [4096, 28672]): linear's case (M, N, K), its 80 us of kernel time
+    assert hot[0].shapes == (ProfiledShape((8, 28672, 4096), "bfloat16", 1, 80.0),)
+    rms = hot[1]
     assert (rms.calls, rms.total_us, rms.share) == (2, 23.0, pytest.approx(0.023))
     assert rms.projected_gain == pytest.approx(0.023 * (1 - 1 / 4))
     assert rms.shapes == (ProfiledShape((8, 4096), "bfloat16", 1, 20.0), ProfiledShape((1, 4096), "bfloat16", 1, 3.0))
-    entry = json.loads(json.dumps(hotspots_record("r", "t", 1000.0, 4.0, {}, hot)))["hotspots"][0]  # plain JSON
+    entry = json.loads(json.dumps(hotspots_record("r", "t", 1000.0, 4.0, {}, hot)))["hotspots"][1]  # plain JSON
     assert set(entry) == {"target", "share", "calls", "total_us", "projected_gain", "shapes"}
     assert entry["shapes"][0] == {"shape": [8, 4096], "dtype": "bfloat16", "calls": 1, "total_us": 20.0}
     assert Hotspot.from_dict(entry) == rms  # hotspots.json's entry reads back into the same record

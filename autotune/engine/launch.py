@@ -1,0 +1,273 @@
+"""A live engine to drive: one running already (`engine.url`), or one started here (`engine.launch=true`).
+
+Launched, the server runs in a session of its own with the flags profiling needs (vLLM: `--enforce-eager` so
+the small ops are not hidden in compiled regions, `--profiler-config` with shapes recorded and no Python stacks
+or memory events; SGLang: `--disable-cuda-graph`, its profiler directory), its output in a log file; `serving`
+waits for its health endpoint (a timeout, or the process dying, is an error with the log's tail), and on the way
+out stops the whole process group (SIGTERM, then SIGKILL after 20 s). With `engine.plugin=DIR` (an exported
+plugin) the plugin is installed into a folder of its own on the server's PYTHONPATH, selected by
+`VLLM_PLUGINS`, its kernels by `--ir-op-priority` and AUTOTUNE_KERNELS (engine.plugin_kernels), run by the
+Triton interpreter on a CPU; the server's venv is left as it was.
+
+    with serving(settings, workdir) as server:     # settings: EngineSettings
+        server.url, server.version, server.model, server.flags
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+from autotune.engine.settings import EngineSettings, profiler_config
+from autotune.errors import UserError
+
+IR_TARGETS = ("rms_norm", "fused_add_rms_norm")  # the plugin's kernels vLLM IR selects by --ir-op-priority
+PLUGIN_PACKAGE = "autotune_vllm_kernels"
+
+
+@dataclasses.dataclass
+class Server:
+    settings: EngineSettings
+    url: str
+    profile_dir: Path | None
+    version: str | None = None
+    model: str | None = None  # the name requests carry
+    max_model_len: int | None = None
+    command: tuple[str, ...] = ()  # launched: the command line, secrets masked
+    process: subprocess.Popen | None = None
+    log_path: Path | None = None
+
+    @property
+    def flags(self) -> list[str] | None:
+        """The server's flags as recorded with every figure: the launch command's; for a running server, what
+        engine.args says it was started with (None when not given: its API does not tell)."""
+        return list(self.command[3:]) if self.command else (list(self.settings.args) or None)
+
+    def record(self) -> dict:
+        """What the environment record says about the engine."""
+        s = self.settings
+        return {"name": s.name, "version": self.version, "url": self.url, "model": self.model, "launched": s.launch,
+                "python": s.python, "flags": self.flags, "plugin": s.plugin,
+                "plugin_kernels": list(s.plugin_kernels) or None, "max_model_len": self.max_model_len}
+
+    def log_tail(self, lines: int = 30) -> str:
+        if not self.log_path or not self.log_path.is_file():
+            return "(no log)"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+@contextlib.contextmanager
+def serving(settings: EngineSettings, workdir: Path) -> Iterator[Server]:
+    """The server to drive, ready; a launched one is stopped (its whole process group) on the way out."""
+    if not settings.launch:
+        server = Server(settings, settings.url.rstrip("/"), Path(settings.profile_dir) if settings.profile_dir else None)
+        wait_ready(server, timeout_s=30.0)
+        yield describe(server)
+        return
+    server = launch(settings, Path(workdir))
+    try:
+        wait_ready(server, settings.startup_timeout_s)
+        yield describe(server)
+    finally:
+        stop(server)
+
+
+def launch(settings: EngineSettings, workdir: Path) -> Server:
+    workdir.mkdir(parents=True, exist_ok=True)
+    port = settings.port or free_port(settings.host)
+    profile_dir = Path(settings.profile_dir or workdir / "profiler").resolve()
+    profile_dir.mkdir(parents=True, exist_ok=True)
+    command, secret_free = server_command(settings, port, profile_dir)
+    log_path = Path(settings.log_dir or workdir) / f"{settings.name}-server-{port}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   env=server_env(settings, profile_dir, workdir), cwd=workdir, start_new_session=True)
+    return Server(settings, f"http://{settings.host}:{port}", profile_dir, command=tuple(secret_free),
+                  process=process, log_path=log_path)
+
+
+def server_command(settings: EngineSettings, port: int, profile_dir: Path) -> tuple[list[str], list[str]]:
+    """(the command line, the same with the API key masked) that starts the server with profiling on."""
+    s = settings
+    if s.name == "vllm":
+        command = [s.python, "-m", "vllm.entrypoints.openai.api_server", "--model", s.model, "--host", s.host,
+                   "--port", str(port), "--enforce-eager"]
+        if s.profile:
+            command += ["--profiler-config", profiler_config(str(profile_dir))]
+        priority = _ir_priority(s)
+        if priority:
+            command += ["--ir-op-priority", priority]
+    else:
+        command = [s.python, "-m", "sglang.launch_server", "--model-path", s.model, "--host", s.host, "--port",
+                   str(port), "--disable-cuda-graph"]
+    if s.served_model_name:
+        command += ["--served-model-name", s.served_model_name]
+    command += list(s.args)
+    masked = list(command)
+    key = os.environ.get(s.api_key_env) if s.api_key_env else None
+    if key and s.name == "sglang":  # vLLM takes it from VLLM_API_KEY (server_env), off the command line
+        command += ["--api-key", key]
+        masked += ["--api-key", "***"]
+    return command, masked
+
+
+def server_env(settings: EngineSettings, profile_dir: Path, workdir: Path) -> dict[str, str]:
+    s = settings
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    if s.threads:
+        environment["OMP_NUM_THREADS"] = str(s.threads)
+    if s.name == "sglang":
+        environment["SGLANG_TORCH_PROFILER_DIR"] = str(profile_dir)
+        environment["SGLANG_PROFILE_WITH_STACK"] = "False"
+    key = os.environ.get(s.api_key_env) if s.api_key_env else None
+    if key and s.name == "vllm":
+        environment["VLLM_API_KEY"] = key
+    if s.plugin:
+        environment.update(plugin_env(s, workdir))
+    environment.update(dict(s.env))
+    return environment
+
+
+def plugin_env(settings: EngineSettings, workdir: Path) -> dict[str, str]:
+    """The exported plugin installed into workdir/plugin-site (not the server's venv) and selected."""
+    site = workdir / "plugin-site"
+    if not (site / PLUGIN_PACKAGE).is_dir():
+        done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site),
+                               *_offline_build(), settings.plugin], capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            raise UserError(f"engine.plugin={settings.plugin} did not install: {done.stderr.strip()[-500:]}")
+    environment = {"PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p),
+                   "VLLM_PLUGINS": "autotune_kernels"}
+    if settings.plugin_kernels:
+        environment["AUTOTUNE_KERNELS"] = ",".join(settings.plugin_kernels)
+    from autotune import env
+
+    if env.resolve_device("auto") == "cpu":
+        environment["TRITON_INTERPRET"] = "1"  # Triton kernels run only under the interpreter on a CPU
+    return environment
+
+
+def plugin_kernels(plugin: str) -> list[str]:
+    """The kernels an exported plugin holds (its manifest)."""
+    manifest = Path(plugin) / PLUGIN_PACKAGE / "manifest.json"
+    try:
+        return sorted(json.loads(manifest.read_text())["kernels"])
+    except (OSError, KeyError, json.JSONDecodeError):
+        raise UserError(f"engine.plugin={plugin}: no readable {manifest} (export the plugin again)") from None
+
+
+def _ir_priority(settings: EngineSettings) -> str:
+    if not settings.plugin:
+        return ""
+    chosen = [t for t in plugin_kernels(settings.plugin) if t in IR_TARGETS
+              and (not settings.plugin_kernels or t in settings.plugin_kernels)]
+    return json.dumps({t: ["autotune"] for t in chosen}) if chosen else ""
+
+
+def _offline_build() -> list[str]:
+    """Build the plugin with this environment's setuptools when it can (>= 70.1), else let pip fetch one."""
+    try:
+        import setuptools
+
+        major, minor = (int(p) for p in setuptools.__version__.split(".")[:2])
+    except (ImportError, ValueError):
+        return []
+    return ["--no-build-isolation", "--no-index"] if (major, minor) >= (70, 1) else []
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(server: Server, timeout_s: float) -> None:
+    """Until the health endpoint answers 200; UserError on the timeout or when the launched process dies."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if server.process is not None and server.process.poll() is not None:
+            raise UserError(f"the {server.settings.name} server exited with code {server.process.returncode} before "
+                            f"it was ready; the end of its log ({server.log_path}):\n{server.log_tail()}")
+        try:
+            if http_get(server.url + server.settings.api.health, 5.0)[0] == 200:
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            where = (f"; the end of its log ({server.log_path}):\n{server.log_tail()}" if server.process
+                     else " (is it running? is engine.url right?)")
+            raise UserError(f"the {server.settings.name} server at {server.url} did not answer "
+                            f"{server.settings.api.health} within {timeout_s:g} s{where}")
+        time.sleep(1.0)
+
+
+def describe(server: Server) -> Server:
+    """The server's version, model name and context length, from its API."""
+    headers = auth_headers(server.settings)
+    try:
+        _, info = http_get(server.url + server.settings.api.version, 10.0, headers)
+        server.version = str(json.loads(info).get("version") or "") or None
+    except (OSError, ValueError):
+        server.version = None
+    try:
+        status, body = http_get(server.url + "/v1/models", 10.0, headers)
+        models = json.loads(body).get("data") or [] if status == 200 else []
+    except (OSError, ValueError):
+        models = []
+    wanted = server.settings.served_model_name or (server.settings.model if not server.settings.launch else None)
+    chosen = next((m for m in models if m.get("id") == wanted), models[0] if models else None)
+    if chosen is None:
+        raise UserError(f"the {server.settings.name} server at {server.url} lists no model at /v1/models")
+    server.model = chosen.get("id")
+    server.max_model_len = chosen.get("max_model_len") or server.settings.max_model_len
+    return server
+
+
+def auth_headers(settings: EngineSettings) -> dict[str, str]:
+    key = os.environ.get(settings.api_key_env) if settings.api_key_env else None
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+def http_get(url: str, timeout_s: float, headers: dict | None = None) -> tuple[int, str]:
+    return http("GET", url, None, timeout_s, headers)
+
+
+def http(method: str, url: str, body: dict | None, timeout_s: float, headers: dict | None = None) -> tuple[int, str]:
+    """(status, body text) of one request; an HTTP error status is returned, a connection failure raises OSError."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method,
+                                     headers={**(headers or {}), **({"Content-Type": "application/json"} if data else {})})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            return response.status, response.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+
+
+def stop(server: Server, grace_s: float = 20.0) -> None:
+    """SIGTERM to the server's whole process group (the API server, its engine core and workers), then SIGKILL."""
+    process = server.process
+    if process is None or process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)  # the group's stragglers too, even once the leader has gone
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=10)
