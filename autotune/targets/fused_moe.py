@@ -177,10 +177,16 @@ TARGET = Target(
     # one token; top-1; as many experts as top-k (every expert busy); ragged hidden / intermediate; the tiny preset
     edge_shapes=((1, 8, 2, 64, 32), (5, 4, 1, 96, 40), (3, 4, 4, 72, 24), (9, 16, 4, 128, 64)),
     foreign_ops=(
-        # vLLM's fused-experts torch ops (vllm/model_executor/layers/fused_moe/fused_moe.py): hidden_states,
-        # w1 [E, 2I, H], w2 [E, H, I], topk_weights, topk_ids first, then activation and quantization flags
+        # vLLM's fused-experts torch op (vllm/model_executor/layers/fused_moe/fused_moe.py, 0.32: `fused_experts`;
+        # before, `outplace_` and `inplace_fused_experts`): hidden_states, w1 [E, 2I, H], w2 [E, H, I], topk_weights,
+        # topk_ids first, then activation and quantization flags
+        ForeignOp("vllm::fused_experts"),
         ForeignOp("vllm::outplace_fused_experts"),
         ForeignOp("vllm::inplace_fused_experts"),
+        # SGLang's: the same five first (sglang::*_fused_experts on a GPU, sgl-kernel's fused_experts_cpu on a CPU)
+        ForeignOp("sglang::outplace_fused_experts"),
+        ForeignOp("sglang::inplace_fused_experts"),
+        ForeignOp("sgl_kernel::fused_experts_cpu"),
     ),
     shape_from_dims=_shape_from_dims,
     # a decode step reads each chosen expert's weights for a token or two (memory); a prefill chunk reuses each

@@ -15,8 +15,8 @@ Case shape: (num_seqs, num_heads, num_kv_heads, head_dim, block_size, max_query_
 make_inputs gives one sequence max_query_len query rows and another max_context positions, about half of the
 rest a single row (decodes), draws the other lengths, gives each sequence its blocks from a shuffled pool
 (never in order) with 3 spare blocks of finite garbage, fills the block table's unused entries with other
-sequences' blocks (a kernel that reads past a sequence's length reads real-looking stale keys), and picks a
-sliding window (shorter than the longest context) in about half of the cases.
+sequences' blocks (a kernel that reads past a sequence's length reads real-looking stale keys), and gives about
+half of the shapes a sliding window shorter than the longest context (from the shape, as the lengths are).
 
 CPU plan (cut_shape): the number of sequences and a prefill's query rows are the independent work and are cut;
 heads, kv_heads, the GQA group (odd ones included: Qwen2.5-0.5B's 7), head_dim and block_size are never cut;
@@ -62,8 +62,9 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     return out
 
 
-def _lengths(shape) -> tuple[torch.Tensor, torch.Tensor]:
-    """(query rows, context lengths) per sequence, from the shape alone (the checker's refill keeps q's shape).
+def _lengths(shape) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(query rows, context lengths, window) from the shape alone: the checker's refill keeps q's shape and the
+    scalar arguments, and refills only the tensors.
     Sequence 0 is a prefill chunk of max_query_len rows over a short prefix (a new prompt's chunk), the last one
     reaches max_context, about half of the others are decodes, the rest drawn."""
     seqs, _, _, _, _, max_query_len, max_context = shape
@@ -76,12 +77,13 @@ def _lengths(shape) -> tuple[torch.Tensor, torch.Tensor]:
     ctx = torch.minimum(rows + spare, torch.tensor(max_context))
     ctx[0] = min(max_context, longest + int(torch.randint(0, 2 * longest + 17, (1,), generator=by_shape)))
     ctx[-1] = max_context
-    return rows, ctx
+    window = int(torch.randint(1, max(2, max_context), (1,), generator=by_shape))
+    return rows, ctx, window if torch.rand((), generator=by_shape) < 0.5 else 0
 
 
 def make_inputs(shape, dtype, gen, kind):
     seqs, heads, kv_heads, head_dim, block_size, max_query_len, max_context = shape
-    rows, ctx = _lengths(shape)
+    rows, ctx, window = _lengths(shape)
     cu = torch.cat([torch.zeros(1, dtype=torch.long), rows.cumsum(0)])
     q = activations((int(cu[-1]), heads, head_dim), dtype, gen, kind)
     per_seq = (ctx + block_size - 1) // block_size
@@ -97,8 +99,6 @@ def make_inputs(shape, dtype, gen, kind):
     # "large" scales the keys too: logits in the tens of thousands overflow exp without the max subtraction
     k_cache = activations(cache_shape, dtype, gen, "large" if kind == "large" else "normal")
     v_cache = activations(cache_shape, dtype, gen, "normal")
-    window = int(torch.randint(1, max(2, max_context), (1,), generator=gen)) if torch.rand((), generator=gen) < 0.5 \
-        else 0
     return (q, k_cache, v_cache, cu.to(torch.int32), ctx.to(torch.int32), table.to(torch.int32), head_dim ** -0.5,
             window, int(rows.max()), int(ctx.max()))
 
@@ -162,23 +162,30 @@ def output_elements(shape) -> int:
     return seqs * max_query_len * heads * head_dim
 
 
-def _block_width(table_dims) -> int:
-    return int(table_dims[1]) if len(table_dims) == 2 else 1
-
-
 def _shape_from_dims(dims: list):
-    """The case from a call's recorded dims: ours (q [T, H, D], k_cache [NB, BS, KVH, D], v_cache, cu_seqlens_q
-    [S + 1], seq_lens [S], block_table [S, MB], ...) or vLLM's CPU backend `_C::cpu_attention_with_kv_cache`
-    (query, key_cache [NB, KVH, BS, D], value_cache, output, query_start_loc [S + 1], seq_lens [S], scale, causal,
-    alibi, sliding_window, block_table [S, MB], ...). T rows over S sequences: the longest query is taken as
-    T - (S - 1) (one prefill among decodes, vLLM's usual step), the longest context as the table's reach."""
-    q, cache = dims[0], dims[1]
-    if len(dims) > 10 and len(dims[3]) == 3:  # vLLM CPU: output at 3, the cache head-major
-        seqs, kv_heads, block_size, table = dims[5][0], cache[1], cache[2], dims[10]
+    """The case from a call's recorded dims, in the argument layouts of ours and the engines' attention ops:
+    - ours: q [T, H, D], k_cache [NB, BS, KVH, D], v_cache, cu_seqlens_q [S + 1], seq_lens [S], block_table [S, MB];
+    - vLLM's CPU backend `_C::cpu_attention_with_kv_cache(query, key_cache [NB, KVH, BS, D], value_cache, output,
+      query_start_loc [S + 1], seq_lens [S], scale, causal, alibi, sliding_window, block_table [S, MB], ...)`;
+    - SGLang's CPU `sgl_kernel::decode_attention_cpu(q [B, H, D], k_buffer [P, KVH, D], v_buffer, o, k, v, loc,
+      attn_logits, req_to_token [R, MAXCTX], req_pool_indices, seq_lens [B], ...)` and `extend_attention_cpu(q [T, H,
+      D], k_extend, v_extend, o, k_buffer [P, KVH, D], v_buffer, req_to_token, req_pool_indices, seq_lens [B], ...)`:
+      one token per page (block size 1), req_to_token the page table.
+    T rows over S sequences: the longest query is taken as T - (S - 1) (one prefill among decodes, the engines'
+    usual step); the longest context as what the page table reaches."""
+    q = dims[0]
+    if len(dims[1]) == 3 and len(dims) >= 11 and len(dims[8]) == 2:  # SGLang decode
+        seqs, kv_heads, block_size, reach = dims[10][0], dims[1][1], 1, dims[8][1]
+    elif len(dims[1]) == 3 and len(dims) >= 9 and len(dims[4]) == 3:  # SGLang extend
+        seqs, kv_heads, block_size, reach = dims[8][0], dims[4][1], 1, dims[6][1]
+    elif len(dims) > 10 and len(dims[3]) == 3:  # vLLM CPU: output at 3, the cache head-major
+        seqs, kv_heads, block_size = dims[5][0], dims[1][1], dims[1][2]
+        reach = block_size * dims[10][1]
     else:
-        seqs, block_size, kv_heads, table = dims[4][0], cache[1], cache[2], dims[5]
+        seqs, block_size, kv_heads = dims[4][0], dims[1][1], dims[1][2]
+        reach = block_size * dims[5][1]
     seqs = max(1, int(seqs))
-    return (seqs, q[1], kv_heads, q[2], block_size, max(1, q[0] - (seqs - 1)), block_size * _block_width(table))
+    return seqs, q[1], kv_heads, q[2], block_size, max(1, q[0] - (seqs - 1)), int(reach)
 
 
 # vLLM's unified attention kernel as knobs: BLOCK_Q query tokens of one sequence per program (with their whole
@@ -220,6 +227,9 @@ TARGET = Target(
         # the wrapper itself is not mapped: its arguments hold no cache, and as the outer op it would hide this
         # op's shapes (add it with profile.target_map for a GPU trace of the Triton backend)
         ForeignOp("_C::cpu_attention_with_kv_cache"),
+        # SGLang's CPU attention (sgl-kernel); its Triton GPU backend launches kernels from Python, no torch op
+        ForeignOp("sgl_kernel::decode_attention_cpu"),
+        ForeignOp("sgl_kernel::extend_attention_cpu"),
     ),
     shape_from_dims=_shape_from_dims,
     op_class=OpClass.MIXED,  # decode rows read the cache once (memory); prefill rows reuse each key tile

@@ -111,7 +111,8 @@ def test_bad_requests_are_user_errors(call, words):
 # cost the interpreter more than all the row-wise ones together
 SWEEP_GROUPS = [("rms_norm", "silu_and_mul", "fused_add_rms_norm", "rotary_embedding", "softmax"),
                 ("fused_add_rms_norm_quant",),
-                ("decode_attention",), ("prefill_attention",), ("linear",), ("int8_linear",)]
+                ("decode_attention",), ("prefill_attention",), ("linear",), ("int8_linear",), ("fused_moe",),
+                ("paged_attention",)]
 
 
 def test_sweep_groups_cover_every_target():
@@ -142,6 +143,12 @@ def _sweep_shapes(name: str, params: dict) -> list[tuple[int, ...]]:
         return [(2, 4, 2, 48, params["block_n"] + 5)]
     if name == "prefill_attention":  # over two query or key blocks, the last ragged; ragged head_dim 48
         return [(2, 4, 2, 48, max(params["block_m"], params["block_n"]) + 3)]
+    if name == "fused_moe":  # 2 experts, both on every token: each expert's sorted rows over two row blocks, the last
+        # part-empty; hidden and intermediate over two column and two reduction blocks, ragged
+        wide = max(params["block_n"], params["block_k"])
+        return [(params["block_m"] + 3, 2, 2, wide + 7, wide + 5)]
+    if name == "paged_attention":  # a prefill over two query blocks, contexts over two key tiles, ragged head_dim 48
+        return [(3, 8, 2, 48, 16, 2 * max(params["block_q"], 4) + 1, 2 * params["tile"] + 5)]
     if name in ("linear", "int8_linear"):  # ragged M, N and K tiles; K over two blocks and every split
         return [(params["block_m"] + 3, params["block_n"] + 5, params["block_k"] * params["split_k"] + 7)]
     if name == "rotary_embedding":

@@ -12,8 +12,8 @@ def _kernel(q_ptr, k_ptr, v_ptr, cu_ptr, lens_ptr, table_ptr, out_ptr, scale, wi
     row = tl.program_id(0)
     kv_head = tl.program_id(1)
     seq = row * 0  # a tensor on the GPU and under the interpreter alike, whatever the loop runs
-    for s in range(1, num_seqs):  # the last sequence whose first row is at or before this one
-        seq = tl.where(tl.load(cu_ptr + s) <= row, s, seq)
+    for i in range(1, num_seqs):  # the last sequence whose first row is at or before this one
+        seq = tl.where(tl.load(cu_ptr + i) <= row, i, seq)
     first = tl.load(cu_ptr + seq)
     n = tl.load(cu_ptr + seq + 1) - first
     ctx = tl.load(lens_ptr + seq)
