@@ -122,23 +122,23 @@ def flops(shape, dtype):
     return 4 * rows * heads * context * head_dim  # QK^T and PV, 2 FLOPs per multiply-add each
 
 
-LONG_WORK = 16384  # heads x context kept whole on the CPU: 2 heads (one kv head) over 8192 keys took the template 4 s
+LONG_WORK = 16384  # heads x context kept whole on the CPU: 2 heads of 32 (one kv head) over 8192 keys, ~4 s a call
 
 
 def cut_shape(shape, max_rows, max_elements):
-    """At most max_rows / 128 sequences (2 at least: a prefill chunk and a decode) and max_rows / 16 query rows in
-    the prefill (16 on the default plan, 4 in its extra cases); heads, kv_heads (so the GQA group), head_dim and
+    """At most max_rows / 128 sequences (2 at least: a prefill chunk and a decode) and max_rows / 32 query rows in
+    the prefill (8 on the default plan, 4 in its extra cases); heads, kv_heads (so the GQA group), head_dim and
     block_size never cut. The context is kept whole while heads x context is at most LONG_WORK (the interpreter
     walks every key of every kv head one tile after another: 32 heads over 1024 keys took the template 14 s of
-    CPU a call), else cut to 4096 / heads keys (at least 64). So each preset's kv_heads, group and head_dim run
+    CPU a call), else cut to 2048 / heads keys (at least 64). So each preset's kv_heads, group and head_dim run
     uncut at a short context (model_shapes), and its longest context (8192) runs uncut on one kv head."""
     if max_rows is None or max_elements is None:  # on a GPU: no cut
         return tuple(shape)
     seqs, heads, kv_heads, head_dim, block_size, max_query_len, max_context = shape
     if heads * max_context > LONG_WORK:
-        max_context = max(64, 4096 // heads)
+        max_context = max(64, 2048 // heads)
     return (min(seqs, max(2, max_rows // 128)), heads, kv_heads, head_dim, block_size,
-            min(max_query_len, max(4, max_rows // 16), max_context), max_context)
+            min(max_query_len, max(4, max_rows // 32), max_context), max_context)
 
 
 def model_shapes(dims, rows):
@@ -147,7 +147,7 @@ def model_shapes(dims, rows):
     heads, kv, d, ctx = int(dims["num_heads"]), int(dims["num_kv_heads"]), int(dims["head_dim"]), int(dims["max_seq_len"])
     if ctx <= 512:
         return ((4, heads, kv, d, 32, 24, ctx),)
-    return (2, heads, kv, d, 16, 8, 45), (2, 2, 1, 64, 16, 4, ctx)
+    return (2, heads, kv, d, 16, 8, 45), (2, 2, 1, 32, 16, 4, ctx)
 
 
 def input_elements(shape) -> int:
@@ -218,10 +218,10 @@ TARGET = Target(
     # 512-token prefill chunk over contexts up to 4096; 64 decodes up to 1024 (each preset's longest context,
     # 8192 for all but the tiny ones, comes with model_shapes)
     default_shapes=((17, 32, 8, 128, 16, 512, 4096), (64, 32, 8, 128, 16, 1, 1024)),
-    # one decode of context 1; MHA with block 32 and a ragged context; MQA; head_dim not a power of two;
-    # Qwen2.5-0.5B's group of 7; the real vLLM CPU trace's 128-token blocks
+    # one decode of context 1; MHA with block 32 and a ragged context; MQA; head_dim not a power of two; the real
+    # vLLM CPU trace's 128-token blocks (Qwen2.5-0.5B's group of 7 and every preset's heads come with model_shapes)
     edge_shapes=((1, 4, 2, 32, 16, 1, 1), (3, 4, 4, 64, 32, 7, 70), (2, 8, 1, 128, 16, 5, 100),
-                 (3, 12, 4, 96, 16, 9, 37), (2, 14, 2, 64, 16, 4, 45), (2, 8, 2, 32, 128, 17, 512)),
+                 (3, 12, 4, 96, 16, 9, 37), (2, 8, 2, 32, 128, 17, 512)),
     foreign_ops=(
         # vLLM's CPU attention backend (the op under vllm::unified_attention_with_output in its CPU traces);
         # the wrapper itself is not mapped: its arguments hold no cache, and as the outer op it would hide this

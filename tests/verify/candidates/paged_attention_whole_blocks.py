@@ -34,13 +34,13 @@ def _kernel(q_ptr, k_ptr, v_ptr, cu_ptr, lens_ptr, table_ptr, out_ptr, scale, wi
         at = block * skb + (p % BS) * sks + kv_head * skh
         k = tl.load(k_ptr + at[:, None] + d[None, :], mask=live[:, None] & (d[None, :] < D), other=0.0)
         v = tl.load(v_ptr + at[:, None] + d[None, :], mask=live[:, None] & (d[None, :] < D), other=0.0)
-        s = tl.sum(q[:, None, :] * k.to(tl.float32)[None, :, :], axis=2) * scale  # [GROUP, TILE]
+        s = tl.dot(q, tl.trans(k.to(tl.float32)), input_precision="ieee") * scale  # [GROUP, TILE]
         s = tl.where(live[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))
         alpha = tl.exp(m - m_new)
         prob = tl.exp(s - m_new[:, None])
         l = l * alpha + tl.sum(prob, axis=1)
-        acc = acc * alpha[:, None] + tl.sum(prob[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
+        acc = acc * alpha[:, None] + tl.dot(prob, v.to(tl.float32), input_precision="ieee")
         m = m_new
     out = acc / l[:, None]
     tl.store(out_ptr + row.to(tl.int64) * sqt + heads[:, None] * sqh + d[None, :], out.to(out_ptr.dtype.element_ty),
@@ -58,7 +58,7 @@ def paged_attention(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, sc
     _kernel[(tokens, kv_heads)](
         q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, scale, window, seq_lens.shape[0], group,
         block_table.shape[1], q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        block_table.stride(0), D=head_dim, GROUP=max(triton.next_power_of_2(group), 2),
-        BD=triton.next_power_of_2(head_dim), BS=block_size, TILE=32,
+        block_table.stride(0), D=head_dim, GROUP=max(triton.next_power_of_2(group), 16),
+        BD=triton.next_power_of_2(head_dim), BS=block_size, TILE=128,
     )
     return out
