@@ -4,7 +4,8 @@
 biases), qwen3 (Qwen3: RMSNorm over each head of q and k before RoPE, through the rms_norm dispatch point
 on the [tokens * heads, head_dim] rows) or mistral (Llama's layer with sliding-window attention, which
 a checkpoint's config.json switches on); all four match transformers' modelling code (tests/serve/
-test_peer_transformers.py).
+test_peer_transformers.py). The mixtures of experts qwen3_moe and mixtral are those layers with the MLP replaced
+by `autotune.serve.moe` (router, top-k, `dispatch.fused_moe`) where their config says so.
 
 Token embedding, RMSNorm, rotary position embedding (rotate-half, as Hugging Face Llama checkpoints
 expect), grouped-query attention over a KV cache, SwiGLU MLP, LM head. Every projection and the LM head
