@@ -17,6 +17,7 @@ from pathlib import Path
 
 from autotune import kernels, targets
 from autotune.errors import UserError
+from autotune.export import vllm_moe
 
 HERE = Path(__file__).parent
 
@@ -34,11 +35,11 @@ class PackageKind:
 
 VLLM = PackageKind("autotune_vllm_kernels", "vllm_plugin.py",
                    "vLLM plugin: kernels merged by autotune, registered with vLLM",
-                   ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "silu_and_mul"),
+                   ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "silu_and_mul", "fused_moe", "paged_attention"),
                    '[project.entry-points."vllm.general_plugins"]\nautotune_kernels = "autotune_vllm_kernels:register"\n')
 HF = PackageKind("autotune_hf_kernels", "hf_patch.py",
-                 "transformers patch: kernels merged by autotune in Llama-style models",
-                 ("rms_norm", "rotary_embedding", "silu_and_mul"))
+                 "transformers patch: kernels merged by autotune in Llama-style and MoE models",
+                 ("rms_norm", "rotary_embedding", "silu_and_mul", "fused_moe"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +63,10 @@ def write_package(kind: PackageKind, kernels_dir: str | Path, out: str | Path) -
         data = k.source_path.read_bytes()
         (root / "kernels" / f"{target}.py").write_bytes(data)
         manifest["kernels"][target] = {"id": k.id, "status": k.status, "sha256": hashlib.sha256(data).hexdigest()}
+    if kind is VLLM and "fused_moe" in chosen:  # vLLM's own tuned-configuration files, when they describe it
+        files, why = vllm_moe.write_config_files(chosen["fused_moe"].source_path.read_text(),
+                                                 chosen["fused_moe"].provenance, root / "moe_configs")
+        manifest["moe_configs"] = {"files": files, "why_none": why}
     (root / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     shutil.copyfile(HERE / kind.runtime, root / "__init__.py")
     (out / "pyproject.toml").write_text(_pyproject(kind))
@@ -106,4 +111,4 @@ def _pyproject(kind: PackageKind) -> str:
             f'requires-python = ">=3.10"\ndependencies = ["torch", "triton"]\n\n'
             f'{kind.entry_points}\n'
             f'[tool.setuptools]\npackages = ["{kind.package}", "{kind.package}.kernels"]\n\n'
-            f'[tool.setuptools.package-data]\n{kind.package} = ["manifest.json"]\n')
+            f'[tool.setuptools.package-data]\n{kind.package} = ["manifest.json", "moe_configs/*.json"]\n')

@@ -9,7 +9,15 @@ nothing from autotune. As Liger-Kernel does for Llama, it patches in place:
   down_proj(silu_and_mul(cat(gate_proj(x), up_proj(x)))), the kernel's [..., 2I] layout;
 - the model's modelling module's `apply_rotary_pos_emb(q, k, cos, sin)` (a module-level function, so every
   model of that family in the process uses it from then on): q [B, H, S, D] -> the kernel's x [B*S, H, D],
-  cos [B, S, D] (cos of the angles, repeated over both halves) -> [B*S, D/2].
+  cos [B, S, D] (cos of the angles, repeated over both halves) -> [B*S, D/2];
+- every MoE experts module in transformers 5's layout (Qwen3MoeExperts, MixtralExperts ...: gate_up_proj
+  [E, 2I, H], down_proj [E, H, I], SiLU, no bias), `forward(hidden_states, top_k_index, top_k_weights)` -> the
+  fused_moe kernel, which takes exactly vLLM's layout (the router stays transformers').
+
+`kernels_repository(path)` writes the same kernels as a local repository of the Hugging Face `kernels` library
+(`build/torch-universal/<package>/layers.py`, metadata.json), whose layers `kernelize` puts in place of the
+forward of transformers' hub-decorated layers (`@use_kernel_forward_from_hub("RMSNorm")`): see
+`autotune_kernel_mapping()`.
 
 Calls outside a kernel's layout (weights in another dtype, partial rotary) run the original code. The
 kernels are Triton: a CUDA GPU, or the Triton interpreter (TRITON_INTERPRET=1 before triton is imported).
@@ -41,6 +49,8 @@ def apply_autotune_kernels(model: torch.nn.Module, kernels: dict | None = None) 
         counts["silu_and_mul"] = _patch_modules(model, _is_silu_mlp, _mlp_forward(kernels["silu_and_mul"]))
     if "rotary_embedding" in kernels:
         counts["rotary_embedding"] = _patch_rotary(model, kernels["rotary_embedding"])
+    if "fused_moe" in kernels:
+        counts["fused_moe"] = _patch_modules(model, _is_experts, _experts_forward(kernels["fused_moe"]))
     return counts
 
 
@@ -63,6 +73,24 @@ def _is_silu_mlp(m) -> bool:
     act = getattr(m, "act_fn", None)
     silu = isinstance(act, torch.nn.SiLU) or type(act).__name__ == "SiLUActivation"
     return silu and all(hasattr(m, n) for n in ("gate_proj", "up_proj", "down_proj"))
+
+
+def _is_experts(m) -> bool:
+    gate_up, down = getattr(m, "gate_up_proj", None), getattr(m, "down_proj", None)
+    act = getattr(m, "act_fn", None)
+    silu = isinstance(act, torch.nn.SiLU) or type(act).__name__ == "SiLUActivation"
+    return (isinstance(gate_up, torch.Tensor) and isinstance(down, torch.Tensor) and gate_up.dim() == down.dim() == 3
+            and gate_up.shape[1] == 2 * down.shape[2] and silu and not getattr(m, "has_bias", False)
+            and not getattr(m, "is_transposed", False) and getattr(m, "is_concatenated", True))
+
+
+def _experts_forward(kernel):
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        if hidden_states.dtype != self.gate_up_proj.dtype:
+            return self._autotune_original_forward(hidden_states, top_k_index, top_k_weights)
+        return kernel(hidden_states.contiguous(), self.gate_up_proj, self.down_proj, top_k_weights.float().contiguous(),
+                      top_k_index.to(torch.int32).contiguous())
+    return forward
 
 
 def _rms_norm_forward(kernel):
@@ -121,4 +149,53 @@ def remove_autotune_kernels(model: torch.nn.Module) -> None:
         module.apply_rotary_pos_emb = patched._autotune_original
 
 
-__all__ = ["apply_autotune_kernels", "bundled_kernels", "remove_autotune_kernels"]
+# --- the Hugging Face `kernels` library's route ----------------------------------------------------------------
+
+LAYER_NAMES = {"rms_norm": "RMSNorm"}  # the names transformers' hub-decorated layers ask `kernelize` for
+LAYERS_PY = '''"""Layers for the Hugging Face `kernels` library: each forward runs a kernel merged by autotune."""
+
+import torch
+{layers}
+'''
+RMS_NORM_LAYER = '''
+class RMSNorm(torch.nn.Module):
+    """transformers' *RMSNorm (weight, variance_epsilon) through the rms_norm kernel."""
+
+    def forward(self, hidden_states):
+        from ._kernels_rms_norm import rms_norm
+        return rms_norm(hidden_states.contiguous(), self.weight, self.variance_epsilon)
+'''
+
+
+def kernels_repository(path) -> "Path":
+    """Write this package's kernels as a local `kernels` repository at `path` (a variant per backend: cuda, and
+    cpu for the Triton interpreter); returns the path, for `kernels.LocalLayerRepository(repo_path=...)`."""
+    import shutil
+
+    root = Path(path)
+    layers = [RMS_NORM_LAYER] if "rms_norm" in MANIFEST["kernels"] else []
+    for variant, backend in (("torch-universal", "cuda"), ("torch-cpu", "cpu")):
+        folder = root / "build" / variant
+        package = folder / "autotune_kernels"
+        package.mkdir(parents=True, exist_ok=True)
+        (folder / "metadata.json").write_text(json.dumps(
+            {"id": "autotune-kernels", "name": "autotune-kernels", "version": 1, "license": "Apache-2.0",
+             "python-depends": [], "backend": {"type": backend}}))
+        (package / "__init__.py").write_text("from . import layers  # noqa: F401\n")
+        (package / "layers.py").write_text(LAYERS_PY.format(layers="\n".join(layers)))
+        for target in MANIFEST["kernels"]:
+            shutil.copyfile(Path(__file__).parent / "kernels" / f"{target}.py", package / f"_kernels_{target}.py")
+    return root
+
+
+def autotune_kernel_mapping(path, device: str = "cuda") -> dict:
+    """The `kernels.register_kernel_mapping` argument that maps transformers' hub layer names to this package's
+    layers in the repository written at `path` by `kernels_repository`."""
+    from kernels import LocalLayerRepository
+
+    repo = LocalLayerRepository(repo_path=Path(path), layer_name="RMSNorm")
+    return {name: {device: repo} for target, name in LAYER_NAMES.items() if target in MANIFEST["kernels"]}
+
+
+__all__ = ["apply_autotune_kernels", "autotune_kernel_mapping", "bundled_kernels", "kernels_repository",
+           "remove_autotune_kernels"]

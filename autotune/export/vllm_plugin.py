@@ -9,6 +9,17 @@ This file is copied as the plugin package's `__init__.py`; it imports nothing fr
   out-of-tree `RMSNorm` (`CustomOp.register_oot`).
 - rotary_embedding: an out-of-tree `RotaryEmbedding` (plain RoPE, NeoX style, full rotary dim).
 - silu_and_mul: an out-of-tree `SiluAndMul`.
+- fused_moe: when the winner is a configuration of vLLM's own Triton fused MoE, the package carries vLLM's tuned
+  configuration files (`moe_configs/E=..,N=..,device_name=...json`) and register() points VLLM_TUNED_CONFIG_FOLDER
+  at them (unless the user set it): vLLM's kernel runs with them. Otherwise the kernel itself, as an out-of-tree
+  `UnquantizedFusedMoEMethod` whose forward takes vLLM's (x, w13 [E, 2I, H], w2 [E, H, I], topk_weights,
+  topk_ids) as the kernel does; calls it does not cover (expert parallelism, biases, shared experts, another
+  activation) go to vLLM's own.
+- paged_attention: an attention backend registered in vLLM's backend registry as CUSTOM
+  (`--attention-backend CUSTOM`): vLLM's Triton backend with its forward replaced by the kernel over the paged
+  cache (the key and value halves of vLLM's [blocks, block_size, kv_heads, 2 x head_dim] cache, by their
+  strides). vLLM's CPU platform refuses every backend but its own CPU_ATTN, so on a CPU build it registers but
+  is never selected.
 
 Adapters: vLLM IR's fused_add_rms_norm is functional (returns the normed sum and the sum), as the kernel is;
 vLLM's rotary takes positions, query [T, H*D], key [T, Hk*D] and a cos/sin cache [P, D] (cos then sin), the
@@ -51,13 +62,17 @@ def register() -> dict[str, str]:
     """Register every bundled kernel with vLLM; safe to call more than once (vLLM loads plugins per process)."""
     if _registered:
         return dict(_registered)
-    if not kernels_runnable():
-        logger.warning("autotune kernels not registered: no CUDA GPU and TRITON_INTERPRET is not 1")
-        return {}
     targets = set(MANIFEST["kernels"])
     only = {t.strip() for t in os.environ.get("AUTOTUNE_KERNELS", "").split(",") if t.strip()}
-    if only:
+    if only:  # AUTOTUNE_KERNELS: register only these (autotune bench, one kernel at a time)
         targets &= only
+    configs = (MANIFEST.get("moe_configs") or {}).get("files") or []
+    if "fused_moe" in targets and configs:  # vLLM's own kernel with our configuration: no kernel of ours runs
+        _registered["fused_moe"] = _use_tuned_configs()
+        targets.discard("fused_moe")
+    if not kernels_runnable():
+        logger.warning("autotune kernels not registered: no CUDA GPU and TRITON_INTERPRET is not 1")
+        return dict(_registered)
     try:
         import vllm.ir  # noqa: F401
         has_ir = True
@@ -70,6 +85,10 @@ def register() -> dict[str, str]:
         _registered["rotary_embedding"] = _register_rotary_oot()
     if "silu_and_mul" in targets:
         _registered["silu_and_mul"] = _register_silu_and_mul_oot()
+    if "fused_moe" in targets:
+        _registered["fused_moe"] = _register_fused_moe_oot()
+    if "paged_attention" in targets:
+        _registered["paged_attention"] = _register_attention_backend()
     logger.info("autotune kernels registered: %s", _registered)
     return dict(_registered)
 
@@ -168,6 +187,104 @@ def _register_silu_and_mul_oot() -> str:
 
     CustomOp.register_oot(AutotuneSiluAndMul, name="SiluAndMul")
     return "CustomOp.register_oot SiluAndMul"
+
+
+def _use_tuned_configs() -> str:
+    folder = str(Path(__file__).parent / "moe_configs")
+    current = os.environ.get("VLLM_TUNED_CONFIG_FOLDER")
+    if current and current != folder:
+        logger.warning("autotune's fused MoE configurations not used: VLLM_TUNED_CONFIG_FOLDER is %s (copy the files "
+                       "from %s there)", current, folder)
+        return f"tuned configurations in {folder}, not used: VLLM_TUNED_CONFIG_FOLDER={current}"
+    os.environ["VLLM_TUNED_CONFIG_FOLDER"] = folder  # vllm.envs reads it when the first MoE layer looks
+    return f"vLLM's Triton fused MoE with the tuned configurations in {folder}"
+
+
+def moe_call_supported(layer, x, shared_experts=None) -> bool:
+    """Whether a vLLM fused-MoE call is the op the kernel computes: unquantized SiLU experts, no expert map, no
+    biases, weights applied after the experts, no shared experts, x in the weights' dtype."""
+    activation = str(getattr(layer, "activation", "silu")).lower()
+    w13 = getattr(layer, "w13_weight", None)
+    return (activation.endswith("silu") and getattr(layer, "expert_map", None) is None and w13 is not None
+            and not getattr(layer, "apply_router_weight_on_input", False) and shared_experts is None
+            and getattr(layer, "w13_bias", None) is None and x.dtype == w13.dtype and x.dim() == 2)
+
+
+def _register_fused_moe_oot() -> str:
+    import torch
+    from vllm.model_executor.custom_op import CustomOp
+    from vllm.model_executor.layers.fused_moe.unquantized_fused_moe_method import UnquantizedFusedMoEMethod
+
+    fn = kernel("fused_moe")
+
+    class AutotuneFusedMoEMethod(UnquantizedFusedMoEMethod):
+        def _autotune(self, layer, x, topk_weights, topk_ids, shared_experts=None, shared_experts_input=None):
+            if not moe_call_supported(layer, x, shared_experts):
+                return super().forward_native(layer, x, topk_weights, topk_ids, shared_experts, shared_experts_input)
+            return fn(x.contiguous(), layer.w13_weight, layer.w2_weight, topk_weights.float().contiguous(),
+                      topk_ids.to(torch.int32).contiguous())
+
+        forward_native = forward_cuda = forward_cpu = _autotune
+
+    CustomOp.register_oot(AutotuneFusedMoEMethod, name="UnquantizedFusedMoEMethod")
+    return "CustomOp.register_oot UnquantizedFusedMoEMethod"
+
+
+def _register_attention_backend() -> str:
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+
+    register_backend(AttentionBackendEnum.CUSTOM, f"{__name__}.AutotuneAttentionBackend")
+    return "attention backend CUSTOM (--attention-backend CUSTOM)"
+
+
+_attention_classes: dict = {}
+
+
+def _attention_backend():
+    """vLLM's Triton attention backend with the paged_attention kernel in its forward (built on first use)."""
+    if _attention_classes:
+        return _attention_classes["backend"]
+    from vllm.v1.attention.backends.triton_attn import TritonAttentionBackend, TritonAttentionImpl
+
+    fn = kernel("paged_attention")
+
+    class AutotuneAttentionImpl(TritonAttentionImpl):
+        def forward(self, layer, query, key, value, kv_cache, attn_metadata, output, output_scale=None,
+                    output_block_scale=None):
+            plain = (attn_metadata is not None and output_scale is None and output_block_scale is None
+                     and getattr(self, "alibi_slopes", None) is None and not getattr(self, "logits_soft_cap", 0)
+                     and getattr(self, "sinks", None) is None and kv_cache.dtype == query.dtype)
+            if not plain:
+                return super().forward(layer, query, key, value, kv_cache, attn_metadata, output, output_scale,
+                                       output_block_scale)
+            n = attn_metadata.num_actual_tokens
+            key_cache, value_cache = kv_cache.transpose(1, 2).split(self.head_size, dim=-1)  # [NB, BS, KVH, D]
+            left = self.sliding_window[0] if self.sliding_window else -1
+            out = fn(query[:n], key_cache, value_cache, attn_metadata.query_start_loc, attn_metadata.seq_lens,
+                     attn_metadata.block_table, self.scale, left + 1 if left >= 0 else 0, attn_metadata.max_query_len,
+                     attn_metadata.max_seq_len)
+            output[:n].copy_(out.reshape(output[:n].shape))
+            return output
+
+    class AutotuneAttentionBackend(TritonAttentionBackend):
+        @staticmethod
+        def get_name() -> str:
+            return "CUSTOM"
+
+        @staticmethod
+        def get_impl_cls():
+            return AutotuneAttentionImpl
+
+    _attention_classes.update(backend=AutotuneAttentionBackend, impl=AutotuneAttentionImpl)
+    return AutotuneAttentionBackend
+
+
+def __getattr__(name: str):
+    """`autotune_vllm_kernels.AutotuneAttentionBackend`, the class path vLLM's registry resolves (built lazily: this
+    module imports no vLLM until vLLM asks)."""
+    if name == "AutotuneAttentionBackend":
+        return _attention_backend()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _oot_names() -> set[str]:

@@ -1,10 +1,11 @@
 """Loading and saving the served model as a Hugging Face checkpoint folder: config.json + *.safetensors.
 
 `model.checkpoint=PATH` names a local folder (nothing is ever downloaded). Its config.json (read by
-`hf_config`: Llama, Qwen2, Qwen3 or Mistral, transformers 4 or 5 layout) replaces the preset's dimensions;
+`hf_config`: Llama, Qwen2, Qwen3, Mistral, Qwen3-MoE or Mixtral, transformers 4 or 5 layout) replaces the preset's dimensions;
 the preset keeps its dtype, so `model.dtype` still decides the serving precision. Tensors keep their HF
 names (model.layers.N.self_attn.q_proj.weight, ...); the model's merged projections (qkv_proj,
-gate_up_proj, qkv_bias) are filled from, and saved to, row ranges of them. Sharded checkpoints are read
+gate_up_proj, qkv_bias, and a MoE layer's w13 / w2 of every expert) are filled from, and saved to, row
+ranges of them (the experts' [E, rows, width] tensors as [E * rows, width]: `moe.layout`). Sharded checkpoints are read
 through model.safetensors.index.json. Every tensor is accounted for: one the config does not explain
 (a stray q/k/v bias, say) is an error, as is one it needs and the files lack.
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 import torch
 
 from autotune.errors import UserError
+from autotune.serve import moe
 from autotune.serve.hf_config import hf_config, load_json
 from autotune.serve.hf_config import read_config as _read_config
 
@@ -56,10 +58,15 @@ def layout(model) -> list[tuple[str, str, int, int]]:
             (ours + "qkv_proj", hf + "self_attn.v_proj.weight", q + kv, q + 2 * kv),
             (ours + "o_proj", hf + "self_attn.o_proj.weight", 0, c.hidden_size),
             (ours + "post_norm", hf + "post_attention_layernorm.weight", 0, c.hidden_size),
-            (ours + "gate_up_proj", hf + "mlp.gate_proj.weight", 0, c.intermediate_size),
-            (ours + "gate_up_proj", hf + "mlp.up_proj.weight", c.intermediate_size, 2 * c.intermediate_size),
-            (ours + "down_proj", hf + "mlp.down_proj.weight", 0, c.hidden_size),
         ]
+        if c.moe is not None and c.moe.sparse(i):  # the router and every expert (autotune.serve.moe)
+            rows += moe.layout(c, ours, hf)
+        else:
+            rows += [
+                (ours + "gate_up_proj", hf + "mlp.gate_proj.weight", 0, c.intermediate_size),
+                (ours + "gate_up_proj", hf + "mlp.up_proj.weight", c.intermediate_size, 2 * c.intermediate_size),
+                (ours + "down_proj", hf + "mlp.down_proj.weight", 0, c.hidden_size),
+            ]
         if c.qkv_bias:
             rows += [(ours + "qkv_bias", hf + "self_attn.q_proj.bias", 0, q),
                      (ours + "qkv_bias", hf + "self_attn.k_proj.bias", q, q + kv),
@@ -149,7 +156,7 @@ def load_weights(model, path) -> None:
     for file, entries in by_file.items():
         with safe_open(str(file), framework="pt") as f:
             for param_name, hf_name, row0, row1 in entries:
-                target = params[param_name][row0:row1]
+                target = moe.rows_view(params[param_name])[row0:row1]
                 tensor = f.get_tensor(hf_name)
                 if tuple(tensor.shape) != tuple(target.shape):
                     raise UserError(f"model.checkpoint: {hf_name} in {file.name} has shape {list(tensor.shape)}, "
@@ -178,7 +185,8 @@ def save_checkpoint(model, path) -> Path:
     folder = Path(path)
     folder.mkdir(parents=True, exist_ok=True)
     params = dict(model.named_parameters())
-    tensors = {hf: params[ours][row0:row1].detach().contiguous().cpu() for ours, hf, row0, row1 in layout(model)}
+    tensors = {hf: moe.rows_view(params[ours])[row0:row1].detach().contiguous().cpu()
+               for ours, hf, row0, row1 in layout(model)}
     save_file(tensors, str(folder / "model.safetensors"))
     (folder / "config.json").write_text(json.dumps(hf_config(model.config), indent=2) + "\n")
     return folder

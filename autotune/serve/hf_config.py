@@ -1,8 +1,9 @@
 """A Hugging Face config.json, as transformers 4 or 5 writes it, read into ModelConfig fields (and written back).
 
-Four families load, each with its own architecture: Llama 3.x (`llama`), Qwen2/2.5 (`qwen2`: q/k/v
-biases), Qwen3 (`qwen3`: RMSNorm on the q/k head views) and Mistral (`mistral`: sliding-window
-attention). RoPE: transformers 5 nests rope_theta and the rope type with its factors under
+Six families load, each with its own architecture: Llama 3.x (`llama`), Qwen2/2.5 (`qwen2`: q/k/v
+biases), Qwen3 (`qwen3`: RMSNorm on the q/k head views), Mistral (`mistral`: sliding-window
+attention) and the mixtures of experts Qwen3-MoE (`qwen3_moe`) and Mixtral (`mixtral`), whose expert
+settings `autotune.serve.moe.read_spec` reads (num_experts in transformers 4, num_local_experts in 5). RoPE: transformers 5 nests rope_theta and the rope type with its factors under
 `rope_parameters`; transformers 4 has top-level `rope_theta` and `rope_scaling`. The nested form wins,
 the top-level keys are the fallback. The rope types implemented are those these families use (default,
 llama3, linear); any other, and any option the built-in model does not implement, is a UserError that
@@ -16,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import UserError
+from autotune.serve import moe
 
 REQUIRED_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
-                 "mistral": "MistralForCausalLM"}
+                 "mistral": "MistralForCausalLM", **moe.ARCHITECTURES}
 ROPE_KEYS = {"default": (), "linear": ("factor",),
              "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")}
 DEFAULT_THETA = 10000.0  # transformers' default for all four families when config.json has no rope_theta
@@ -65,6 +67,7 @@ def read_config(folder: Path, model_cfg) -> dict[str, Any]:
         "max_seq_len": max_seq_len,
         "rope_scaling": scaling,
         "attention_windows": _windows(hf, family, max_seq_len, file),
+        "moe": moe.read_spec(hf, family, file),
     }
 
 
@@ -123,17 +126,19 @@ def _rope(hf: dict, file: Path) -> tuple[float, dict | None]:
 def _windows(hf: dict, family: str, max_seq_len: int, file: Path) -> tuple[int, ...] | None:
     """Per-layer sliding-window length (0: full attention), or None when no window can matter.
 
-    Mistral slides every layer when `sliding_window` is set; Qwen2/3 only with `use_sliding_window`, on the
-    layers `layer_types` marks (transformers 5) or else from layer `max_window_layers` on (transformers 4).
+    Mistral and Mixtral slide every layer when `sliding_window` is set; Qwen3-MoE every layer with
+    `use_sliding_window` (its attention reads config.sliding_window alone); Qwen2/3 only with
+    `use_sliding_window`, on the layers `layer_types` marks (transformers 5) or else from layer
+    `max_window_layers` on (transformers 4).
     A window at least as long as the longest sequence served (model.max_seq_len) never masks anything.
     """
     window = hf.get("sliding_window")
-    if family == "llama" or (family != "mistral" and not hf.get("use_sliding_window")):
+    if family == "llama" or (family not in ("mistral", "mixtral") and not hf.get("use_sliding_window")):
         window = None
     if window is None or int(window) >= max_seq_len:
         return None
     layers = hf["num_hidden_layers"]
-    if family == "mistral":
+    if family in ("mistral", "mixtral", "qwen3_moe"):
         types = ["sliding_attention"] * layers
     else:
         start = hf.get("max_window_layers", layers)
@@ -169,6 +174,8 @@ def hf_config(c) -> dict[str, Any]:
     if c.rope_scaling:
         config["rope_scaling"] = dict(c.rope_scaling)
     config.update(_window_keys(c))
+    if c.moe is not None:
+        config.update(moe.hf_keys(c))
     return config
 
 
@@ -176,8 +183,10 @@ def _window_keys(c) -> dict[str, Any]:
     if not c.attention_windows:
         return {"sliding_window": None, "use_sliding_window": False} if c.family != "llama" else {}
     window = max(c.attention_windows)
-    if c.family == "mistral":
+    if c.family in ("mistral", "mixtral"):
         return {"sliding_window": window}
+    if c.family == "qwen3_moe":
+        return {"sliding_window": window, "use_sliding_window": True}
     types = ["sliding_attention" if w else "full_attention" for w in c.attention_windows]
     return {"sliding_window": window, "use_sliding_window": True, "layer_types": types,
             "max_window_layers": types.index("sliding_attention")}

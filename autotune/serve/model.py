@@ -4,7 +4,8 @@
 biases), qwen3 (Qwen3: RMSNorm over each head of q and k before RoPE, through the rms_norm dispatch point
 on the [tokens * heads, head_dim] rows) or mistral (Llama's layer with sliding-window attention, which
 a checkpoint's config.json switches on); all four match transformers' modelling code (tests/serve/
-test_peer_transformers.py).
+test_peer_transformers.py). The mixtures of experts qwen3_moe and mixtral are those layers with the MLP replaced
+by `autotune.serve.moe` (router, top-k, `dispatch.fused_moe`) where their config says so.
 
 Token embedding, RMSNorm, rotary position embedding (rotate-half, as Hugging Face Llama checkpoints
 expect), grouped-query attention over a KV cache, SwiGLU MLP, LM head. Every projection and the LM head
@@ -22,18 +23,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 import torch.nn.functional as F
 
 from autotune.errors import UserError
-from autotune.serve import dispatch, quant
+from autotune.serve import dispatch, moe, quant
 from autotune.serve.attention import Batch, KVCache, Segment, attend, write_kv
 from autotune.targets.base import parse_dtype
 
 MODEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-FAMILIES = ("llama", "qwen2", "qwen3", "mistral")
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral") + moe.FAMILIES  # MoE families: autotune.serve.moe
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +57,7 @@ class ModelConfig:
     rope_scaling: dict[str, Any] | None = None  # {"rope_type": "llama3" | "linear", factors...}, from a checkpoint
     family: str = "llama"
     attention_windows: tuple[int, ...] | None = None  # per-layer sliding window (0: full), from a checkpoint
+    moe: moe.MoeSpec | None = None  # the sparse layers of qwen3_moe and mixtral (autotune.serve.moe)
 
     @property
     def qkv_bias(self) -> bool:
@@ -63,7 +65,7 @@ class ModelConfig:
 
     @property
     def qk_norm(self) -> bool:
-        return self.family == "qwen3"
+        return self.family in ("qwen3", "qwen3_moe")
 
     def __post_init__(self):
         sizes = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
@@ -84,6 +86,7 @@ class ModelConfig:
         if self.attention_windows is not None and len(self.attention_windows) != self.num_layers:
             raise ValueError(f"attention_windows has {len(self.attention_windows)} entries for "
                              f"{self.num_layers} layers")
+        moe.check(self)
 
     @classmethod
     def from_cfg(cls, model_cfg, **overrides) -> "ModelConfig":
@@ -92,7 +95,10 @@ class ModelConfig:
         values = {k: v for k, v in dict(model_cfg).items() if k in fields}
         values.setdefault("name", "custom")
         values.update(overrides)
-        missing = sorted(fields - set(values) - {"init_seed", "rope_scaling", "family", "attention_windows", "quant"})
+        if isinstance(values.get("moe"), Mapping):
+            values["moe"] = moe.MoeSpec.from_cfg(values["moe"])
+        missing = sorted(fields - set(values) - {"init_seed", "rope_scaling", "family", "attention_windows", "quant",
+                                                 "moe"})
         if missing:
             raise UserError(f"the model config lacks {', '.join(missing)} (start from a preset in autotune/conf/model/)")
         if not isinstance(values["dtype"], torch.dtype):
@@ -143,17 +149,19 @@ def _weight(*shape, device, dtype) -> torch.nn.Parameter:
 
 
 class DecoderLayer(torch.nn.Module):
-    def __init__(self, c: ModelConfig, device, window: int = 0):
+    def __init__(self, c: ModelConfig, device, window: int = 0, index: int = 0):
         super().__init__()
         kw = dict(device=device, dtype=c.dtype)
         self.c, self.window = c, window  # window: sliding-window length, 0 for full attention
         self.quant = quant.mode(c.quant)  # how the projections and the norms feeding them run (autotune.serve.quant)
+        self.moe = moe.sparse_block(c, index, device)  # a MoE layer's experts instead of the dense MLP, else None
         self.input_norm = _weight(c.hidden_size, **kw)
         self.qkv_proj = _weight((c.num_heads + 2 * c.num_kv_heads) * c.head_dim, c.hidden_size, **kw)
         self.o_proj = _weight(c.hidden_size, c.num_heads * c.head_dim, **kw)
         self.post_norm = _weight(c.hidden_size, **kw)
-        self.gate_up_proj = _weight(2 * c.intermediate_size, c.hidden_size, **kw)
-        self.down_proj = _weight(c.hidden_size, c.intermediate_size, **kw)
+        if self.moe is None:
+            self.gate_up_proj = _weight(2 * c.intermediate_size, c.hidden_size, **kw)
+            self.down_proj = _weight(c.hidden_size, c.intermediate_size, **kw)
         self.qkv_bias = _weight((c.num_heads + 2 * c.num_kv_heads) * c.head_dim, **kw) if c.qkv_bias else None
         self.q_norm = _weight(c.head_dim, **kw) if c.qk_norm else None
         self.k_norm = _weight(c.head_dim, **kw) if c.qk_norm else None
@@ -163,6 +171,8 @@ class DecoderLayer(torch.nn.Module):
         h, residual = self.add_norm(h, residual, self.input_norm)
         h = self.attention(h, cos, sin, batch, k_cache, v_cache)
         h, residual = self.add_norm(h, residual, self.post_norm)
+        if self.moe is not None:
+            return self.moe(h), residual
         h = self.project(dispatch.silu_and_mul(self.project(h, "gate_up_proj")), "down_proj")
         return h, residual
 
@@ -203,7 +213,7 @@ class LlamaModel(torch.nn.Module):
         kw = dict(device=device, dtype=c.dtype)
         self.embed = _weight(c.vocab_size, c.hidden_size, **kw)
         windows = c.attention_windows or (0,) * c.num_layers
-        self.layers = torch.nn.ModuleList(DecoderLayer(c, device, w) for w in windows)
+        self.layers = torch.nn.ModuleList(DecoderLayer(c, device, w, i) for i, w in enumerate(windows))
         self.norm = _weight(c.hidden_size, **kw)
         self.lm_head_weight = None if c.tie_embeddings else _weight(c.vocab_size, c.hidden_size, **kw)
         cos, sin = rope_tables(c, device)
@@ -262,7 +272,7 @@ def init_weights(model: LlamaModel, seed: int) -> None:
         elif name == "embed":
             p.normal_(0.0, c.hidden_size ** -0.5 if c.tie_embeddings else 1.0, generator=gen)
         else:
-            p.normal_(0.0, p.shape[1] ** -0.5, generator=gen)
+            p.normal_(0.0, p.shape[-1] ** -0.5, generator=gen)  # fan-in: the last dim (the experts' too)
 
 
 def build_model(model_cfg, device: str) -> LlamaModel:

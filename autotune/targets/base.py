@@ -188,6 +188,8 @@ class Target:
         """A case shape with its dims named: "seqs=8, heads=32, kv_heads=8, head_dim=128, max_context=1024", or
         for a row op "rows=64, hidden=4096" (several leading dims: "rows=2x3")."""
         shape = tuple(shape)
+        if 1 < len(self.dims) and len(shape) <= len(self.dims):  # a fixed-rank case (prefill's context is optional)
+            return ", ".join(f"{n}={v}" for n, v in zip(self.dims, shape))
         named = min(len(self.dims), len(shape))
         lead, tail = shape[:len(shape) - named], shape[len(shape) - named:]
         parts = [f"{n}={v}" for n, v in zip(self.dims[len(self.dims) - named:], tail)]

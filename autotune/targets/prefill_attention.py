@@ -175,7 +175,7 @@ TARGET = Target(
     op_class=OpClass.COMPUTE_BOUND,  # each key tile is reused by a block of query rows: tensor-core bound
     search=SEARCH,
     example="prefill_attention.py",
-    dims=("chunks", "heads", "kv_heads", "head_dim", "max_query_len"),
+    dims=("chunks", "heads", "kv_heads", "head_dim", "max_query_len", "max_context"),
     advice=("FlashAttention's forward: a block of query rows per program, a loop over key blocks up to the "
             "causal limit only (the chunk's start position plus the row), an online softmax in float32, and "
             "`tl.dot` for q @ k^T and p @ v with the 16-bit tiles fed straight in (p cast to v's dtype).",),

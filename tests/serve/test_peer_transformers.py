@@ -1,6 +1,8 @@
 """Peer test against transformers' own modelling code: tiny random models of each family, saved by
 transformers, loaded through model.checkpoint, must give the same fp32 logits (within 1e-5) and the same
-greedy tokens as the transformers model on the same prompts.
+greedy tokens as the transformers model on the same prompts. The mixtures of experts (Qwen3MoeForCausalLM,
+MixtralForCausalLM) run 8 experts, 2 per token: with and without renormalised top-k weights, a dense layer
+among sparse ones (mlp_only_layers, decoder_sparse_step), Mixtral with a sliding window.
 
 Weights are re-drawn after transformers' init (N(0, 0.02) linears and zero biases would make near-uniform
 logits and leave Qwen2's biases untested): linears N(0, 1/fan_in), norms 1 + N(0, 0.1), biases N(0, 0.5).
@@ -37,7 +39,14 @@ CASES = {
                         "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}}),
     "mistral": ("Mistral", {"sliding_window": None}),
     "mistral-window": ("Mistral", {"sliding_window": 8}),
+    "qwen3_moe": ("Qwen3Moe", {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+                               "norm_topk_prob": False, "mlp_only_layers": [1]}),
+    "qwen3_moe-renorm": ("Qwen3Moe", {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 24,
+                                      "norm_topk_prob": True, "decoder_sparse_step": 2}),
+    "mixtral": ("Mixtral", {"num_local_experts": 8, "num_experts_per_tok": 2}),
+    "mixtral-window": ("Mixtral", {"num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": 8}),
 }
+FAMILY = {"Qwen3Moe": "qwen3_moe"}  # the model_type where it is not the class prefix in lower case
 PROMPT_LEN, NEW_TOKENS = 12, 16  # 28 positions: a window of 8 masks in both prefill and decode
 
 
@@ -52,8 +61,8 @@ def randomise(model, tied: bool, seed: int) -> None:
                 p.copy_(0.5 * noise)
             elif "embed_tokens" in name:
                 p.copy_(noise * (p.shape[1] ** -0.5 if tied else 1.0))
-            else:
-                p.copy_(noise * p.shape[1] ** -0.5)
+            else:  # fan-in: the last dim (transformers 5 keeps the experts as [E, rows, fan-in] tensors)
+                p.copy_(noise * p.shape[-1] ** -0.5)
 
 
 def make_hf(case: str):
@@ -122,7 +131,8 @@ def assert_peers(ours, hf) -> None:
 def test_matches_transformers(saved, case):
     hf, folder = saved[case]
     ours = load(folder)
-    assert ours.config.family == CASES[case][0].lower()
+    prefix = CASES[case][0]
+    assert ours.config.family == FAMILY.get(prefix, prefix.lower())
     assert bool(ours.config.attention_windows) == case.endswith("-window")
     assert_peers(ours, hf)
 
@@ -156,6 +166,23 @@ def test_transformers_4_qwen2_layout_with_an_unused_window_loads(saved, tmp_path
     assert_peers(ours, hf)
 
 
+@pytest.mark.parametrize("case", ["qwen3_moe", "mixtral-window"])
+def test_transformers_4_moe_layout_loads_the_same_model(saved, tmp_path, case):
+    """transformers 4's config.json: top-level rope_theta, Qwen3-MoE's expert count as num_experts (5 writes
+    num_local_experts for both families)."""
+    hf, folder = saved[case]
+    old = tmp_path / f"{case}-v4"
+    shutil.copytree(folder, old)
+    config = json.loads((old / "config.json").read_text())
+    config.update(rope_theta=config.pop("rope_parameters")["rope_theta"], transformers_version="4.51.0")
+    if case == "qwen3_moe":
+        config["num_experts"] = config.pop("num_local_experts")
+    (old / "config.json").write_text(json.dumps(config))
+    ours = load(old)
+    assert ours.config.moe.num_experts == 8 and ours.config.moe.top_k == 2
+    assert_peers(ours, hf)
+
+
 def test_sharded_save_pretrained_loads_through_its_index(saved, tmp_path):
     hf, _ = saved["qwen3"]
     hf.save_pretrained(tmp_path, safe_serialization=True, max_shard_size="40KB")
@@ -184,10 +211,14 @@ def test_llama3_scaling_and_theta_matter_on_the_tiny_config(saved):
         assert (bad - good).abs().max() > 1e-2
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "mistral"])
+MOE_PRESET = {"qwen3_moe": ["model=tiny_moe"], "mixtral": ["model=tiny_moe", "model.intermediate_size=64"]}
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "mistral", "qwen3_moe", "mixtral"])
 def test_saved_checkpoints_load_in_transformers(tmp_path, family):
     """save_checkpoint writes what transformers reads as the same model (AutoModelForCausalLM)."""
-    ours = build_model(compose([f"model.family={family}", "model.init_seed=3"]).model, "cpu")
+    ours = build_model(compose([*MOE_PRESET.get(family, []), f"model.family={family}", "model.init_seed=3"]).model,
+                       "cpu")
     folder = save_checkpoint(ours, tmp_path / family)
     hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     assert type(hf).__name__ == json.loads((folder / "config.json").read_text())["architectures"][0]

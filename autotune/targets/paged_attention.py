@@ -1,0 +1,246 @@
+"""paged_attention: vLLM's unified attention: varlen queries of many sequences, mixed prefill and decode rows,
+over a paged KV cache with a block table; causal, optional sliding window, grouped-query heads.
+
+q [T, heads, D] holds the query rows of S sequences back to back: sequence s is rows cu_seqlens_q[s] ..
+cu_seqlens_q[s + 1] (int32 [S + 1], vLLM's query_start_loc), n_s rows (1 for a decode, more for a prefill
+chunk). k_cache, v_cache [num_blocks, block_size, kv_heads, D] (the layout of vLLM's Triton backend) already
+hold every sequence's keys, this step's included: sequence s has seq_lens[s] (int32 [S], vLLM's seqused_k)
+positions, position p in block block_table[s, p // block_size] (int32 [S, max_blocks]) at offset
+p % block_size. Query row i of sequence s sits at position seq_lens[s] - n_s + i and attends to the positions
+at or before it (causal), only the last `window` of them when window > 0 (vLLM's window_size = (window - 1, 0);
+Mistral's sliding window); query head h reads kv head h // (heads // kv_heads). fp32 math, output [T, heads, D]
+in q's dtype. max_query_len and max_seq_len are the longest n_s and seq_lens[s] (vLLM passes both).
+
+Case shape: (num_seqs, num_heads, num_kv_heads, head_dim, block_size, max_query_len, max_context).
+make_inputs gives one sequence max_query_len query rows and another max_context positions, about half of the
+rest a single row (decodes), draws the other lengths, gives each sequence its blocks from a shuffled pool
+(never in order) with 3 spare blocks of finite garbage, fills the block table's unused entries with other
+sequences' blocks (a kernel that reads past a sequence's length reads real-looking stale keys), and gives about
+half of the shapes a sliding window shorter than the longest context (from the shape, as the lengths are).
+
+CPU plan (cut_shape): the number of sequences and a prefill's query rows are the independent work and are cut;
+heads, kv_heads, the GQA group (odd ones included: Qwen2.5-0.5B's 7), head_dim and block_size are never cut;
+the context is cut only where kv_heads x context exceeds what the interpreter walks in seconds, and every
+preset's longest context runs whole on one kv head (model_shapes): an 8192-long context through a 16-token
+block table of 512 shuffled entries.
+
+Tolerances: torch.testing's per-dtype defaults; the fp64-golden fallback accepts other summation orders.
+"""
+
+import torch
+
+from autotune.targets.base import ForeignOp, OpClass, Target, activations, upcast
+from autotune.targets.space import Knob, SearchSpace, configs
+
+
+def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                    seq_lens: torch.Tensor, block_table: torch.Tensor, scale: float, window: int, max_query_len: int,
+                    max_seq_len: int) -> torch.Tensor:
+    _, heads, d = q.shape
+    block_size, kv_heads = k_cache.shape[1], k_cache.shape[2]
+    group = heads // kv_heads
+    out = torch.empty_like(q)
+    bounds, lengths = cu_seqlens_q.tolist(), seq_lens.tolist()
+    for s, ctx in enumerate(lengths):
+        r0, r1 = bounds[s], bounds[s + 1]
+        n = r1 - r0
+        if n == 0:
+            continue
+        blocks = block_table[s, :(ctx + block_size - 1) // block_size].long()
+        k = upcast(k_cache[blocks].reshape(-1, kv_heads, d)[:ctx]).permute(1, 0, 2)  # [kv_heads, ctx, D]
+        v = upcast(v_cache[blocks].reshape(-1, kv_heads, d)[:ctx]).permute(1, 0, 2)
+        qg = upcast(q[r0:r1]).reshape(n, kv_heads, group, d).permute(1, 2, 0, 3).reshape(kv_heads, group * n, d)
+        scores = (torch.matmul(qg, k.transpose(-1, -2)) * scale).view(heads, n, ctx)
+        query_pos = torch.arange(ctx - n, ctx, device=q.device)[:, None]
+        key_pos = torch.arange(ctx, device=q.device)[None, :]
+        hidden = key_pos > query_pos
+        if window > 0:
+            hidden |= key_pos <= query_pos - window
+        probs = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1)
+        o = torch.matmul(probs.reshape(kv_heads, group * n, ctx), v)  # [kv_heads, group * n, D]
+        out[r0:r1] = o.view(kv_heads, group, n, d).permute(2, 0, 1, 3).reshape(n, heads, d).to(q.dtype)
+    return out
+
+
+def _lengths(shape) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """(query rows, context lengths, window) from the shape alone: the checker's refill keeps q's shape and the
+    scalar arguments, and refills only the tensors.
+    Sequence 0 is a prefill chunk of max_query_len rows over a short prefix (a new prompt's chunk), the last one
+    reaches max_context, about half of the others are decodes, the rest drawn."""
+    seqs, _, _, _, _, max_query_len, max_context = shape
+    by_shape = torch.Generator().manual_seed(seqs * 1_000_003 + max_query_len * 7919 + max_context)
+    longest = min(max_query_len, max_context)
+    rows = torch.randint(1, longest + 1, (seqs,), generator=by_shape)
+    rows[torch.rand(seqs, generator=by_shape) < 0.5] = 1
+    rows[0] = longest
+    spare = (torch.rand(seqs, generator=by_shape) * (max_context - rows + 1)).long()
+    ctx = torch.minimum(rows + spare, torch.tensor(max_context))
+    ctx[0] = min(max_context, longest + int(torch.randint(0, 2 * longest + 17, (1,), generator=by_shape)))
+    ctx[-1] = max_context
+    window = int(torch.randint(1, max(2, max_context), (1,), generator=by_shape))
+    return rows, ctx, window if torch.rand((), generator=by_shape) < 0.5 else 0
+
+
+def make_inputs(shape, dtype, gen, kind):
+    seqs, heads, kv_heads, head_dim, block_size, max_query_len, max_context = shape
+    rows, ctx, window = _lengths(shape)
+    cu = torch.cat([torch.zeros(1, dtype=torch.long), rows.cumsum(0)])
+    q = activations((int(cu[-1]), heads, head_dim), dtype, gen, kind)
+    per_seq = (ctx + block_size - 1) // block_size
+    width = (max_context + block_size - 1) // block_size
+    num_blocks = int(per_seq.sum()) + 3
+    pool = torch.randperm(num_blocks, generator=gen)
+    table = pool[torch.randint(0, num_blocks, (seqs, width), generator=gen)]  # unused entries: others' blocks
+    start = 0
+    for s, n in enumerate(per_seq.tolist()):
+        table[s, :n] = pool[start:start + n]
+        start += n
+    cache_shape = (num_blocks, block_size, kv_heads, head_dim)
+    # "large" scales the keys too: logits in the tens of thousands overflow exp without the max subtraction
+    k_cache = activations(cache_shape, dtype, gen, "large" if kind == "large" else "normal")
+    v_cache = activations(cache_shape, dtype, gen, "normal")
+    return (q, k_cache, v_cache, cu.to(torch.int32), ctx.to(torch.int32), table.to(torch.int32), head_dim ** -0.5,
+            window, int(rows.max()), int(ctx.max()))
+
+
+def _work(shape) -> tuple[int, int]:
+    """(query rows, mean keys read per sequence): about half the rows are decodes, contexts about half the longest."""
+    seqs, _, _, _, _, max_query_len, max_context = shape
+    return max(seqs, seqs * (max_query_len + 1) // 2), max(1, max_context // 2)
+
+
+def bytes_moved(shape, dtype):
+    seqs, heads, kv_heads, head_dim, _, _, _ = shape
+    rows, context = _work(shape)
+    e = torch.empty((), dtype=dtype).element_size()
+    return 2 * rows * heads * head_dim * e + 2 * seqs * kv_heads * context * head_dim * e + 8 * seqs
+
+
+def flops(shape, dtype):
+    _, heads, _, head_dim, _, _, _ = shape
+    rows, context = _work(shape)
+    return 4 * rows * heads * context * head_dim  # QK^T and PV, 2 FLOPs per multiply-add each
+
+
+LONG_WORK = 16384  # heads x context kept whole on the CPU: 2 heads of 32 (one kv head) over 8192 keys, ~4 s a call
+
+
+def cut_shape(shape, max_rows, max_elements):
+    """At most max_rows / 128 sequences (2 at least: a prefill chunk and a decode) and max_rows / 32 query rows in
+    the prefill (8 on the default plan, 4 in its extra cases); heads, kv_heads (so the GQA group), head_dim and
+    block_size never cut. The context is kept whole while heads x context is at most LONG_WORK (the interpreter
+    walks every key of every kv head one tile after another: 32 heads over 1024 keys took the template 14 s of
+    CPU a call), else cut to 2048 / heads keys (at least 64). So each preset's kv_heads, group and head_dim run
+    uncut at a short context (model_shapes), and its longest context (8192) runs uncut on one kv head."""
+    if max_rows is None or max_elements is None:  # on a GPU: no cut
+        return tuple(shape)
+    seqs, heads, kv_heads, head_dim, block_size, max_query_len, max_context = shape
+    if heads * max_context > LONG_WORK:
+        max_context = max(64, 2048 // heads)
+    return (min(seqs, max(2, max_rows // 128)), heads, kv_heads, head_dim, block_size,
+            min(max_query_len, max(4, max_rows // 32), max_context), max_context)
+
+
+def model_shapes(dims, rows):
+    """Each preset's heads, kv heads and head_dim over 3 blocks of 16 keys (the last ragged), a prefill chunk and a
+    decode; its longest context on one kv head (a 512-entry block table at 8192); the tiny ones whole."""
+    heads, kv, d, ctx = int(dims["num_heads"]), int(dims["num_kv_heads"]), int(dims["head_dim"]), int(dims["max_seq_len"])
+    if ctx <= 512:
+        return ((4, heads, kv, d, 32, 24, ctx),)
+    return (2, heads, kv, d, 16, 8, 45), (2, 2, 1, 32, 16, 4, ctx)
+
+
+def input_elements(shape) -> int:
+    seqs, heads, kv_heads, head_dim, block_size, max_query_len, max_context = shape
+    blocks = seqs * ((max_context + block_size - 1) // block_size) + 3
+    width = (max_context + block_size - 1) // block_size
+    return seqs * max_query_len * heads * head_dim + 2 * blocks * block_size * kv_heads * head_dim + seqs * (width + 2) + 1
+
+
+def output_elements(shape) -> int:
+    seqs, heads, _, head_dim, _, max_query_len, _ = shape
+    return seqs * max_query_len * heads * head_dim
+
+
+def _shape_from_dims(dims: list):
+    """The case from a call's recorded dims, in the argument layouts of ours and the engines' attention ops:
+    - ours: q [T, H, D], k_cache [NB, BS, KVH, D], v_cache, cu_seqlens_q [S + 1], seq_lens [S], block_table [S, MB];
+    - vLLM's CPU backend `_C::cpu_attention_with_kv_cache(query, key_cache [NB, KVH, BS, D], value_cache, output,
+      query_start_loc [S + 1], seq_lens [S], scale, causal, alibi, sliding_window, block_table [S, MB], ...)`;
+    - SGLang's CPU `sgl_kernel::decode_attention_cpu(q [B, H, D], k_buffer [P, KVH, D], v_buffer, o, k, v, loc,
+      attn_logits, req_to_token [R, MAXCTX], req_pool_indices, seq_lens [B], ...)` and `extend_attention_cpu(q [T, H,
+      D], k_extend, v_extend, o, k_buffer [P, KVH, D], v_buffer, req_to_token, req_pool_indices, seq_lens [B], ...)`:
+      one token per page (block size 1), req_to_token the page table.
+    T rows over S sequences: the longest query is taken as T - (S - 1) (one prefill among decodes, the engines'
+    usual step); the longest context as what the page table reaches."""
+    q = dims[0]
+    if len(dims[1]) == 3 and len(dims) >= 11 and len(dims[8]) == 2:  # SGLang decode
+        seqs, kv_heads, block_size, reach = dims[10][0], dims[1][1], 1, dims[8][1]
+    elif len(dims[1]) == 3 and len(dims) >= 9 and len(dims[4]) == 3:  # SGLang extend
+        seqs, kv_heads, block_size, reach = dims[8][0], dims[4][1], 1, dims[6][1]
+    elif len(dims) > 10 and len(dims[3]) == 3:  # vLLM CPU: output at 3, the cache head-major
+        seqs, kv_heads, block_size = dims[5][0], dims[1][1], dims[1][2]
+        reach = block_size * dims[10][1]
+    else:
+        seqs, block_size, kv_heads = dims[4][0], dims[1][1], dims[1][2]
+        reach = block_size * dims[5][1]
+    seqs = max(1, int(seqs))
+    return seqs, q[1], kv_heads, q[2], block_size, max(1, q[0] - (seqs - 1)), int(reach)
+
+
+# vLLM's unified attention kernel as knobs: BLOCK_Q query tokens of one sequence per program (with their whole
+# GQA group: BLOCK_M = BLOCK_Q * group rows), TILE keys per step of the context loop (a multiple of or a divisor
+# of the block size), warps and pipelining. First: vLLM's decode defaults (BLOCK_M 16, TILE 32, 4 warps).
+SEARCH = SearchSpace(
+    template="paged_attention.py.j2",
+    knobs=(
+        Knob("block_q", (1, 2, 4, 8, 16), "query tokens of one sequence per program (each with its whole GQA group)"),
+        Knob("tile", (16, 32, 64, 128), "keys per step of the context loop"),
+        Knob("warps", (2, 4, 8), "warps per program"),
+        Knob("stages", (1, 2, 3), "software-pipelining depth of the key loop"),
+    ),
+    configs=configs(("block_q", "tile", "warps", "stages"), [
+        (1, 32, 4, 2), (4, 32, 4, 2), (1, 64, 4, 2), (8, 64, 8, 2), (2, 16, 2, 1), (16, 64, 8, 3),
+        (1, 128, 4, 3), (4, 128, 8, 2),
+    ]),
+    # a prefill over two query blocks, contexts over two key tiles, ragged head_dim 48
+    sweep_shapes=lambda p: ((3, 8, 2, 48, 16, 2 * max(p["block_q"], 4) + 1, 2 * p["tile"] + 5),),
+    own_sweep=True,
+)
+
+
+TARGET = Target(
+    name="paged_attention",
+    summary="vLLM's unified attention: varlen prefill and decode rows over a paged KV cache (block table), "
+            "causal, optional sliding window, GQA",
+    reference=paged_attention,
+    make_inputs=make_inputs,
+    bytes_moved=bytes_moved,
+    flops=flops,
+    # (seqs, heads, kv_heads, head_dim, block_size, max_query_len, max_context): Llama 3 8B, 16 decodes and a
+    # 512-token prefill chunk over contexts up to 4096; 64 decodes up to 1024 (each preset's longest context,
+    # 8192 for all but the tiny ones, comes with model_shapes)
+    default_shapes=((17, 32, 8, 128, 16, 512, 4096), (64, 32, 8, 128, 16, 1, 1024)),
+    # one decode of context 1; MHA with block 32 and a ragged context; MQA; head_dim not a power of two; the real
+    # vLLM CPU trace's 128-token blocks (Qwen2.5-0.5B's group of 7 and every preset's heads come with model_shapes)
+    edge_shapes=((1, 4, 2, 32, 16, 1, 1), (3, 4, 4, 64, 32, 7, 70), (2, 8, 1, 128, 16, 5, 100),
+                 (3, 12, 4, 96, 16, 9, 37), (2, 8, 2, 32, 128, 17, 512)),
+    foreign_ops=(
+        # vLLM's CPU attention backend (the op under vllm::unified_attention_with_output in its CPU traces);
+        # the wrapper itself is not mapped: its arguments hold no cache, and as the outer op it would hide this
+        # op's shapes (add it with profile.target_map for a GPU trace of the Triton backend)
+        ForeignOp("_C::cpu_attention_with_kv_cache"),
+        # SGLang's CPU attention (sgl-kernel); its Triton GPU backend launches kernels from Python, no torch op
+        ForeignOp("sgl_kernel::decode_attention_cpu"),
+        ForeignOp("sgl_kernel::extend_attention_cpu"),
+    ),
+    shape_from_dims=_shape_from_dims,
+    op_class=OpClass.MIXED,  # decode rows read the cache once (memory); prefill rows reuse each key tile
+    search=SEARCH,
+    dims=("seqs", "heads", "kv_heads", "head_dim", "block_size", "max_query_len", "max_context"),
+    example="paged_attention.py",
+    cut_shape=cut_shape,
+    input_elements=input_elements,
+    output_elements=output_elements,
+    model_shapes=model_shapes,
+)
