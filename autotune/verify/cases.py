@@ -277,11 +277,15 @@ def layout_of(target: Target, shape: Shape, dtype: torch.dtype) -> tuple:
         return tuple(target.make_inputs(shape, dtype, gen, "normal"))
 
 
+def served_calls(target: Target, shapes, cfg_verify) -> list[tuple[Shape, torch.dtype]]:
+    """(shape, dtype): each served shape in each of the target's dtypes."""
+    return [(shape, dtype) for shape in served_shapes(target, shapes) for dtype in target_dtypes(target, cfg_verify)]
+
+
 def dry_calls(target: Target, shapes, cfg_verify):
-    """(shape, dtype, arguments without values) for each served shape in each dtype, made as they are needed."""
-    for shape in served_shapes(target, shapes):
-        for dtype in target_dtypes(target, cfg_verify):
-            yield shape, dtype, layout_of(target, shape, dtype)
+    """(shape, dtype, arguments without values) for each served call, made as they are needed."""
+    for shape, dtype in served_calls(target, shapes, cfg_verify):
+        yield shape, dtype, layout_of(target, shape, dtype)
 
 
 @functools.lru_cache(maxsize=1)
@@ -311,6 +315,23 @@ def range_shapes(target: Target, shapes, limit: int) -> list[tuple[Shape, Shape]
         left.remove(best)
         wanted -= set(enumerate(best))
     return [(runs[r], r) for r in chosen]
+
+
+def coverage_cases(target: Target, served, cfg_verify, start: int) -> list[Case]:
+    """Range cases for served shapes whose launches no planned case ran (`served`: (shape, dtype) of the dry calls
+    that made them; a kernel that specialises on a combination of sizes, as vLLM's decode kernel does on the query
+    group and head_dim, makes one signature per preset), numbered from `start`; one per distinct cut shape."""
+    programs = int(cfg_verify.get("range_programs") or 2)
+    rows, elements = int(cfg_verify.max_interpreter_rows), int(cfg_verify.max_interpreter_elements)
+    cases, seen = [], set()
+    for shape, dtype in served:
+        run = tuple(target.range_cut(tuple(shape)) if target.range_cut else target.cut_shape(tuple(shape), rows,
+                                                                                                 elements))
+        if (run, dtype) not in seen:
+            seen.add((run, dtype))
+            cases.append(Case(index=start + len(cases), shape=run, dtype=dtype, kind="normal", seed=0, source="range",
+                              requested_shape=tuple(shape), sample=programs if target.range_cut else 0))
+    return cases
 
 
 def long_calls(target: Target, cfg_verify, salt: bytes) -> int:

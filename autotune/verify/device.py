@@ -16,12 +16,13 @@ host's storages (`Buffers`), and makes the evidence from them:
   calls, refused; outputs are compared with the judge's reference by the judge, from the copies sent here;
 - a case may end with a long run of calls on the same inputs (thousands): each must report the same events as
   the first, which on a deterministic device means the same outputs, so they are compared, not run;
-- launches the host reports at served and preset shapes that no case ran (`dry` calls: recorded, not run) make
-  the coverage frame: each distinct launch signature (kernel, constexpr values, warps and stages, grid rank,
+- launches the host reports at served and preset shapes that no case ran (`dry` calls: recorded, not run) are
+  named on the judge's `coverage_check` (it then sends range cases at those shapes) and make the final
+  coverage frame: each distinct launch signature (kernel, constexpr values, warps and stages, grid rank,
   pointer dtypes) and each autotune configuration must have run in at least one compared case.
 
 Frames to the judge: `isolation` (this process's and the host's confinement), `import_ops`, `compile_error`,
-`case_start`, `case_result`, `case_error`, `coverage`, and the runner's own.
+`case_start`, `case_result`, `case_error`, `dry_uncovered`, `coverage`, and the runner's own.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ ALIGNMENT = 512  # bytes: what CUDA's caching allocator gives every block, so th
 MAX_EVENTS_PER_CALL = 100_000
 HOST_FRAME_BYTES = 64 << 20  # a call's events and references: a few KB; a compile error's traceback: a few KB
 TEXT_LIMIT = 4000  # characters of a host's error text passed on to the judge
+UNCOVERED_LIMIT = 20  # dry calls named in a coverage account (each one's first unrun launch)
 _TL_DTYPES = {str(getattr(tl, n)): getattr(tl, n) for n in dir(tl) if isinstance(getattr(tl, n), tl.dtype)}
 ALLOCATING = frozenset({"aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty",
                         "aten.new_empty_strided", "aten.zeros", "aten.zeros_like", "aten.new_zeros", "aten.clone",
@@ -496,7 +498,7 @@ class Device:
                      if sig not in self.executed]
         unrun = [{"kernel": name, "config": _describe_config(c)} for name, cs in self.configs.items()
                  for i, c in enumerate(cs) if (name, i) not in self.launched_configs]
-        return {"uncovered": uncovered[:20], "configs_not_run": unrun[:20], "signatures_run": len(self.executed)}
+        return {"uncovered": uncovered[:UNCOVERED_LIMIT], "configs_not_run": unrun[:20], "signatures_run": len(self.executed)}
 
 
 def _storage_span(t: torch.Tensor) -> tuple[int, int]:
@@ -567,6 +569,10 @@ def work(payload: dict, send, links) -> dict:
     device = Device(kernels, send, on_gpu)
     done = 0
     while (frame := links.receive()) is not None:
+        if "coverage_check" in frame:  # every case before it is done: which dry calls made a launch none ran
+            send("dry_uncovered", dry_index=sorted({i for sig, i in device.dry.items()
+                                                    if sig not in device.executed})[:UNCOVERED_LIMIT])
+            continue
         item = frame.get("case") or frame.get("dry")
         if "case" in frame:
             device.cases = {item["index"]: item}

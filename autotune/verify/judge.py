@@ -50,11 +50,21 @@ class _Session:
         self.nondeterministic = False
         self.coverage: dict | None = None  # the device's account of the launches seen at served shapes
         self.dry_labels: dict[int, str] = {}  # dry call index -> the served shape it stands for
+        self.uncovered: list[int] | None = None  # dry calls whose launches no planned case ran (the device's word)
+        self.answered = threading.Event()  # set when the device answered a coverage check, or the run stopped
         self.host_isolation: dict = {}
 
     def on_event(self, frame: dict) -> bool:
+        stop = self._on_event(frame)
+        if stop or frame.get("kind") == "dry_uncovered":
+            self.answered.set()
+        return stop
+
+    def _on_event(self, frame: dict) -> bool:
         kind = frame.get("kind")
-        if kind == "case_start":
+        if kind == "dry_uncovered":
+            self.uncovered = list(frame["dry_index"])
+        elif kind == "case_start":
             self.running = frame.get("index") if isinstance(frame.get("index"), int) else None
         elif kind == "case_result":
             return self._on_result(frame)
@@ -222,6 +232,7 @@ WORKER_FRAMES = [
     Schema("coverage", {"uncovered": ListOf(DictOf(Text(40), Either(Int(0), Text(500)), max_len=4), max_len=20),
                         "configs_not_run": ListOf(DictOf(Text(40), Text(500), max_len=4), max_len=20),
                         "signatures_run": Int(0)}, keep="first"),
+    Schema("dry_uncovered", {"dry_index": ListOf(Int(0), max_len=20)}, keep="first"),
     Schema("import_ops", {"torch_ops": _OPS}, keep="first"),
     Schema("audit_log", {"denied": ListOf(Text(500), max_len=10_000)}, keep="first"),
     Schema("result", {"payload": DictOf(str, Int(0), max_len=4)}, keep="first"),
@@ -290,8 +301,11 @@ def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, de
     plan = case_plan.plan(target, shapes, cfg_verify, on_gpu, salt)
     with _one_thread():
         session = _Session(target, plan, {})
+        reach = [] if on_gpu else case_plan.coverage_cases(target, case_plan.served_calls(target, shapes, cfg_verify),
+                                                          cfg_verify, len(plan))  # what may follow the plan
         run = _run_worker(target, source, plan, limits, device, session, salt,
-                          [] if on_gpu else case_plan.dry_calls(target, shapes, cfg_verify))
+                          [] if on_gpu else case_plan.dry_calls(target, shapes, cfg_verify), cfg_verify,
+                          _largest_frame(target, plan + reach))
     if session.setup_error:
         raise UserError(f"the isolated worker could not start its work: {session.setup_error}")
     status, reason = session.conclude(run, limits)
@@ -325,32 +339,45 @@ def _record(verdict: Verdict, session: _Session, run: SandboxResult, cut_note: s
 
 
 def _run_worker(target, source, plan, limits: Limits, device, session: _Session, salt: bytes,
-                dry: list) -> SandboxResult:
+                dry, cfg_verify, frame_bytes: int) -> SandboxResult:
     """The worker's two processes (autotune.verify.worker). First the dry calls (`dry`: (shape, dtype, arguments
     without values) at every served shape: the launches they make must each run in some case), then each case
     goes to the device as it is made (the pipe keeps this process a case or two ahead, so neither side holds
-    every case's data): its data for the device, and where each input sits, without its values, for the host."""
+    every case's data): its data for the device, and where each input sits, without its values, for the host.
+    Last, the device names the served shapes whose launches no case ran, and a range case at each of those
+    shapes follows (`plan` grows by them)."""
+    served: list[tuple] = []  # dry call index -> (shape, dtype)
+
     def cases():
         for i, (shape, dtype, args) in enumerate(dry):  # the launcher at served shapes: launches noted, not run
+            served.append((shape, dtype))
             session.dry_labels[i] = f"the served shape {list(shape)} in {dtype_name(dtype)}"
             yield {"dry": {"index": i, "host": {"index": i, "calls": 1, "dry": True, "args": [
                 {"place": Placement.of(a, True).to_wire()} if isinstance(a, torch.Tensor) else a for a in args]}}}
-        for c in plan:
-            d = session.data[c.index] = case_plan.make_data(target, c, salt)
-            host = {"index": c.index, "calls": len(_calls(c)) + c.long, "args": [
-                {"place": Placement.of(a, c.front_guard).to_wire()} if isinstance(a, torch.Tensor) else a
-                for a in d.args]}
-            yield {"case": {"index": c.index, "args": list(d.args), "front_guard": c.front_guard,
-                            "sequence": _calls(c), "calls": len(_calls(c)) + c.long, "long": c.long,
-                            "sample": c.sample,
-                            "refill_args": list(d.refill_args) if d.refill_args is not None else None,
-                            "host": host}}
+        yield from map(frame, plan)
+        if not served:
+            return
+        yield {"coverage_check": {}}  # a launch only some served shapes make: a range case at one of those shapes
+        if session.answered.wait(limits.total_s) and session.uncovered:
+            extra = case_plan.coverage_cases(target, [served[i] for i in session.uncovered if 0 <= i < len(served)],
+                                             cfg_verify, len(plan))
+            plan.extend(extra)
+            yield from map(frame, extra)
+
+    def frame(c: case_plan.Case) -> dict:
+        d = session.data[c.index] = case_plan.make_data(target, c, salt)
+        host = {"index": c.index, "calls": len(_calls(c)) + c.long, "args": [
+            {"place": Placement.of(a, c.front_guard).to_wire()} if isinstance(a, torch.Tensor) else a
+            for a in d.args]}
+        return {"case": {"index": c.index, "args": list(d.args), "front_guard": c.front_guard,
+                         "sequence": _calls(c), "calls": len(_calls(c)) + c.long, "long": c.long, "sample": c.sample,
+                         "refill_args": list(d.refill_args) if d.refill_args is not None else None, "host": host}}
 
     host = {"source": source, "entry": target.name, "autotune_turn": secrets.randbelow(1 << 16)}
     with tempfile.TemporaryDirectory(prefix="autotune-verify-", ignore_cleanup_errors=True) as tmp:
         return run_isolated("autotune.verify.worker", {"source": source, "device": device}, limits=limits,
                             host=host, stream=cases, workdir=Path(tmp) / "work", gpu=device == "cuda",
-                            on_event=session.on_event, max_frame_bytes=_largest_frame(target, plan),
+                            on_event=session.on_event, max_frame_bytes=frame_bytes,
                             schemas=WORKER_FRAMES,
                             progress=lambda frame: frame.get("kind") == "case_result")
 

@@ -7,7 +7,7 @@ from autotune.engine.launch import plugin_kernels
 from autotune.engine.selfopt import EngineSession, agent_live, summary_lines
 from autotune.engine.settings import EngineSettings
 from autotune.engine.stats import LoadReport, RequestResult
-from autotune.run import Outcome, OutcomeStatus
+from autotune.run.loop import Outcome, OutcomeStatus
 from tests.export.conftest import CORRECT
 
 
