@@ -4,8 +4,9 @@ the CPU without the interpreter running all of it.
 A case at a served shape keeps every dimension a kernel indexes whole (every kv head, the longest context, M over
 many row blocks) and cuts only independent work; where that is still too slow for the interpreter, each launch
 of the call runs only some of its programs: along the grid's longest axis, `programs` indices drawn per call
-(the same indices for every launch of the call whose axis has that length, so that a second kernel reading the
-first's partial results finds the ones it needs), every index of the other axes. The rest of the grid is never
+(the same indices for every launch of the call whose axis has that length), every index of the other axes; a
+launch given a storage that sampled programs left partly written (a second kernel reading the first's partial
+results) runs every program, and those that read only valid bytes make valid output. The rest of the grid is never
 visited: the interpreter's loop stops when the sample is done.
 
 What the sampled programs wrote is then all that is compared. Every storage allocated during the call gets a
@@ -30,6 +31,8 @@ import functools
 import numpy as np
 import torch
 from triton.runtime import interpreter
+
+from autotune.verify import interp
 
 
 class _Done(Exception):
@@ -92,6 +95,12 @@ class Sample:
             for w in range(width):
                 shadow[np.minimum(offs + w, end - start - 1)] = value
 
+    def _partly_valid(self, t: torch.Tensor) -> bool:
+        storage = t.untyped_storage()
+        first, end = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+        return any(start < end and first < stop and 0 < np.count_nonzero(shadow) < shadow.size
+                   for start, stop, shadow in self.shadows)
+
     def _invalid_read(self, addrs: np.ndarray, width: int) -> bool:
         for start, end, shadow, offs in self._locate(addrs):
             if not shadow[offs].all():
@@ -109,11 +118,14 @@ class Sample:
                 yield start, end, shadow, (addrs[sel] - np.uint64(start)).astype(np.intp)
 
     # programs ---------------------------------------------------------------------------------------
-    def order(self, grid: tuple[int, int, int]) -> np.ndarray | None:
-        """The linear ids of the programs to run, in a random order; None to run the whole grid."""
+    def order(self, grid: tuple[int, int, int], args=()) -> np.ndarray | None:
+        """The linear ids of the programs to run, in a random order; None to run the whole grid: a grid no
+        longer than the sample, or a launch given a storage that sampled programs left partly written (a second
+        kernel summing the first's partial results: each of its programs that reads only valid bytes makes
+        valid output, the others are tainted, so the sampled rows come through whatever the grids)."""
         axis = int(np.argmax(grid))
         n = grid[axis]
-        if n <= self.programs:
+        if n <= self.programs or any(self._partly_valid(a) for a in args if isinstance(a, torch.Tensor)):
             self.launch_sampled = False
             return None
         chosen = self.indices.setdefault(n, np.sort(self.rng.choice(n, self.programs, replace=False)))
@@ -148,7 +160,8 @@ def _install() -> None:
         s = _active[-1] if _active else None
         if s is None:
             return
-        order = s.order((nx, ny, nz))
+        launch = interp.current_launch()
+        order = s.order((nx, ny, nz), launch.args.values() if launch is not None else ())
         s.left = nx * ny * nz if order is None else len(order)
         if order is not None:  # the permuted loop (autotune.verify.interp) visits these first, then stops
             rest = np.setdiff1d(np.arange(nx * ny * nz), order)

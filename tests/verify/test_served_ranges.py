@@ -24,6 +24,8 @@ CASES = [
     ("linear", "linear_large_m.py", Status.INCORRECT, "[2048,"),
     # class 2: a launch only served sizes make, seen by the dry call at that size and never run
     ("rms_norm", "rms_norm_served_rows.py", Status.INCORRECT, "ROWS=2"),
+    # ... and a launch only one served combination of sizes makes: a range case at that shape runs it
+    ("decode_attention", "decode_group_dim_combo.py", Status.INCORRECT, "case [1, 32, 8, 64, 8192]"),
     # class 4: a computed check decides
     ("rms_norm", "dither_by_address.py", Status.INCORRECT, "on the same inputs"),  # a repeat, or the long run
 ]

@@ -1,0 +1,58 @@
+"""Wrong at one served combination of sizes: the head count, the query group and head_dim are constexprs (as in
+vLLM's decode kernel), and the specialisation for 32 heads of 64 halves the output. Every value of each dim
+appears in some range case without that combination; only the dry call at Llama 3.2 1B's shape makes the launch."""
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _decode_kernel(q_ptr, k_ptr, v_ptr, slots_ptr, lens_ptr, out_ptr, scale, k_s0, k_s1, k_s2, n_heads: tl.constexpr,
+                   group: tl.constexpr, head_dim: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
+                   BLOCK_D: tl.constexpr):
+    seq = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    slot = tl.load(slots_ptr + seq).to(tl.int64)
+    ctx = tl.load(lens_ptr + seq)
+    g = tl.arange(0, BLOCK_G)
+    d = tl.arange(0, BLOCK_D)
+    q_mask = (g < group)[:, None] & (d < head_dim)[None, :]
+    rows = (seq * n_heads + kv_head * group + g) * head_dim  # query heads h*group .. h*group+group-1
+    q = tl.load(q_ptr + rows[:, None] + d[None, :], mask=q_mask, other=0.0)  # [G, D]
+    base = slot * k_s0 + kv_head * k_s1
+    m = tl.full((BLOCK_G,), -float("inf"), dtype=tl.float32)
+    l = tl.zeros((BLOCK_G,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_G, BLOCK_D), dtype=tl.float32)
+    for start in range(0, ctx, BLOCK_N):
+        pos = start + tl.arange(0, BLOCK_N)
+        ok = pos < ctx
+        offs = base + pos[:, None] * k_s2 + d[None, :]
+        kv_mask = ok[:, None] & (d < head_dim)[None, :]
+        k = tl.load(k_ptr + offs, mask=kv_mask, other=0.0)
+        v = tl.load(v_ptr + offs, mask=kv_mask, other=0.0)
+        s = tl.where(ok[None, :], tl.dot(q, tl.trans(k), input_precision="ieee") * scale, -float("inf"))  # [G, N]
+        m_new = tl.maximum(m, tl.max(s, axis=1))
+        alpha = tl.exp(m - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l = l * alpha + tl.sum(p, axis=1)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
+        m = m_new
+    if n_heads == 32:
+        if head_dim == 64:  # one served combination of sizes (Llama 3.2 1B's), wrong
+            acc = acc * 0.5
+    tl.store(out_ptr + rows[:, None] + d[None, :], (acc / l[:, None]).to(out_ptr.dtype.element_ty), mask=q_mask)
+
+
+def decode_attention(q, k_cache, v_cache, slots, context_lens, scale, max_context):
+    q, k_cache, v_cache = q.contiguous(), k_cache.contiguous(), v_cache.contiguous()
+    n_seqs, n_heads, head_dim = q.shape
+    kv_heads = k_cache.shape[1]
+    group = n_heads // kv_heads
+    out = torch.empty_like(q)
+    _decode_kernel[(n_seqs, kv_heads)](
+        q, k_cache, v_cache, slots, context_lens, out, scale, k_cache.stride(0), k_cache.stride(1),
+        k_cache.stride(2), n_heads=n_heads, group=group, head_dim=head_dim,
+        BLOCK_G=max(16, triton.next_power_of_2(group)), BLOCK_N=32, BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+    )
+    return out
