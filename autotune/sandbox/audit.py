@@ -14,7 +14,7 @@ While armed, the hook (a closure: no module global, nothing in sys.modules holds
   creating, removing or renaming files outside them likewise;
 - starting processes (`subprocess.Popen`, `os.system`, `os.exec*`, `os.posix_spawn`, `os.spawn*`,
   `os.fork`/`os.forkpty`), signalling processes (`os.kill`), sockets (`socket.*`), foreign calls
-  (`ctypes.*`), `mmap`;
+  (`ctypes.*`), `mmap` of a file (an anonymous map is memory: the checker's large storages are ones);
 - reaching the caller's state through frames and the collector (`sys._getframe`, `sys._current_frames`,
   frame, traceback and generator frame attributes, `gc.get_objects`/`get_referrers`/`get_referents`),
   tracing and profiling hooks, and further audit hooks;
@@ -134,6 +134,8 @@ def _check(event: str, args: tuple, read: tuple[str, ...], write: tuple[str, ...
         if path is None or _within(path, write if writing else read):
             return None
         return f"open {path!r} for {'writing' if writing else 'reading'}"
+    if event == "mmap.__new__" and args and args[0] == -1:  # an anonymous map is memory, as any allocation is
+        return None
     if event == "import":
         name = args[0] if args else ""
         return None if imports is None or str(name).split(".")[0] in imports else f"import {name}"

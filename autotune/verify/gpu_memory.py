@@ -6,7 +6,7 @@ at data_ptr() % 512 in {0, 64, ..., 448}, while CUDA's caching allocator hands o
 allowed query: vLLM's launchers check alignment) could then behave on the CPU as it never would on a GPU.
 
 `aligned_empty(shape, dtype, stride=None)` is a plain CPU tensor at storage offset 0 whose storage starts on a
-512-byte boundary (a slice of a bytearray, through torch.frombuffer), filled as fresh memory is under
+512-byte boundary (a slice of a bytearray, or an anonymous map from 1 MB up, through torch.frombuffer), filled as fresh memory is under
 `torch.use_deterministic_algorithms` + `fill_uninitialized_memory` (NaN for floats, the largest value for
 ints, True for bools), so an output the kernel never writes still shows. `allocate_like_cuda(func, args,
 kwargs)` serves, from a TorchDispatchMode, the aten allocations a candidate's launcher makes on the CPU
@@ -17,10 +17,13 @@ layout, pinned memory, a memory format other than contiguous or preserve).
 
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 import torch
 
 CUDA_BLOCK_ALIGNMENT = 512  # bytes: CUDA caching allocator's kMinBlockSize, every block's start aligned to it
+MAPPED_BYTES = 1 << 20  # storages this large are anonymous maps (a bytearray writes every byte when it is made)
 
 
 def _fill_fresh(t: torch.Tensor) -> torch.Tensor:
@@ -54,9 +57,11 @@ def aligned_empty(shape, dtype: torch.dtype, stride=None, fill: bool = True) -> 
     stride = contiguous_strides(shape) if stride is None else tuple(int(s) for s in stride)
     itemsize = torch.empty((), dtype=dtype).element_size()
     nbytes = max(_extent(shape, stride), 1) * itemsize  # a storage of at least one element, as CUDA's
-    raw = bytearray(nbytes + CUDA_BLOCK_ALIGNMENT)
-    start = np.frombuffer(raw, dtype=np.uint8).ctypes.data
-    pad = -start % CUDA_BLOCK_ALIGNMENT
+    if nbytes >= MAPPED_BYTES:  # pages mapped on first touch: a served-size stand-in the host never reads is free
+        raw, pad = mmap.mmap(-1, nbytes), 0  # page-aligned, zero-filled by the kernel
+    else:
+        raw = bytearray(nbytes + CUDA_BLOCK_ALIGNMENT)
+        pad = -np.frombuffer(raw, dtype=np.uint8).ctypes.data % CUDA_BLOCK_ALIGNMENT
     flat = torch.frombuffer(memoryview(raw)[pad:pad + nbytes], dtype=dtype)  # keeps `raw` alive
     if fill:
         _fill_fresh(flat)
@@ -104,9 +109,10 @@ _SERVED = {"empty", "empty_strided", "empty_like", "new_empty", "new_empty_strid
            "new_zeros", "clone"}
 
 
-def allocate_like_cuda(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
+def allocate_like_cuda(func, args: tuple, kwargs: dict, values: bool = True) -> torch.Tensor | None:
     """For a TorchDispatchMode's __torch_dispatch__: the result of an aten allocation op (or clone) made in
-    512-byte aligned storage, or None when the op is not one served here (then run `func` as usual)."""
+    512-byte aligned storage, or None when the op is not one served here (then run `func` as usual).
+    `values=False`: the storage alone, neither filled nor copied into (for stand-ins whose values nobody reads)."""
     name = func.overloadpacket.__name__
     if name not in _SERVED:
         return None
@@ -114,5 +120,5 @@ def allocate_like_cuda(func, args: tuple, kwargs: dict) -> torch.Tensor | None:
     if request is None:
         return None
     shape, dtype, stride, zeros, source = request
-    out = aligned_empty(shape, dtype, stride, fill=not zeros)
-    return out.copy_(source) if source is not None else out
+    out = aligned_empty(shape, dtype, stride, fill=values and not zeros)
+    return out.copy_(source) if source is not None and values else out

@@ -74,7 +74,7 @@ class Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         name = str(func.overloadpacket)
         self.seen[_label(name, args, kwargs)] += 1
-        out = allocate_like_cuda(func, args, kwargs)  # CPU allocations 512-byte aligned, as CUDA's are
+        out = allocate_like_cuda(func, args, kwargs, values=False)  # 512-byte aligned, as CUDA's; values unread
         out = func(*args, **kwargs) if out is None else out
         if self.events is not None and name not in VIEW_OPS:
             self.events.append({"op": name, "args": _refs(args), "kwargs": _refs(kwargs), "out": _refs(out)})

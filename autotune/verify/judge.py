@@ -128,6 +128,8 @@ class _Session:
 
     def running_label(self) -> str:
         """What the worker was doing when it last said: 'importing the candidate' or 'running case ...'."""
+        if self.case_error is not None and self.case_error.get("dry"):  # before any case: a call at a served shape
+            return f"calling it at {self.dry_labels.get(self.case_error.get('index'), 'a served shape')} (a dry call)"
         if self.running is None or not 0 <= self.running < len(self.cases):
             return "importing the candidate"
         return f"running case {self.cases[self.running].label}"

@@ -86,7 +86,8 @@ def test_real_vllm_irwrap_trace_maps_both_vllm_ir_rms_norms():
     by_op = mapped.groupby(["op", "target"])["calls"].sum().to_dict()
     assert by_op == {("vllm_ir::fused_add_rms_norm", "fused_add_rms_norm"): 24, ("vllm_ir::rms_norm", "rms_norm"): 3,
                      ("_C::rotary_embedding", "rotary_embedding"): 12, ("_C::onednn_mm", "linear"): 51,
-                     ("aten::silu+aten::mul", "silu_and_mul"): 12}
+                     ("aten::silu+aten::mul", "silu_and_mul"): 12,
+                     ("_C::cpu_attention_with_kv_cache", "paged_attention"): 12}  # the CPU build's attention
     assert set(mapped[mapped["target"] == "rms_norm"]["case_shape"]) == {"[5, 256]", "[17, 256]", "[130, 256]"}
     # the aten ops inside vllm_ir::rms_norm are its implementation, not a second, unfused RMSNorm
     assert not ops["op"].str.contains(r"aten::pow\+").any()

@@ -1,11 +1,12 @@
 """fused_moe and paged_attention: each target's own cheats and bugs are rejected for the right reason.
 
-Their correct example kernels pass the checker's default plan in tests/verify/test_correct.py and the search
+Their correct example kernels pass the checker's quick plan in tests/verify/test_correct.py and the search
 agent's first configurations the quick plan in tests/agent/test_search.py, as every target's do. Here the checker
 runs the quick plan (one seed, 64 rows: every dtype, kind and width, the experts, top-k, block size, kv heads and
 the 8192-long context uncut), and a cheat stops at the first case it fails.
 """
 
+import re
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,8 @@ CASES = [
     ("fused_moe", "fused_moe_renormalises.py", Status.INCORRECT, "values differ"),
     # capacity factor 2: the hot expert (about 3/4 of the tokens) overflows it
     ("fused_moe", "fused_moe_capacity.py", Status.INCORRECT, "values differ"),
-    ("paged_attention", "paged_attention_blocks_in_order.py", Status.INCORRECT, "values differ"),
+    # reads the pool's blocks in order, not the table's: other sequences' values, or blocks nobody wrote (NaN)
+    ("paged_attention", "paged_attention_blocks_in_order.py", Status.INCORRECT, "values differ|NaN at"),
     ("paged_attention", "paged_attention_no_window.py", Status.INCORRECT, "values differ"),
     ("paged_attention", "paged_attention_kv_head_mod_4.py", Status.INCORRECT, "values differ"),
     ("paged_attention", "paged_attention_whole_blocks.py", Status.INCORRECT, "values differ"),
@@ -38,4 +40,4 @@ CASES = [
 def test_cheat_is_rejected_for_its_failure(target, name, status, fragment):
     v = verify(target, CANDIDATES / name, QUICK)
     assert v.status is status, v.reason
-    assert fragment in v.reason, v.reason
+    assert re.search(fragment, v.reason), v.reason

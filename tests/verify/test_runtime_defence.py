@@ -74,6 +74,19 @@ def test_shared_memory_through_ctypes_is_denied_and_none_is_left():
     assert str(key) not in keys
 
 
+def test_a_file_cannot_be_mapped_though_anonymous_memory_can():
+    """The checker's own large storages are anonymous maps, so the hook lets those through; a map of a file (one
+    the candidate may read) is still denied."""
+    source = (CHECKOUT / "autotune" / "targets" / "examples" / "rms_norm.py").read_text() + (
+        "\n\nimport mmap\n_scratch = mmap.mmap(-1, 1 << 20)  # at import: allowed\n_kernel = rms_norm\n\n\n"
+        "def rms_norm(*args):  # at the first call: denied\n"
+        "    mmap.mmap(open(__file__, 'rb').fileno(), 0, access=mmap.ACCESS_READ)\n"
+        "    return _kernel(*args)\n")
+    v = deep("map_a_file.py", source)
+    assert v.status is Status.POLICY_VIOLATION, v.reason
+    assert "mmap.__new__" in v.reason and "(a dry call)" in v.reason, v.reason  # not at import
+
+
 def test_another_processs_api_key_never_reaches_the_verdict():
     secret = f"sk-test-{uuid.uuid4().hex}"
     server = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "--api-key", secret])
