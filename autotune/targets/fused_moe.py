@@ -23,7 +23,7 @@ experts with zero or one token.
 
 CPU plan (cut_shape): tokens are the independent work and are cut; the number of experts, top-k and every
 expert index are never cut; hidden and intermediate are cut like a GEMM's N and K (more than one tile,
-their ragged remainders kept).
+their ragged remainders kept); range cases (range_cut) take each preset's hidden and intermediate further.
 
 Tolerances: torch.testing's per-dtype defaults; the fp64-golden fallback accepts kernels that sum in
 another order or keep the intermediates in fp32.
@@ -118,6 +118,14 @@ def cut_shape(shape, max_rows, max_elements):
             min(inter, 64 + inter % 32))
 
 
+def range_cut(shape):
+    """A served shape's range case: every expert and top-k whole, hidden and intermediate to two tiles of 128
+    plus their remainders modulo 64 (the expert GEMMs' K loop and N tiles beyond the ordinary cut's), 16 tokens
+    (the routing still reaches experts all over the range); a sample of the programs runs."""
+    tokens, experts, top_k, hidden, inter = shape
+    return min(tokens, 16), experts, top_k, min(hidden, 256 + hidden % 64), min(inter, 256 + inter % 64)
+
+
 def model_shapes(dims, rows):
     """Each MoE preset's experts at a drawn token count and at a decode step of 4 tokens."""
     moe = dims.get("moe")
@@ -201,6 +209,7 @@ TARGET = Target(
     dims=("tokens", "experts", "top_k", "hidden", "intermediate"),
     example="fused_moe.py",
     cut_shape=cut_shape,
+    range_cut=range_cut,
     input_elements=input_elements,
     output_elements=output_elements,
     model_shapes=model_shapes,
