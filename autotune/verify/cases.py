@@ -298,7 +298,8 @@ def served_rows() -> int:
 def range_shapes(target: Target, shapes, limit: int) -> list[tuple[Shape, Shape]]:
     """(served shape, the shape its range case runs) for the target's served shapes (every profile shape, or the
     defaults; every preset's at the most rows served), at most `limit` of them (0: all): chosen so that every
-    value each dim takes in any of them is in at least one (a greedy cover, largest first on ties)."""
+    value each dim takes in any of them is in at least one (a greedy cover, largest first on ties); then each of
+    the target's `range_relax` dims takes its smallest value in every case but one per value."""
     if target.range_cut is None:
         return []
     runs = {}
@@ -314,7 +315,13 @@ def range_shapes(target: Target, shapes, limit: int) -> list[tuple[Shape, Shape]
         chosen.append(best)
         left.remove(best)
         wanted -= set(enumerate(best))
-    return [(runs[r], r) for r in chosen]
+    cases = [(runs[r], r) for r in chosen]
+    for d in target.range_relax:  # a value another case keeps need not make this one dear
+        low = min(r[d] for r in runs)
+        for i, (served, r) in enumerate(cases):
+            if any(other[d] == r[d] for j, (_, other) in enumerate(cases) if j != i):
+                cases[i] = (served, tuple(target.range_cut((*r[:d], low, *r[d + 1:]))))  # kept valid by the cut
+    return cases
 
 
 def coverage_cases(target: Target, served, cfg_verify, start: int) -> list[Case]:

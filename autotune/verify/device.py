@@ -41,6 +41,7 @@ from autotune.sandbox.channel import write_all
 from autotune.sandbox.runner import trim_traceback
 from autotune.verify import bounds, wire
 from autotune.verify.frontend import FrontEnd
+from autotune.verify.interp import caused_by
 from autotune.verify.loader import KernelSourceError, load
 from autotune.verify.races import race_in
 from autotune.verify.sampling import Sample, ended_by_sample
@@ -619,7 +620,7 @@ def follow(device: Device, host_fd: int, send) -> str:
             return "stop"
         except BaseException as e:  # noqa: BLE001 - a launch that failed: the candidate's kernel error
             send("case_error", index=device.case["index"] if device.case else None, compile=_is_compile_error(e),
-                 out_of_bounds=_caused_by(e, bounds.OutOfBounds), race=race_in(e),
+                 out_of_bounds=caused_by(e, bounds.OutOfBounds), race=race_in(e),
                  error=trim_traceback(e, keep_files=("kernels.py",)))
             return "stop"
         if ended:
@@ -670,16 +671,6 @@ def _configs(value) -> dict[str, list[dict]]:
 # (measured: a typo `tl.lod` -> AttributeError, an undefined name -> NameError).
 _REJECTED_BY_A_COMPILER = ("NameError", "AttributeError", "TypeError", "SyntaxError", "UnboundLocalError",
                            "ImportError", "NotImplementedError", "CompilationError")
-
-
-def _caused_by(e: BaseException, kind: type) -> bool:
-    seen = set()
-    while e is not None and id(e) not in seen:
-        if isinstance(e, kind):
-            return True
-        seen.add(id(e))
-        e = e.__cause__ or e.__context__
-    return False
 
 
 def _is_compile_error(e: BaseException) -> bool:

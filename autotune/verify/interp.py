@@ -131,6 +131,17 @@ def before_each_launch(hook: Callable[[str, tuple, dict], None]) -> None:
     _launch_hooks.append(hook)
 
 
+def caused_by(e: BaseException | None, kind: type) -> bool:
+    """Whether `kind` is `e` or among its causes (the interpreter wraps what a launch raised)."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, kind):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
+
+
 def install_gpu_semantics() -> None:
     """Everything that makes the interpreter compute as a GPU does (see the module docstring); call it once
     the interpreter is on and before a kernel runs. Each part installs itself once."""

@@ -216,10 +216,4 @@ def _install() -> None:
 
 def ended_by_sample(e: BaseException) -> bool:
     """Whether a launch stopped because its sample had run (not an error)."""
-    seen = set()
-    while e is not None and id(e) not in seen:
-        if isinstance(e, _Done):
-            return True
-        seen.add(id(e))
-        e = e.__cause__ or e.__context__
-    return False
+    return interp.caused_by(e, _Done)

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import struct
 
 import torch
+
+from autotune.sandbox.channel import read_exact
 
 MAX_DIMS = 8
 MAX_ELEMENTS = 1 << 40
@@ -149,13 +150,13 @@ def encode(obj: dict) -> bytes:
 
 def read(fd: int, limit: int) -> dict | None:
     """The next frame from the host, None at the end of the stream; ProtocolError for anything malformed."""
-    header = _read_exact(fd, _HEADER.size)
+    header = read_exact(fd, _HEADER.size)
     if header is None:
         return None
     (size,) = _HEADER.unpack(header)
     if size > limit:
         raise ProtocolError(f"a frame of {size} bytes from the candidate's process, over the {limit}-byte limit")
-    data = _read_exact(fd, size)
+    data = read_exact(fd, size)
     if data is None:
         return None
     try:
@@ -165,14 +166,3 @@ def read(fd: int, limit: int) -> dict | None:
     if not isinstance(obj, dict):
         raise ProtocolError("a frame that is not a record")
     return obj
-
-
-def _read_exact(fd: int, n: int) -> bytes | None:
-    parts, got = [], 0
-    while got < n:
-        chunk = os.read(fd, min(n - got, 1 << 20))
-        if not chunk:
-            return None
-        parts.append(chunk)
-        got += len(chunk)
-    return b"".join(parts)
