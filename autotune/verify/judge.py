@@ -308,6 +308,7 @@ def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, de
         run = _run_worker(target, source, plan, limits, device, session, salt,
                           [] if on_gpu else case_plan.dry_calls(target, shapes, cfg_verify), cfg_verify,
                           _largest_frame(target, plan + reach))
+        session.answered.set()  # a stream still waiting for the device's answer (the worker died first) ends
     if session.setup_error:
         raise UserError(f"the isolated worker could not start its work: {session.setup_error}")
     status, reason = session.conclude(run, limits)

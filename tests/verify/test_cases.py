@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 from autotune.config import compose, conf_dir
 from autotune.targets.base import OpClass
 from autotune.targets import all_targets, get
+from autotune.verify import cases as case_plan
 from autotune.verify.cases import CONTRACT_SOURCES, contract_shapes, cut_note, cut_rows, make_data, plan
 
 CFG = compose([]).verify
@@ -184,3 +185,17 @@ def test_profile_shapes_are_capped_to_the_extremes_and_the_most_called():
     note = selection_note(shapes, 4)
     assert "4 of 10" in note and f"{(50 + 40 + 30 + 2) / 158:.0%}" in note
     assert selection_note(shapes, 10) == ""
+
+
+@pytest.mark.parametrize("name", ["decode_attention", "prefill_attention"])
+def test_range_cases_keep_every_served_value_and_the_longest_context_once(name):
+    """The greedy cover keeps every value a served shape's range cut takes; range_relax then leaves the longest
+    context (8192, the dear part for the interpreter) in one range case, the others at the shortest served one."""
+    target = get(name)
+    served = {tuple(target.range_cut(s)) for s in case_plan.served_shapes(target, None)}
+    chosen = [run for _, run in case_plan.range_shapes(target, None, 0)]
+    for d in range(len(next(iter(served)))):
+        assert {r[d] for r in served} <= {r[d] for r in chosen}, d
+    context = target.range_relax[0]
+    assert [r[context] for r in chosen].count(max(r[context] for r in served)) == 1
+    assert min(r[context] for r in chosen) == min(r[context] for r in served)
