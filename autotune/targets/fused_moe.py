@@ -120,10 +120,11 @@ def cut_shape(shape, max_rows, max_elements):
 
 def range_cut(shape):
     """A served shape's range case: every expert and top-k whole, hidden and intermediate to two tiles of 128
-    plus their remainders modulo 64 (the expert GEMMs' K loop and N tiles beyond the ordinary cut's), 16 tokens
-    (the routing still reaches experts all over the range); a sample of the programs runs."""
+    plus their remainders modulo 64 (the expert GEMMs' K loop and N tiles beyond the ordinary cut's), 4 tokens, a
+    decode step (the routing still reaches experts all over the range; the ordinary cases have the hot expert's
+    many rows); a sample of the programs runs, and a GEMM after a sampled sort of the tokens runs whole."""
     tokens, experts, top_k, hidden, inter = shape
-    return min(tokens, 16), experts, top_k, min(hidden, 256 + hidden % 64), min(inter, 256 + inter % 64)
+    return min(tokens, 4), experts, top_k, min(hidden, 256 + hidden % 64), min(inter, 256 + inter % 64)
 
 
 def model_shapes(dims, rows):
