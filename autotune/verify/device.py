@@ -50,7 +50,7 @@ ALIGNMENT = 512  # bytes: what CUDA's caching allocator gives every block, so th
 MAX_EVENTS_PER_CALL = 100_000
 HOST_FRAME_BYTES = 64 << 20  # a call's events and references: a few KB; a compile error's traceback: a few KB
 TEXT_LIMIT = 4000  # characters of a host's error text passed on to the judge
-UNCOVERED_LIMIT = 20  # dry calls named in a coverage account (each one's first unrun launch)
+UNCOVERED_LIMIT = 20  # dry calls (or autotune configurations) named in a coverage account
 _TL_DTYPES = {str(getattr(tl, n)): getattr(tl, n) for n in dir(tl) if isinstance(getattr(tl, n), tl.dtype)}
 ALLOCATING = frozenset({"aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty",
                         "aten.new_empty_strided", "aten.zeros", "aten.zeros_like", "aten.new_zeros", "aten.clone",
@@ -499,7 +499,8 @@ class Device:
                      if sig not in self.executed]
         unrun = [{"kernel": name, "config": _describe_config(c)} for name, cs in self.configs.items()
                  for i, c in enumerate(cs) if (name, i) not in self.launched_configs]
-        return {"uncovered": uncovered[:UNCOVERED_LIMIT], "configs_not_run": unrun[:20], "signatures_run": len(self.executed)}
+        return {"uncovered": uncovered[:UNCOVERED_LIMIT], "configs_not_run": unrun[:UNCOVERED_LIMIT],
+                "signatures_run": len(self.executed)}
 
 
 def _storage_span(t: torch.Tensor) -> tuple[int, int]:

@@ -6,9 +6,9 @@ at data_ptr() % 512 in {0, 64, ..., 448}, while CUDA's caching allocator hands o
 allowed query: vLLM's launchers check alignment) could then behave on the CPU as it never would on a GPU.
 
 `aligned_empty(shape, dtype, stride=None)` is a plain CPU tensor at storage offset 0 whose storage starts on a
-512-byte boundary (a slice of a bytearray, or an anonymous map from 1 MB up, through torch.frombuffer), filled as fresh memory is under
-`torch.use_deterministic_algorithms` + `fill_uninitialized_memory` (NaN for floats, the largest value for
-ints, True for bools), so an output the kernel never writes still shows. `allocate_like_cuda(func, args,
+512-byte boundary (a slice of a bytearray, or an anonymous map from 1 MB up, through torch.frombuffer),
+filled as fresh memory is under `torch.use_deterministic_algorithms` + `fill_uninitialized_memory` (NaN for
+floats, the largest value for ints, True for bools), so an output the kernel never writes still shows. `allocate_like_cuda(func, args,
 kwargs)` serves, from a TorchDispatchMode, the aten allocations a candidate's launcher makes on the CPU
 (empty, empty_strided, empty_like, new_empty, new_empty_strided, zeros, zeros_like, new_zeros, and the copies
 clone/contiguous make) from aligned storage; None where it does not apply (another device, a non-strided

@@ -16,7 +16,8 @@ CANDIDATES = Path(__file__).parent / "candidates"
 # quick.yaml: every dtype, kind, layout, width and served range; fewer rows; their default-plan judging times, 30 s to
 # 2 minutes each, are the README's figures, from `autotune verify T autotune/targets/examples/T.py`); then other
 # designs of one target on the quick plan.
-CORRECT = [(t.name, t.example_path, "default" if t.op_class is OpClass.MEMORY_BOUND else "quick") for t in all_targets()] + [
+CORRECT = [(t.name, t.example_path, "default" if t.op_class is OpClass.MEMORY_BOUND else "quick")
+           for t in all_targets()] + [
     ("rms_norm", CANDIDATES / "rms_norm_rowwise.py", "quick"),  # one row per program
     ("rms_norm", CANDIDATES / "rms_norm_chunked.py", "quick"),  # loops over wide rows in blocks of 1024
     ("rms_norm", CANDIDATES / "rms_norm_autotuned.py", "quick"),  # @triton.autotune: on CPU the configs take turns
