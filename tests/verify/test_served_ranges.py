@@ -31,9 +31,14 @@ CASES = [
 ]
 
 
+# decode_kv_head_1.py is right for kv heads 0 and 1 only: 4 sampled of Llama 3's 8 always take a wrong one (with 2,
+# both right in 1 run of 28), so the verdict does not depend on the draw
+SAMPLE = {"decode_kv_head_1.py": compose(["verify=quick", "verify.dtypes=[float32]", "verify.range_programs=4"]).verify}
+
+
 @pytest.mark.parametrize("target, name, status, fragment", CASES, ids=[c[1] for c in CASES])
 def test_right_on_a_shrunken_plan_is_not_enough(target, name, status, fragment):
-    v = judge(get(target), (CANDIDATES / name).read_text(), name, CFG)
+    v = judge(get(target), (CANDIDATES / name).read_text(), name, SAMPLE.get(name, CFG))
     assert v.status is status, v.reason
     assert fragment in v.reason, v.reason
 
