@@ -166,14 +166,16 @@ REQUIRED = {"openai": {"base_url": "agent.base_url=http://127.0.0.1:8000/v1",
             "replay": {"transcript": "agent.transcript=<a recorded run>/transcript.jsonl"}}
 
 
-def settings_problems(agent: DictConfig) -> list[str]:
+def settings_problems(agent: DictConfig, *, engine_serves: bool = False) -> list[str]:
     """What is missing or contradictory in the agent's settings, found before a run does any work (the clients
-    raise the same errors later, for callers that build them directly)."""
+    raise the same errors later, for callers that build them directly). With `engine_serves` (a live engine serves
+    the run) an unset agent.base_url and agent.model are the engine's, filled in when it is up."""
     name = agent.get("name", "search")
     if name not in ("search", *REQUIRED):
         return [f"unknown agent '{name}' (use agent=openai, agent=replay or agent=search)"]
+    filled = ("base_url", "model") if engine_serves and name == "openai" else ()
     problems = [f"agent.{key} is not set (pass {example})" for key, example in REQUIRED.get(name, {}).items()
-                if key not in agent or OmegaConf.is_missing(agent, key) or agent.get(key) in (None, "")]
+                if key not in filled and unset(agent, key)]
     if name == "replay" and not problems and not Path(str(agent.transcript)).is_file():
         problems.append(f"agent.transcript: no transcript at {agent.transcript} (point it at a recorded run's "
                         "transcript.jsonl)")
@@ -190,8 +192,13 @@ def _transcript_path(agent: DictConfig, run_dir: Path) -> Path:
     return path if path.is_absolute() else Path(run_dir) / path
 
 
+def unset(agent: DictConfig, key: str) -> bool:
+    """Whether agent.<key> is absent, left ??? or empty."""
+    return key not in agent or OmegaConf.is_missing(agent, key) or agent.get(key) in (None, "")
+
+
 def _required(agent: DictConfig, key: str) -> str:
-    if key not in agent or OmegaConf.is_missing(agent, key) or agent.get(key) in (None, ""):
+    if unset(agent, key):
         raise UserError(f"agent.{key} is not set (pass {REQUIRED[agent.name][key]} on the command line)")
     return str(agent.get(key))
 

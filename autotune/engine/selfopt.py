@@ -28,6 +28,7 @@ from typing import Any, Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
+from autotune.agent.clients import unset
 from autotune.engine.bench import SetupRun, compare, greedy_outputs, outputs_differ
 from autotune.engine.launch import Server, serving
 from autotune.engine.profile import environment_record, measure
@@ -35,18 +36,24 @@ from autotune.engine.settings import EngineSettings
 from autotune.engine.stats import LoadReport
 
 
+def serves_the_run(cfg: DictConfig) -> bool:
+    """Whether a live engine serves this run (engine=vllm|sglang and no trace given): then it is also the endpoint
+    of an agent=openai that names none."""
+    return EngineSettings.of(cfg.get("engine")).live and not cfg.get("trace")
+
+
 @contextlib.contextmanager
 def engine_session(cfg: DictConfig, run_dir: Path) -> Iterator[EngineSession | None]:
     """The engine for a whole run (None for the built-in one); it points an unset agent.base_url at the server."""
-    settings = EngineSettings.of(cfg.get("engine"))
-    if not settings.live or cfg.get("trace"):
+    if not serves_the_run(cfg):
         yield None
         return
+    settings = EngineSettings.of(cfg.get("engine"))
     with serving(settings, Path(run_dir) / "engine") as server:
         agent = cfg.agent
-        if agent.get("name") == "openai" and OmegaConf.is_missing(agent, "base_url"):
+        if agent.get("name") == "openai" and unset(agent, "base_url"):
             agent.base_url = server.url + "/v1"
-        if agent.get("name") == "openai" and OmegaConf.is_missing(agent, "model"):
+        if agent.get("name") == "openai" and unset(agent, "model"):
             agent.model = server.model
         yield EngineSession(settings, server)
 

@@ -202,9 +202,10 @@ def preflight(cfg: DictConfig, *, publish: bool = False) -> None:
     run leaves nothing to resume; a sweep's job checks all but the repository when it starts (a job whose
     repository is fixed later resumes)."""
     from autotune.agent.clients import settings_problems
+    from autotune.engine.selfopt import serves_the_run
     from autotune.run.model_check import unreadable_checkpoint
 
-    problems = settings_problems(cfg.agent)
+    problems = settings_problems(cfg.agent, engine_serves=serves_the_run(cfg))
     unset = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("agent."))
     problems += [f"{k} is not set (pass {k}=VALUE)" for k in unset]
     for name in cfg.targets:

@@ -47,8 +47,8 @@ def _attached(server):
 
 def test_profile_of_the_live_server_maps_linear_silu_and_mul_the_norms_and_rotary(vllm, tmp_path, capsys):
     code = cli.main(["profile", *_attached(vllm), *SMALL, f"profile.out_dir={tmp_path}"])
-    out = capsys.readouterr().out
-    assert code == 0, out
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
     (run,) = [d for d in tmp_path.iterdir() if not d.name.startswith(".")]
     hot = json.loads((run / "hotspots.json").read_text())
     found = {h["target"] for h in hot["hotspots"]}
@@ -79,7 +79,7 @@ def test_the_agents_own_requests_replay_through_the_chat_template(vllm, tmp_path
     transcript = _transcript(tmp_path / "transcript.jsonl")
     code = cli.main(["profile", *_attached(vllm), "workload=agent", f"workload.transcript={transcript}",
                      "profile.warmup_requests=0", f"profile.out_dir={tmp_path / 'p'}"])
-    assert code == 0, capsys.readouterr().out
+    assert code == 0, "".join(capsys.readouterr())
     (run,) = [d for d in (tmp_path / "p").iterdir() if not d.name.startswith(".")]
     load = json.loads((run / "load.json").read_text())
     assert load["failed"] == 0 and [r["output_tokens"] for r in load["requests"]] == [6, 7]
@@ -127,8 +127,8 @@ def test_the_run_whose_agent_the_engine_serves_reports_its_own_serving_figures(v
                      "agent.max_tokens=16", "agent.temperature=0", "targets=[rms_norm]", "verify=quick",
                      "workload=agent", f"workload.transcript={transcript}", "profile.warmup_requests=0",
                      f"hydra.run.dir={run_dir}", f"publish.repo={project}"])
-    out = capsys.readouterr().out
-    assert code == 0, out
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
     summary = json.loads((run_dir / "summary.json").read_text())
     engine = summary["engine"]
     assert engine["agent_live"]["requests"] == 1 and engine["before"]["failed"] == 0

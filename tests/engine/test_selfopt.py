@@ -63,3 +63,17 @@ def test_the_report_shows_the_agents_traffic_before_and_after_on_its_engine(tmp_
     assert (row["engine"], row["agent_requests"], row["before_tok_s"], row["after_tok_s"]) == ("vllm 0.32.0", 3, 30.0, 0.8)
     assert row["after_ttft_p50_ms"] == 5000.0 and row["tokens_per_kernel"] == 1950.0 and bool(row["outputs_identical"])
     assert "The engine that served the agent" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_a_run_the_engine_serves_takes_the_agents_endpoint_from_it_and_a_run_without_one_is_refused():
+    import pytest
+
+    from autotune.config import compose
+    from autotune.errors import UserError
+    from autotune.run.loop import preflight
+
+    served = ["agent=openai", "engine=vllm", "engine.url=http://127.0.0.1:1"]
+    preflight(compose(served))  # agent.base_url and agent.model are the engine's, filled in when it is up
+    for overrides in (["agent=openai"], [*served, "trace=t.json"]):  # no engine, or a trace instead of its traffic
+        with pytest.raises(UserError, match="agent.base_url is not set"):
+            preflight(compose(overrides))
