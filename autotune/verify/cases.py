@@ -216,8 +216,7 @@ def plan(target: Target, shapes, cfg_verify, on_gpu: bool, salt: bytes = b"") ->
                 specs.append((requested, cut_rows(requested, *extra), dtype, "normal", seed, source, calls, False))
     specs = [(*spec, 0) for spec in specs]
     if not on_gpu:
-        programs = int(cfg_verify.get("range_programs") or 2)
-        specs += [(requested, shape, dtype, "normal", 0, "range", 0, False, programs)
+        specs += [(requested, shape, dtype, "normal", 0, "range", 0, False, range_programs(cfg_verify))
                   for requested, shape in range_shapes(target, shapes, int(cfg_verify.get("max_range_shapes") or 0))
                   for dtype in dtypes]
     cases = []
@@ -324,11 +323,16 @@ def range_shapes(target: Target, shapes, limit: int) -> list[tuple[Shape, Shape]
     return cases
 
 
+def range_programs(cfg_verify) -> int:
+    """How many indices of each launch's longest grid axis a range case runs (`verify.range_programs`)."""
+    return int(cfg_verify.get("range_programs") or 2)
+
+
 def coverage_cases(target: Target, served, cfg_verify, start: int) -> list[Case]:
     """Range cases for served shapes whose launches no planned case ran (`served`: (shape, dtype) of the dry calls
     that made them; a kernel that specialises on a combination of sizes, as vLLM's decode kernel does on the query
     group and head_dim, makes one signature per preset), numbered from `start`; one per distinct cut shape."""
-    programs = int(cfg_verify.get("range_programs") or 2)
+    programs = range_programs(cfg_verify)
     rows, elements = int(cfg_verify.max_interpreter_rows), int(cfg_verify.max_interpreter_elements)
     cases, seen = [], set()
     for shape, dtype in served:
@@ -392,8 +396,17 @@ def expected(target: Target, args: tuple) -> Answers:
     own = tuple(a.clone() if isinstance(a, torch.Tensor) and names[i] in target.mutates else a
                 for i, a in enumerate(args))
     wide = tuple(a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
-    (reference, written), (golden, written_golden) = run(own), run(wide)
+    with _aten_gemms():
+        (reference, written), (golden, written_golden) = run(own), run(wide)
     return Answers(reference, golden, written, written_golden)
+
+
+def _aten_gemms():
+    """The reference's GEMMs on the CPU by ATen's own code, not oneDNN's: oneDNN's bf16 GEMM (torch 2.13 on an
+    AVX-512 CPU, K not a multiple of its block) puts NaN in every output of the row before one whose input holds
+    an Inf or NaN, where a GPU's GEMM and ATen's keep them to their own row. About 50 ms for a 2048 x 583 x 583
+    range case, a few ms for the others; CUDA tensors do not use these flags."""
+    return torch.backends.mkldnn.flags(enabled=False, deterministic=False, allow_tf32=None, fp32_precision=None)
 
 
 def answers(target: Target, args: tuple) -> tuple[tuple, tuple]:

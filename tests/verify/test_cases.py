@@ -199,3 +199,16 @@ def test_range_cases_keep_every_served_value_and_the_longest_context_once(name):
     context = target.range_relax[0]
     assert [r[context] for r in chosen].count(max(r[context] for r in served)) == 1
     assert min(r[context] for r in chosen) == min(r[context] for r in served)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_a_non_finite_input_reaches_only_its_own_row_of_the_reference(dtype):
+    """As a GPU's GEMM computes it (and fp64): oneDNN's bf16 GEMM on some CPUs put NaN in the row before too,
+    which rejected correct kernels for "NaN swallowed"."""
+    gen = torch.Generator().manual_seed(0)
+    x, weight = torch.randn(67, 71, generator=gen).to(dtype), torch.randn(69, 71, generator=gen).to(dtype)
+    x[15, 6], x[40, 3] = float("inf"), float("nan")
+    reference, golden = case_plan.answers(get("linear"), (x, weight))
+    rows = lambda mask: mask.any(1).nonzero().flatten().tolist()  # noqa: E731
+    assert rows(reference[0].isnan()) == [40] and rows(reference[0].isinf()) == [15]
+    assert torch.equal(reference[0].isnan(), golden[0].isnan()) and torch.equal(reference[0].isinf(), golden[0].isinf())
