@@ -89,15 +89,28 @@ def _namespace(tree: ast.Module, path: Path, interpreted: bool) -> dict:
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             _bind_import(stmt, ns)
         elif isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None:
-            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-            if len(targets) == 1 and isinstance(targets[0], ast.Name):
-                try:
-                    ns[targets[0].id] = constant(stmt.value, ns)
-                except _NotConstant:
-                    ns.pop(targets[0].id, None)
+            for target in stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]:
+                for name, value in _bound(target, stmt.value):
+                    try:
+                        ns[name] = constant(value, ns)
+                    except _NotConstant:  # stored, but not a constant: the kernels may not read it
+                        ns.pop(name, None)
         elif isinstance(stmt, ast.FunctionDef) and _is_kernel(stmt, ns):
             ns[stmt.name] = _kernel(stmt, path, ns, interpreted)
     return ns
+
+
+def _bound(target: ast.AST, value: ast.AST | None) -> list[tuple[str, ast.AST | None]]:
+    """(name, value expression) for each name an assignment stores: `A = 1`, `A = B = 1`, `A, B = 1, 2`; a name
+    stored otherwise (`A, B = f()`, `A, *B = 1, 2`) with None, which is no constant."""
+    if isinstance(target, ast.Name):
+        return [(target.id, value)]
+    if isinstance(target, (ast.Tuple, ast.List)):
+        if isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts) and not any(
+                isinstance(t, ast.Starred) for t in target.elts):
+            return [pair for t, v in zip(target.elts, value.elts) for pair in _bound(t, v)]
+        return [(n.id, None) for n in ast.walk(target) if isinstance(n, ast.Name)]
+    return []
 
 
 def _bind_import(stmt: ast.Import | ast.ImportFrom, ns: dict) -> None:
@@ -148,6 +161,8 @@ class _NotConstant(Exception):
 
 def constant(node: ast.AST, ns: dict):
     """The value of a constant expression (see the module docstring), or _NotConstant."""
+    if node is None:
+        raise _NotConstant
     if isinstance(node, ast.Constant):
         return node.value
     if isinstance(node, ast.Tuple):
