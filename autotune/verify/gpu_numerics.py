@@ -38,11 +38,17 @@ unless the parameter is in `do_not_specialize`); the interpreter is handed such 
 so it promotes with other operands as a literal does on the GPU (int8 * 1 stays int8). Divisibility by 16
 changes only alignment hints, not values: nothing to do. (Triton's front end compiles every launch with
 these rules first, `autotune.verify.frontend`, so `n.to(...)` on an n of 1 is a compile error on both.)
+
+Loop counters (the interpreter's `tl.range` is Python's `range`, so `row.to(tl.int64)` on the counter of a
+persistent kernel's row loop failed on the CPU only): a `tl.range` counter is a scalar tensor, int32, or int64
+when a bound is, as scf.for's induction variable is in a compiled kernel. `tl.static_range` keeps Python ints
+(its counter is a constexpr there too).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import operator
 
 import numpy as np
 import triton
@@ -295,3 +301,36 @@ def install_scalar_arguments() -> None:
 
     interpreter._implicit_cvt = implicit_cvt
     interpreter.GridExecutor.__call__ = call
+
+
+# ---- loop counters ------------------------------------------------------------------------------------------
+
+def _is_int64(bound) -> bool:
+    if isinstance(bound, tl.tensor):
+        return bound.dtype in (tl.int64, tl.uint64)
+    return not -2**31 <= operator.index(bound) < 2**31
+
+
+def tensor_range(arg1, arg2=None, step=None, **kwargs):
+    """`tl.range` as a compiled kernel counts: each value a scalar tensor of the bounds' integer type."""
+    start, end = (0, arg1) if arg2 is None else (arg1, arg2)
+    step = 1 if step is None else step
+    dtype, np_dtype = (tl.int64, np.int64) if any(map(_is_int64, (start, end, step))) else (tl.int32, np.int32)
+    for i in range(operator.index(start), operator.index(end), operator.index(step)):
+        yield tl.tensor(interpreter.TensorHandle(np.array([i], dtype=np_dtype), dtype), dtype)
+
+
+def install_loop_counters() -> None:
+    """From now on a `tl.range` loop counts in scalar tensors (module docstring)."""
+    if _installed(interpreter, "_autotune_gpu_loops"):
+        return
+    patch_lang = interpreter._patch_lang
+
+    def _patch_lang(fn):
+        scope = patch_lang(fn)
+        if hasattr(scope, "set_attr"):  # not a library function inside a launch (autotune.verify.fastpatch)
+            for lang in {id(v): v for v in fn.__globals__.values() if v is tl or v is tl.core}.values():
+                scope.set_attr(lang, "range", tensor_range)
+        return scope
+
+    interpreter._patch_lang = _patch_lang

@@ -152,6 +152,7 @@ def install_gpu_semantics() -> None:
     gpu_numerics.install_dot()
     gpu_numerics.install_casts()
     gpu_numerics.install_scalar_arguments()
+    gpu_numerics.install_loop_counters()
     races.install()
 
 

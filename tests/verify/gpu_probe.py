@@ -59,6 +59,18 @@ def _int_scalar_width(x_ptr, out_ptr, n):
 
 
 @triton.jit
+def _loop_counter(out_ptr, n):  # a persistent kernel's row loop: the counter's width, and `.to` on it
+    for i in tl.range(tl.program_id(0), n, tl.num_programs(0)):
+        tl.store(out_ptr + i.to(tl.int64), i.dtype.primitive_bitwidth)
+
+
+@triton.jit
+def _static_counter(out_ptr, N: tl.constexpr):  # a static_range counter is a constexpr: `.to` is no method
+    for i in tl.static_range(N):
+        tl.store(out_ptr + i, i * 2)
+
+
+@triton.jit
 def _rmw(y_ptr, x_ptr, N: tl.constexpr):  # split-K partial sums added without an atomic
     offs = tl.arange(0, N)
     tl.store(y_ptr + offs, tl.load(y_ptr + offs) + tl.load(x_ptr + tl.program_id(0) * N + offs))
@@ -168,6 +180,10 @@ def _scalars() -> dict:
         width = torch.empty(1, dtype=torch.int32)
         out[f"width_{n}"] = _attempt(lambda: (_int_scalar_width[(1,)](torch.ones(1, dtype=torch.int8), width, n),
                                               width)[1])
+    counted = torch.zeros(5, dtype=torch.int32)
+    out["counter"] = _attempt(lambda: (_loop_counter[(2,)](counted, 5), counted)[1])
+    static = torch.zeros(4, dtype=torch.int32)
+    out["static"] = _attempt(lambda: (_static_counter[(1,)](static, N=4), static)[1])
     return out
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import triton.language as tl
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from autotune.verify.gpu_memory import CUDA_BLOCK_ALIGNMENT, aligned_empty, allocate_like_cuda
@@ -190,6 +191,17 @@ def test_scalar_arguments_are_typed_as_the_jit_types_them(probe):
     # the JIT specialises an int equal to 1 into a constexpr: int8 * n stays int8 there, int32 otherwise
     assert int(patched["width_1"]) == 8 and int(patched["width_2"]) == 32
     assert int(stock["width_1"]) == 32
+
+
+def test_a_loop_counter_is_a_scalar_tensor_of_its_bounds_type(probe):
+    patched, stock = probe["patched"]["scalar"], probe["stock"]["scalar"]
+    assert patched["counter"].tolist() == [32] * 5  # every row of the grid-strided loop, by an int32 counter
+    assert "has no attribute" in stock["counter"]["error"], "the stock interpreter counts in tensors now"
+    assert patched["static"].tolist() == stock["static"].tolist() == [0, 2, 4, 6]
+    from autotune.verify.gpu_numerics import tensor_range
+
+    wide = [(int(i.handle.data[0]), i.dtype) for i in tensor_range(2**31, 2**31 + 4, 3)]
+    assert wide == [(2**31, tl.int64), (2**31 + 3, tl.int64)]
 
 
 # ---- races -------------------------------------------------------------------------------------------------
