@@ -411,26 +411,33 @@ class Device:
 
     def signature(self, launch: Launch) -> tuple:
         """What makes two launches of one kernel the same code path on a GPU: its constexpr values, warps and
-        stages, grid rank and pointer dtypes; an autotuned kernel's configuration left out (that every one of
-        them runs somewhere is checked on its own: an autotuner may pick any at a served shape)."""
+        stages, grid rank and pointer dtypes; a configuration among the kernel's @triton.autotune configs left
+        out (that every one of them runs somewhere is checked on its own: an autotuner may pick any at a served
+        shape), one that is not (a pruner or hook made it) kept in."""
         fn = self.kernels.compiled[launch.kernel]
         params = [p.name for p in fn.params]
         bound = dict(zip(params, launch.args)) | {k: v for k, v in launch.kwargs.items() if k in params}
-        configs = self.configs.get(launch.kernel, [])
-        tuned = {k for c in configs for k in (c.get("kwargs") or {})}
+        listed = self.config_of(launch) is not None
+        tuned = {k for c in self.configs.get(launch.kernel, []) for k in (c.get("kwargs") or {})} if listed else ()
         constexprs = tuple((p, _plain(bound.get(p))) for p in self.kernels.constexpr_args[launch.kernel]
                            if p not in tuned)
         dtypes = tuple(_plain(v)[1] for v in bound.values()
                        if isinstance(v, torch.Tensor) or (isinstance(v, tuple) and v[:1] == ("tensor",)))
-        options = () if configs else (launch.kwargs.get("num_warps"), launch.kwargs.get("num_stages"))
+        options = () if listed else (launch.kwargs.get("num_warps"), launch.kwargs.get("num_stages"))
         return (launch.kernel, constexprs, options, len(launch.grid), dtypes)
 
-    def note_config(self, launch: Launch) -> None:
+    def config_of(self, launch: Launch) -> int | None:
+        """The index of the autotune configuration this launch ran with, or None (none listed matches)."""
         for i, config in enumerate(self.configs.get(launch.kernel, [])):
             wanted = config.get("kwargs") or {}
             if all(_plain(launch.kwargs.get(k)) == _plain(self.value(v)) for k, v in wanted.items()) and all(
                     launch.kwargs.get(k) in (None, config.get(k)) for k in ("num_warps", "num_stages")):
-                self.launched_configs.add((launch.kernel, i))
+                return i
+        return None
+
+    def note_config(self, launch: Launch) -> None:
+        if (i := self.config_of(launch)) is not None:
+            self.launched_configs.add((launch.kernel, i))
 
     # ------------------------------------------------------------------------------------------ evidence
     def outputs(self, refs) -> tuple[list, list[str]]:
