@@ -149,12 +149,11 @@ class Target:
     # (shape, max rows, max elements) -> the shape run under the CPU interpreter; None limits mean no cut
     cut_shape: Callable[[Shape, int | None, int | None], Shape] = lambda shape, rows, elements: cut_rows(
         shape, rows, elements)
-    # A served shape -> the shape its range case runs on the CPU: only independent work cut (sequences, tokens
-    # of another chunk, output columns beyond a few tiles), every dim a kernel indexes or dispatches on whole (kv
-    # heads, the query group, head_dim, the longest context, M over many row blocks); the case then runs a drawn
-    # sample of each launch's programs (autotune.verify.sampling). None: `cut_shape` never cuts such a dim (the
-    # row-wise ops, whose width it keeps and whose rows are independent).
-    range_cut: Callable[[Shape], Shape] | None = None
+    # A served shape -> the shape its range case runs on the CPU: the dims the ordinary cut shrinks kept whole or
+    # far beyond it (kv heads, the query group, head_dim, the longest context, M over many row blocks, the rows a
+    # persistent grid loops over), what the ordinary cases keep whole may be cut (a row-wise op's width); the case
+    # then runs a drawn sample of each launch's programs (autotune.verify.sampling). The default: range_rows.
+    range_cut: Callable[[Shape], Shape] = lambda shape: range_rows(shape)
     # dims of a range case whose value may drop to the smallest any range case has, in a case where another range
     # case of the plan keeps that value (the longest context: in one case, not in every one; every value still
     # appears, and a launch only the served shape makes still gets its own case from the dry calls' coverage)
@@ -342,6 +341,18 @@ def cut_rows(shape: Shape, max_rows: int | None, max_elements: int | None = None
         if rest * dims[i] > max_rows:
             dims[i] = max(1, max_rows // rest)
     return tuple(dims)
+
+
+RANGE_ELEMENTS = 1 << 22  # the most values of a row-wise range case: 16 MB in fp32, 16384 rows of 256
+
+
+def range_rows(shape: Shape) -> Shape:
+    """The range case of an op over rows (the leading dims) of a width: the rows whole up to RANGE_ELEMENTS
+    values (2048 tokens whole; a softmax's heads x queries to 16384 rows), the width to 256 plus its remainder
+    modulo 64 (the ordinary cases keep it whole; here the rows count: a kernel that loops over rows with a grid
+    of its own size, as persistent kernels do, or switches at a row count, meets the rows a served step has)."""
+    width = min(shape[-1], 256 + shape[-1] % 64)
+    return (*cut_rows((*shape[:-1], width), RANGE_ELEMENTS // width)[:-1], width)
 
 
 def rows_and_width(shape: Shape) -> tuple[int, int]:

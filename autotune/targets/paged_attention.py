@@ -29,7 +29,7 @@ Tolerances: torch.testing's per-dtype defaults; the fp64-golden fallback accepts
 
 import torch
 
-from autotune.targets.base import ForeignOp, OpClass, Target, activations, upcast
+from autotune.targets.base import RANGE_ELEMENTS, ForeignOp, OpClass, Target, activations, upcast
 from autotune.targets.space import Knob, SearchSpace, configs
 
 
@@ -141,6 +141,17 @@ def cut_shape(shape, max_rows, max_elements):
             min(max_query_len, max(4, max_rows // 32), max_context), max_context)
 
 
+def range_cut(shape):
+    """Every sequence and a prefill's every query row (the query blocks after a chunk's first, the sequences a grid
+    over them reaches late), every head, kv head, head_dim and block size; the context to at least the query
+    rows, else to 512 (a ragged last block kept) or fewer where the sequences' keys would pass RANGE_ELEMENTS (64
+    decodes over 64 keys). The ordinary cases keep each preset's longest context."""
+    seqs, heads, kv_heads, head_dim, block_size, max_query_len, max_context = shape
+    keys = min(512 + max_context % block_size, RANGE_ELEMENTS // (seqs * kv_heads * head_dim))
+    return (seqs, heads, kv_heads, head_dim, block_size, max_query_len,
+            min(max_context, max(max_query_len, keys, block_size + 1)))
+
+
 def model_shapes(dims, rows):
     """Each preset's heads, kv heads and head_dim over 3 blocks of 16 keys (the last ragged), a prefill chunk and a
     decode; its longest context on one kv head (a 512-entry block table at 8192); the tiny ones whole."""
@@ -240,6 +251,7 @@ TARGET = Target(
     dims=("seqs", "heads", "kv_heads", "head_dim", "block_size", "max_query_len", "max_context"),
     example="paged_attention.py",
     cut_shape=cut_shape,
+    range_cut=range_cut,
     input_elements=input_elements,
     output_elements=output_elements,
     model_shapes=model_shapes,

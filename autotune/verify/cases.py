@@ -299,8 +299,6 @@ def range_shapes(target: Target, shapes, limit: int) -> list[tuple[Shape, Shape]
     defaults; every preset's at the most rows served), at most `limit` of them (0: all): chosen so that every
     value each dim takes in any of them is in at least one (a greedy cover, largest first on ties); then each of
     the target's `range_relax` dims takes its smallest value in every case but one per value."""
-    if target.range_cut is None:
-        return []
     runs = {}
     for s in served_shapes(target, shapes):
         runs.setdefault(tuple(target.range_cut(tuple(s))), tuple(s))
@@ -329,19 +327,20 @@ def range_programs(cfg_verify) -> int:
 
 
 def coverage_cases(target: Target, served, cfg_verify, start: int) -> list[Case]:
-    """Range cases for served shapes whose launches no planned case ran (`served`: (shape, dtype) of the dry calls
-    that made them; a kernel that specialises on a combination of sizes, as vLLM's decode kernel does on the query
-    group and head_dim, makes one signature per preset), numbered from `start`; one per distinct cut shape."""
+    """Cases for served shapes whose launches no planned case ran (`served`: (shape, dtype) of the dry calls that
+    made them; a kernel that specialises on a combination of sizes, as vLLM's decode kernel does on the query
+    group and head_dim, makes one signature per preset), numbered from `start`: the range case of each and its
+    ordinary cut (a width the range case cuts), one per distinct shape."""
     programs = range_programs(cfg_verify)
     rows, elements = int(cfg_verify.max_interpreter_rows), int(cfg_verify.max_interpreter_elements)
     cases, seen = [], set()
     for shape, dtype in served:
-        run = tuple(target.range_cut(tuple(shape)) if target.range_cut else target.cut_shape(tuple(shape), rows,
-                                                                                                 elements))
-        if (run, dtype) not in seen:
-            seen.add((run, dtype))
-            cases.append(Case(index=start + len(cases), shape=run, dtype=dtype, kind="normal", seed=0, source="range",
-                              requested_shape=tuple(shape), sample=programs if target.range_cut else 0))
+        shape = tuple(shape)
+        for run, sample in ((tuple(target.range_cut(shape)), programs), (target.cut_shape(shape, rows, elements), 0)):
+            if (run, dtype, sample) not in seen:
+                seen.add((run, dtype, sample))
+                cases.append(Case(index=start + len(cases), shape=tuple(run), dtype=dtype, kind="normal", seed=0,
+                                  source="range" if sample else "coverage", requested_shape=shape, sample=sample))
     return cases
 
 

@@ -44,7 +44,7 @@ from autotune.verify.frontend import FrontEnd
 from autotune.verify.interp import caused_by
 from autotune.verify.loader import KernelSourceError, load
 from autotune.verify.races import race_in
-from autotune.verify.sampling import Sample, ended_by_sample
+from autotune.verify.sampling import INPUT, Sample, ended_by_sample
 
 ALIGNMENT = 512  # bytes: what CUDA's caching allocator gives every block, so that no kernel can tell
 MAX_EVENTS_PER_CALL = 100_000
@@ -259,12 +259,12 @@ class Device:
             self.restore(self.case["args"])
         elif kind == "refill":
             self.restore(self.case["refill_args"])
-        launches, outs, types = self.repeat_sampled(events, msg) if self.case.get("sample") else (
+        key = {"first": "", "repeat": "repeat_", "refill": "refill_"}[kind]
+        launches, outs, types = self.repeat_sampled(events, msg, key) if self.case.get("sample") else (
             self.repeat_events(events), *self.outputs(msg.get("outputs")))
         if k == 0:
             self.first_trace = self.trace(events, msg.get("outputs"))
         self.record_ops(msg.get("torch_ops"))
-        key = {"first": "", "repeat": "repeat_", "refill": "refill_"}[kind]
         snapshot = [o.detach().clone() if o is not None else None for o in outs]
         self.frame[f"{key}outputs"] = snapshot
         self.frame[f"{key}inputs_after"] = [p.inner.detach().clone() if p is not None else None for p in self.placed]
@@ -276,21 +276,31 @@ class Device:
             self.frame["output_strides"] = [list(o.stride()) if o is not None else None for o in outs]
             self.first_outs = list(zip(outs, snapshot))
 
-    def repeat_sampled(self, events: list, msg: dict) -> tuple[int, list, list[str]]:
+    def repeat_sampled(self, events: list, msg: dict, key: str) -> tuple[int, list, list[str]]:
         """A range case's call: each launch runs a drawn sample of its programs (autotune.verify.sampling), and
-        only what they wrote is compared; when nothing they wrote can be (a split-K sum with atomics spread over
-        every program of the longest axis), the call runs again whole."""
+        only what they wrote is compared (of an input the op writes in place: what they wrote there); when nothing
+        they wrote can be (a split-K sum with atomics spread over every program of the longest axis), the call
+        runs again whole."""
         rng = np.random.default_rng(secrets.randbits(64))
+        in_place = [(i, self.placed[i]) for i in self.case.get("mutates") or () if self.placed[i] is not None]
+        before = [(p, p.inner.clone()) for _, p in in_place]
         with Sample(int(self.case["sample"]), rng) as sample:
             self.buffers.sample = sample
             try:
+                for _, p in in_place:
+                    sample.track(p.buffer.start, p.buffer.nbytes, INPUT)
                 launches = self.repeat_events(events)
                 outs, types = self.outputs(msg.get("outputs"))
                 valid = [sample.valid(o) if o is not None else None for o in outs]
+                written = {i: sample.written(p.inner) for i, p in in_place}
             finally:
                 self.buffers.sample = None
+        self.frame[f"{key}inputs_written"] = [written.get(i) for i in range(len(self.placed))]
         if outs and not any(v is not None and bool(v.any()) for v in valid):
             self.frame["sampled"] = "nothing the sampled programs wrote could be compared alone: run whole"
+            self.frame[f"{key}inputs_written"] = None
+            for p, value in before:
+                p.inner.copy_(value)
             return self.repeat_events(events), *self.outputs(msg.get("outputs"))
         compared = sum(int(v.sum()) for v in valid if v is not None)
         total = sum(v.numel() for v in valid if v is not None)
@@ -310,9 +320,10 @@ class Device:
                  "guards_broken": [i for i, p in enumerate(self.placed) if p is not None and not p.intact()],
                  "torch_ops": dict(f["torch_ops"]), "long_calls": self.case.get("long", 0),
                  "long_differs": f.get("long_differs"), "output_valid": f.get("output_valid"),
-                 "sampled": f.get("sampled")}
+                 "sampled": f.get("sampled"), **{f"{k}inputs_written": f.get(f"{k}inputs_written")
+                                                 for k in ("", "repeat_", "refill_")}}
         for key in ("repeat_outputs", "repeat_inputs_after", "refill_outputs", "refill_inputs_after", "output_valid",
-                    "sampled"):
+                    "sampled", "inputs_written", "repeat_inputs_written", "refill_inputs_written"):
             if frame[key] is None:  # calls the case did not make
                 del frame[key]
         self.send("case_result", **frame)

@@ -14,7 +14,9 @@ shadow of valid bytes: a store by a program that read nothing invalid makes its 
 an invalid byte (an element some skipped program would have written) is tainted, and its stores are invalid too;
 an atomic update in a sampled launch is invalid (skipped programs would have added to it); allocations are
 invalid until written, zero fills and copies carry validity along. An output's element is compared when all its
-bytes are valid; the inputs, which the judge made, are valid throughout. A kernel cannot know which programs
+bytes are valid; the inputs, which the judge made, are valid throughout. Of an input the op writes in place
+(`Target.mutates`) what sampled, untainted programs wrote in this call is compared (`Sample.written`): the rest
+still holds the input, where the reference has its result. A kernel cannot know which programs
 run, so one that is wrong for some programs is wrong in the sample with the probability that it picks them,
 drawn afresh on every call.
 
@@ -33,6 +35,10 @@ import torch
 from triton.runtime import interpreter
 
 from autotune.verify import interp
+
+
+INVALID, INPUT, WRITTEN = 0, 1, 2  # a shadow byte: not (validly) written yet; an input's, as the judge made it;
+# written in this call by a sampled, untainted program (or a copy or zero fill)
 
 
 class _Done(Exception):
@@ -62,10 +68,11 @@ class Sample:
         _active.pop()
 
     # storages ---------------------------------------------------------------------------------------
-    def track(self, start: int, nbytes: int) -> None:
-        """A storage allocated in this call: nothing in it is valid yet."""
+    def track(self, start: int, nbytes: int, state: int = INVALID) -> None:
+        """A storage allocated in this call (nothing in it is valid yet), or an input the op writes in place
+        (`state` INPUT: valid to read, and what the sampled programs write in it is told apart: `written`)."""
         self.shadows = [s for s in self.shadows if not (s[0] < start + nbytes and start < s[1])]
-        self.shadows.append((start, start + nbytes, np.zeros(nbytes, dtype=np.uint8)))
+        self.shadows.append((start, start + nbytes, np.full(nbytes, state, dtype=np.uint8)))
         self.shadows.sort(key=lambda s: s[0])
         self.starts = [s[0] for s in self.shadows]
 
@@ -84,11 +91,17 @@ class Sample:
         b = self._bytes(t)
         return torch.ones(t.shape, dtype=torch.bool) if b is None else b.all(-1).bool()
 
+    def written(self, t: torch.Tensor) -> torch.Tensor:
+        """The elements of `t` that sampled, untainted programs (or a copy or zero fill) wrote in this call."""
+        b = self._bytes(t)
+        return torch.zeros(t.shape, dtype=torch.bool) if b is None else (b == WRITTEN).all(-1)
+
     def set_valid(self, t: torch.Tensor, valid: torch.Tensor | bool) -> None:
         """After an op wrote all of `t`: its validity (a zero fill: valid; a copy: its source's)."""
         b = self._bytes(t)
         if b is not None:
-            b.copy_(torch.as_tensor(valid, dtype=torch.uint8).expand(*t.shape).unsqueeze(-1).expand(b.shape))
+            b.copy_((torch.as_tensor(valid, dtype=torch.uint8) * WRITTEN).expand(*t.shape).unsqueeze(-1).expand(
+                b.shape))
 
     def _mark(self, addrs: np.ndarray, width: int, value: int) -> None:
         for start, end, shadow, offs in self._locate(addrs):
@@ -187,7 +200,7 @@ def _install() -> None:
     def masked_store(self, ptrs, value, mask, cache_policy):
         s = _active[-1] if _active else None
         if s is not None and s.shadows:
-            s._mark(_lanes(ptrs, mask), _width(ptrs), 0 if s.tainted else 1)
+            s._mark(_lanes(ptrs, mask), _width(ptrs), INVALID if s.tainted else WRITTEN)
         return store(self, ptrs, value, mask, cache_policy)
 
     @functools.wraps(rmw)
@@ -196,7 +209,7 @@ def _install() -> None:
         if s is not None and s.shadows:
             lanes = _lanes(ptr, mask)
             s.tainted = s.tainted or s._invalid_read(lanes, _width(ptr))
-            s._mark(lanes, _width(ptr), 0 if (s.tainted or s.launch_sampled) else 1)
+            s._mark(lanes, _width(ptr), INVALID if (s.tainted or s.launch_sampled) else WRITTEN)
         return rmw(self, rmw_op, ptr, val, mask, sem, scope)
 
     @functools.wraps(cas)
@@ -205,7 +218,7 @@ def _install() -> None:
         if s is not None and s.shadows:
             lanes = _lanes(ptr, None)
             s.tainted = s.tainted or s._invalid_read(lanes, _width(ptr))
-            s._mark(lanes, _width(ptr), 0 if (s.tainted or s.launch_sampled) else 1)
+            s._mark(lanes, _width(ptr), INVALID if (s.tainted or s.launch_sampled) else WRITTEN)
         return cas(self, ptr, cmp, val, sem, scope)
 
     builder.set_grid_dim, builder.set_grid_idx = set_grid_dim, set_grid_idx

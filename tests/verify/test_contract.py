@@ -63,6 +63,22 @@ def test_a_vllm_style_in_place_kernel_passes_its_declared_contract():
     assert all(c.passed for c in v.cases)
 
 
+def test_a_range_case_compares_what_its_sampled_programs_wrote_in_place():
+    """At the served rows (2048) a range case runs 8 sampled rows: the right kernel passes (the rows it skipped
+    still hold the input, where the reference has its result), one whose in-place write is wrong from row 256 on
+    (past every ordinary case) fails there (all 8 sampled rows below 256: p = 8**-8)."""
+    cfg = compose(["verify.dtypes=[float32]", "verify.seeds=1", "verify.range_programs=8"]).verify
+    served = [((2048, 256), "float32", 1)]
+    right = judge(INPLACE, (CANDIDATES / "inplace_residual.py").read_text(), "inplace_residual.py", cfg,
+                  shapes=served)
+    assert right.status is Status.UNMEASURED, right.reason
+    assert any(c.source == "range" and c.shape == [2048, 256] and c.passed for c in right.cases)
+    wrong = judge(INPLACE, (CANDIDATES / "inplace_late_rows.py").read_text(), "inplace_late_rows.py", cfg,
+                  shapes=served)
+    assert wrong.status is Status.INCORRECT, wrong.reason
+    assert "case [2048, 256]" in wrong.reason and "in-place write to `residual` is wrong" in wrong.reason
+
+
 def test_a_file_that_rebuilds_the_inputs_is_incorrect():
     """The whole judge, static scan off (it already refuses the file's torch calls at import). The file's stored
     answers are host tensors, which never reach the device process that runs its kernel: whatever it matched,

@@ -22,8 +22,10 @@ CASES = [
     ("decode_attention", "decode_kv_head_1.py", Status.INCORRECT, "programs sampled"),
     ("decode_attention", "decode_context_4096.py", Status.INCORRECT, "8192]"),
     ("linear", "linear_large_m.py", Status.INCORRECT, "[2048,"),
+    ("rms_norm", "rms_norm_persistent.py", Status.INCORRECT, "case [2048,"),  # rows a persistent grid loops over
     # class 2: a launch only served sizes make, seen by the dry call at that size and never run
     ("rms_norm", "rms_norm_served_rows.py", Status.INCORRECT, "ROWS=2"),
+    ("rms_norm", "rms_norm_pruned_config.py", Status.INCORRECT, "ROWS=8"),  # a configuration no list holds
     # ... and a launch only one served combination of sizes makes: a range case at that shape runs it
     ("decode_attention", "decode_group_dim_combo.py", Status.INCORRECT, "case [1, 32, 8, 64, 8192]"),
     # class 4: a computed check decides
