@@ -224,8 +224,8 @@ def judge_case(target: Target, case: Case, data: CaseData, frame: dict, tol: Tol
         failure = _refill_failure(data, frame, tol)
     if failure is None and frame.get("long_differs") is not None:
         failure = (f"call {frame['long_differs'] + 1} of {frame.get('long_calls')} on the same inputs launched or "
-                   "returned differently from the first (behaviour that depends on how often it was called: state "
-                   "between calls)")
+                   "returned differently from the first of that run (behaviour that depends on how often it was "
+                   "called: state between calls)")
     result.passed = failure is None
     notes = [failure] if failure else [first.note, "non-deterministic within the target's declared atomic bound: two "
                                        "calls on the same inputs differ bitwise" if nondeterministic else "", why_not]

@@ -17,7 +17,8 @@ as before the split: the static policy's run-time half (a record of the aten ops
 frozen and sealed modules, a check that the module's globals are the same after every call.
 
 `@triton.autotune` runs here: under the interpreter there is nothing to time, so each case tunes afresh and
-takes the next configuration in turn (`_rotating_bench`), and the device checks that every configuration ran.
+takes the next configuration in turn (`_rotating_bench`, which runs one of them once on the call's buffers
+first, as a GPU's benchmark runs do), and the device checks that every configuration ran.
 """
 
 from __future__ import annotations
@@ -139,12 +140,26 @@ def _report_launches() -> None:
     triton_interpreter.InterpretedFunction.run = run
 
 
+_triton_bench = triton_autotuner.Autotuner._bench
+
+
 def _rotating_bench(self, *args, config, **meta) -> list[float]:
     """@triton.autotune here: nothing can be timed, so each tuning ranks the configurations from the autotuner's
-    turn on (the host moves every autotuner one turn on at each case), and across the cases each one runs."""
+    turn on (the host moves every autotuner one turn on at each case), and across the cases each one runs. A
+    GPU's tuning runs every configuration many times on the call's own buffers (with the `reset_to_zero` and
+    `restore_value` hooks) before the chosen one runs for real; here the first configuration of each tuning runs
+    once that way, through Triton's own `_bench`, so a kernel whose answer depends on the runs before it (an
+    accumulator no hook resets) is wrong here as it is there."""
     turn = getattr(self, "_autotune_turn", 0)
     rank = float((self.configs.index(config) - turn) % len(self.configs))
-    return [rank, rank, rank]
+    if getattr(self, "_autotune_benched", None) is self.nargs:  # Autotuner.run makes nargs anew for each call
+        return [rank, rank, rank]
+    self._autotune_benched = self.nargs
+    vars(self)["do_bench"] = lambda kernel_call, quantiles=None, **_: (kernel_call(), [rank, rank, rank])[1]
+    try:
+        return _triton_bench(self, *args, config=config, **meta)
+    finally:
+        vars(self).pop("do_bench", None)
 
 
 def autotuners(module) -> dict[str, triton_autotuner.Autotuner]:

@@ -51,6 +51,8 @@ CASES = [
     # split-K partials added with a plain load and store; two programs storing one row
     ("linear_splitk_rmw.py", Status.INCORRECT, "race in `_kernel`: program (", "linear"),
     ("rms_norm_duplicate_rows.py", Status.INCORRECT, "race in `_rms_norm_kernel`: program ", "rms_norm"),
+    # an autotuned split-K accumulator zeroed outside the tuner's reset_to_zero: a GPU's benchmark runs add into it
+    ("linear_autotune_accumulates.py", Status.INCORRECT, "differ beyond rtol", "linear"),
 ]
 
 
@@ -61,3 +63,10 @@ def test_kernels_right_only_on_the_old_interpreter_are_rejected(name, status, fr
     assert fragment in v.reason
     if "race" in fragment:  # the element, as an argument's index, and the other program
         assert "`y_ptr[" in v.reason and "which program" in v.reason and "in the same launch" in v.reason
+
+
+def test_an_autotuned_accumulator_the_tuner_resets_is_accepted():
+    """linear_autotune_accumulates.py's kernel with `reset_to_zero`: the run before the chosen one (a GPU's benchmark
+    runs) is followed by the tuner's reset, as on a GPU, so the answer is right."""
+    v = verify("linear", CANDIDATES / "linear_autotune_reset.py", compose(["verify=quick", "verify.dtypes=[float32]"]))
+    assert v.status is Status.UNMEASURED, v.reason
