@@ -289,7 +289,7 @@ class Device:
                     sample.track(p.buffer.start, p.buffer.nbytes, INPUT)
                 launches = self.repeat_events(events)
                 outs, types = self.outputs(msg.get("outputs"))
-                valid = [sample.valid(o) if o is not None else None for o in outs]
+                valid = [sample.written(o) if o is not None else None for o in outs]
                 written = {i: sample.written(p.inner) for i, p in in_place}
             finally:
                 self.buffers.sample = None
@@ -369,7 +369,7 @@ class Device:
             target.copy_(source)
         sample = self.buffers.sample
         if sample is not None:
-            sample.set_valid(target, True if source is None else sample.valid(source))
+            sample.carry(target, source)
 
     def parse_launch(self, ev: dict, resolve: bool) -> Launch:
         name = ev.get("launch")
@@ -417,6 +417,8 @@ class Device:
             except Exception as e:
                 if not ended_by_sample(e):  # the sample had run: the launch stopped there, on purpose
                     raise
+        if self.buffers.sample is not None:
+            self.buffers.sample.after_launch(tensors)
 
     def signature(self, launch: Launch) -> tuple:
         """What makes two launches of one kernel the same code path on a GPU: its constexpr values, warps and

@@ -13,17 +13,19 @@ What the sampled programs wrote is then all that is compared. Every storage allo
 shadow of valid bytes: a store by a program that read nothing invalid makes its bytes valid; a program that read
 an invalid byte (an element some skipped program would have written) is tainted, and its stores are invalid too;
 an atomic update in a sampled launch is invalid (skipped programs would have added to it); allocations are
-invalid until written, zero fills and copies carry validity along. An output's element is compared when all its
-bytes are valid; the inputs, which the judge made, are valid throughout. Of an input the op writes in place
-(`Target.mutates`) what sampled, untainted programs wrote in this call is compared (`Sample.written`): the rest
-still holds the input, where the reference has its result. A kernel cannot know which programs
-run, so one that is wrong for some programs is wrong in the sample with the probability that it picks them,
-drawn afresh on every call.
+invalid until written; a zero fill is good to read until a sampled launch given its storage ends (a skipped
+program might have written there), copies carry the state along. An output's element is compared when a
+sampled, untainted program wrote all its bytes; the inputs, which the judge made, are valid throughout. Of an
+input the op writes in place (`Target.mutates`) what sampled, untainted programs wrote in this call is compared
+(`Sample.written`): the rest still holds the input, where the reference has its result. A kernel cannot know
+which programs run, so one that is wrong for some programs is wrong in the sample with the probability that it
+picks them, drawn afresh on every call. What no sampled program wrote is never compared here: a grid that leaves
+outputs unwritten shows only in a case that runs every program (a range case small enough, `verify.range_whole_work`).
 
     with Sample(programs=2, rng=rng) as sample:     # in the device, around a call's launches and ops
         sample.track(start, nbytes)                 # every storage the call allocates
         ... launches ...
-        sample.valid(view)                          # bool tensor: the elements to compare
+        sample.written(view)                        # bool tensor: the elements to compare
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ from triton.runtime import interpreter
 from autotune.verify import interp
 
 
-INVALID, INPUT, WRITTEN = 0, 1, 2  # a shadow byte: not (validly) written yet; an input's, as the judge made it;
-# written in this call by a sampled, untainted program (or a copy or zero fill)
+INVALID, INPUT, WRITTEN = 0, 1, 2  # a shadow byte: not (validly) written yet; as good to read as an input (the
+# judge's, or a zero fill), but not a kernel's answer; written in this call by a sampled, untainted program
 
 
 class _Done(Exception):
@@ -86,22 +88,36 @@ class Sample:
                                                            first - start)
         return None
 
-    def valid(self, t: torch.Tensor) -> torch.Tensor:
-        """The elements of `t` that hold what sampled, untainted programs (or the inputs) put there."""
-        b = self._bytes(t)
-        return torch.ones(t.shape, dtype=torch.bool) if b is None else b.all(-1).bool()
-
     def written(self, t: torch.Tensor) -> torch.Tensor:
-        """The elements of `t` that sampled, untainted programs (or a copy or zero fill) wrote in this call."""
+        """The elements of `t` that sampled, untainted programs wrote in this call (directly or through a copy):
+        the ones to compare. A zero fill is not among them: a program that did not run might have overwritten it."""
         b = self._bytes(t)
         return torch.zeros(t.shape, dtype=torch.bool) if b is None else (b == WRITTEN).all(-1)
 
-    def set_valid(self, t: torch.Tensor, valid: torch.Tensor | bool) -> None:
-        """After an op wrote all of `t`: its validity (a zero fill: valid; a copy: its source's)."""
+    def carry(self, t: torch.Tensor, source: torch.Tensor | None) -> None:
+        """After an op wrote all of `t`: a zero fill (no source) is good to read, a copy has its source's state."""
         b = self._bytes(t)
-        if b is not None:
-            b.copy_((torch.as_tensor(valid, dtype=torch.uint8) * WRITTEN).expand(*t.shape).unsqueeze(-1).expand(
-                b.shape))
+        if b is None:
+            return
+        if source is None:
+            b.fill_(INPUT)
+        else:
+            s = self._bytes(source)
+            b.copy_(torch.full(b.shape, INPUT, dtype=torch.uint8) if s is None else s.expand(b.shape))
+
+    def after_launch(self, tensors) -> None:
+        """After a launch that ran a sample: what its skipped programs might have written is no longer good to read
+        in the storages it was given (a zero fill, the input an op writes in place); what sampled programs wrote
+        stays."""
+        if not self.launch_sampled:
+            return
+        for t in tensors:
+            storage = t.untyped_storage()
+            first, end = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+            for start, stop, shadow in self.shadows:
+                if start < end and first < stop:
+                    part = shadow[max(first, start) - start:min(end, stop) - start]
+                    part[part == INPUT] = INVALID
 
     def _mark(self, addrs: np.ndarray, width: int, value: int) -> None:
         for start, end, shadow, offs in self._locate(addrs):
