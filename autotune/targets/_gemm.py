@@ -84,11 +84,11 @@ EDGE_SHAPES = ((1, 256, 128), (7, 100, 352), (33, 128, 200), (5, 300, 64))
 DIMS = ("M_tokens", "N_out", "K_in")  # x [M, K], weight [N, K], y [M, N]
 
 
-def range_cut(shape):
+def range_cuts(shape):
     """M whole (many row blocks, the large-M code paths), N and K to two of the largest tiles of the search space
     (256) plus their remainders modulo 64: beyond one tile, and the reference stays cheap to compute."""
     m, n, k = shape
-    return m, min(n, 512 + n % 64), min(k, 512 + k % 64)
+    return ((m, min(n, 512 + n % 64), min(k, 512 + k % 64)),)
 
 
 def model_shapes(dims, rows):

@@ -149,14 +149,16 @@ class Target:
     # (shape, max rows, max elements) -> the shape run under the CPU interpreter; None limits mean no cut
     cut_shape: Callable[[Shape, int | None, int | None], Shape] = lambda shape, rows, elements: cut_rows(
         shape, rows, elements)
-    # A served shape -> the shape its range case runs on the CPU: the dims the ordinary cut shrinks kept whole or
+    # A served shape -> the shapes its range cases run on the CPU: the dims the ordinary cut shrinks kept whole or
     # far beyond it (kv heads, the query group, head_dim, the longest context, M over many row blocks, the rows a
-    # persistent grid loops over), what the ordinary cases keep whole may be cut (a row-wise op's width); the case
-    # then runs a drawn sample of each launch's programs (autotune.verify.sampling). The default: range_rows.
-    range_cut: Callable[[Shape], Shape] = lambda shape: range_rows(shape)
+    # persistent grid loops over, a row-wise op's rows times its width), what the ordinary cases keep whole may be
+    # cut (a row-wise op's width, in one of its two); a case too dear to run whole runs a drawn sample of each
+    # launch's programs (autotune.verify.cases.range_sample, autotune.verify.sampling). The default: range_rows.
+    range_cuts: Callable[[Shape], tuple[Shape, ...]] = lambda shape: range_rows(shape)
     # dims of a range case whose value may drop to the smallest any range case has, in a case where another range
     # case of the plan keeps that value (the longest context: in one case, not in every one; every value still
-    # appears, and a launch only the served shape makes still gets its own case from the dry calls' coverage)
+    # appears, and a launch only the served shape makes still gets its own case from the dry calls' coverage);
+    # for targets with one range cut
     range_relax: tuple[int, ...] = ()
     # shape -> an upper bound on the elements of all inputs / all outputs of one call (the judge sizes the
     # largest result frame it accepts from these); None: each input, and at most two outputs, no larger than
@@ -346,13 +348,16 @@ def cut_rows(shape: Shape, max_rows: int | None, max_elements: int | None = None
 RANGE_ELEMENTS = 1 << 22  # the most values of a row-wise range case: 16 MB in fp32, 16384 rows of 256
 
 
-def range_rows(shape: Shape) -> Shape:
-    """The range case of an op over rows (the leading dims) of a width: the rows whole up to RANGE_ELEMENTS
-    values (2048 tokens whole; a softmax's heads x queries to 16384 rows), the width to 256 plus its remainder
-    modulo 64 (the ordinary cases keep it whole; here the rows count: a kernel that loops over rows with a grid
-    of its own size, as persistent kernels do, or switches at a row count, meets the rows a served step has)."""
+def range_rows(shape: Shape) -> tuple[Shape, Shape]:
+    """The range cases of an op over rows (the leading dims) of a width. First the rows whole up to RANGE_ELEMENTS
+    values (2048 tokens whole; a softmax's heads x queries to 16384 rows) at a width of 256 plus its remainder
+    modulo 64 (the ordinary cases keep the width whole; here the rows count: a kernel that loops over rows with a
+    grid of its own size, as persistent kernels do, or switches at a row count, meets the rows a served step has);
+    then the width whole with the rows up to RANGE_ELEMENTS values (a flattened kernel's grid and block, chosen by
+    rows x width, meet at least 4M of a served step's values: 146 rows of Llama 3's 28,672-wide gate_up)."""
     width = min(shape[-1], 256 + shape[-1] % 64)
-    return (*cut_rows((*shape[:-1], width), RANGE_ELEMENTS // width)[:-1], width)
+    return ((*cut_rows((*shape[:-1], width), RANGE_ELEMENTS // width)[:-1], width),
+            cut_rows(shape, max(1, RANGE_ELEMENTS // shape[-1])))
 
 
 def rows_and_width(shape: Shape) -> tuple[int, int]:

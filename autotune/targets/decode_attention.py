@@ -83,10 +83,10 @@ def model_shapes(dims, rows):
              int(dims["max_seq_len"])),)
 
 
-def range_cut(shape):
+def range_cuts(shape):
     """One sequence (it gets the longest context), every head, kv head and head_dim position, the whole context."""
     _, heads, kv_heads, head_dim, max_context = shape
-    return 1, heads, kv_heads, head_dim, max_context
+    return ((1, heads, kv_heads, head_dim, max_context),)
 
 
 def input_elements(shape) -> int:
@@ -152,7 +152,7 @@ TARGET = Target(
             "in float32.",
             "Read only each sequence's own context length from its cache slot; the rest of the slot is garbage.",),
     cut_shape=cut_shape,
-    range_cut=range_cut,
+    range_cuts=range_cuts,
     range_relax=(4,),  # the longest context in one range case per value
     model_shapes=model_shapes,
     input_elements=input_elements,

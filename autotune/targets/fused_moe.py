@@ -23,7 +23,7 @@ experts with zero or one token.
 
 CPU plan (cut_shape): tokens are the independent work and are cut; the number of experts, top-k and every
 expert index are never cut; hidden and intermediate are cut like a GEMM's N and K (more than one tile,
-their ragged remainders kept); range cases (range_cut) take each preset's hidden and intermediate further.
+their ragged remainders kept); range cases (range_cuts) take each preset's hidden and intermediate further.
 
 Tolerances: torch.testing's per-dtype defaults; the fp64-golden fallback accepts kernels that sum in
 another order or keep the intermediates in fp32.
@@ -118,13 +118,13 @@ def cut_shape(shape, max_rows, max_elements):
             min(inter, 64 + inter % 32))
 
 
-def range_cut(shape):
+def range_cuts(shape):
     """A served shape's range case: every expert and top-k whole, hidden and intermediate to two tiles of 128
     plus their remainders modulo 64 (the expert GEMMs' K loop and N tiles beyond the ordinary cut's), 4 tokens, a
     decode step (the routing still reaches experts all over the range; the ordinary cases have the hot expert's
     many rows); a sample of the programs runs, and a GEMM after a sampled sort of the tokens runs whole."""
     tokens, experts, top_k, hidden, inter = shape
-    return min(tokens, 4), experts, top_k, min(hidden, 256 + hidden % 64), min(inter, 256 + inter % 64)
+    return ((min(tokens, 4), experts, top_k, min(hidden, 256 + hidden % 64), min(inter, 256 + inter % 64)),)
 
 
 def model_shapes(dims, rows):
@@ -210,7 +210,7 @@ TARGET = Target(
     dims=("tokens", "experts", "top_k", "hidden", "intermediate"),
     example="fused_moe.py",
     cut_shape=cut_shape,
-    range_cut=range_cut,
+    range_cuts=range_cuts,
     input_elements=input_elements,
     output_elements=output_elements,
     model_shapes=model_shapes,

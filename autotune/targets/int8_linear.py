@@ -61,7 +61,7 @@ TARGET = Target(
             "float32 accumulator by the scales once, after the K loop.",),
     example="int8_linear.py",
     cut_shape=_gemm.cut_shape,
-    range_cut=_gemm.range_cut,
+    range_cuts=_gemm.range_cuts,
     model_shapes=_gemm.model_shapes,
     input_elements=_gemm.input_elements,
     output_elements=_gemm.output_elements,

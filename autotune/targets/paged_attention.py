@@ -141,15 +141,15 @@ def cut_shape(shape, max_rows, max_elements):
             min(max_query_len, max(4, max_rows // 32), max_context), max_context)
 
 
-def range_cut(shape):
+def range_cuts(shape):
     """Every sequence and a prefill's every query row (the query blocks after a chunk's first, the sequences a grid
     over them reaches late), every head, kv head, head_dim and block size; the context to at least the query
     rows, else to 512 (a ragged last block kept) or fewer where the sequences' keys would pass RANGE_ELEMENTS (64
     decodes over 64 keys). The ordinary cases keep each preset's longest context."""
     seqs, heads, kv_heads, head_dim, block_size, max_query_len, max_context = shape
     keys = min(512 + max_context % block_size, RANGE_ELEMENTS // (seqs * kv_heads * head_dim))
-    return (seqs, heads, kv_heads, head_dim, block_size, max_query_len,
-            min(max_context, max(max_query_len, keys, block_size + 1)))
+    return ((seqs, heads, kv_heads, head_dim, block_size, max_query_len,
+             min(max_context, max(max_query_len, keys, block_size + 1))),)
 
 
 def model_shapes(dims, rows):
@@ -251,7 +251,7 @@ TARGET = Target(
     dims=("seqs", "heads", "kv_heads", "head_dim", "block_size", "max_query_len", "max_context"),
     example="paged_attention.py",
     cut_shape=cut_shape,
-    range_cut=range_cut,
+    range_cuts=range_cuts,
     input_elements=input_elements,
     output_elements=output_elements,
     model_shapes=model_shapes,

@@ -115,13 +115,13 @@ def model_shapes(dims, rows):
              max(1, min(rows, int(dims["max_seq_len"]))), int(dims["max_seq_len"])),)
 
 
-def range_cut(shape):
+def range_cuts(shape):
     """One chunk of at most 65 query rows (two row blocks of 32, and one more) at the end of the shape's whole
     context, every head, kv head and head_dim position: the reference over 2,048 rows against 8,192 keys in 32
     heads (137 GFLOP, several GB of scores in fp64) is not for a CPU; rows are independent work."""
     heads, kv_heads, head_dim, max_query_len = shape[1:5]
     rows = min(max_query_len, 65)
-    return 1, heads, kv_heads, head_dim, rows, max(_context(shape), rows)
+    return ((1, heads, kv_heads, head_dim, rows, max(_context(shape), rows)),)
 
 
 def input_elements(shape) -> int:
@@ -180,7 +180,7 @@ TARGET = Target(
             "causal limit only (the chunk's start position plus the row), an online softmax in float32, and "
             "`tl.dot` for q @ k^T and p @ v with the 16-bit tiles fed straight in (p cast to v's dtype).",),
     cut_shape=cut_shape,
-    range_cut=range_cut,
+    range_cuts=range_cuts,
     range_relax=(5,),  # the longest context in one range case per value
     model_shapes=model_shapes,
     input_elements=input_elements,

@@ -216,7 +216,7 @@ def plan(target: Target, shapes, cfg_verify, on_gpu: bool, salt: bytes = b"") ->
                 specs.append((requested, cut_rows(requested, *extra), dtype, "normal", seed, source, calls, False))
     specs = [(*spec, 0) for spec in specs]
     if not on_gpu:
-        specs += [(requested, shape, dtype, "normal", 0, "range", 0, False, range_programs(cfg_verify))
+        specs += [(requested, shape, dtype, "normal", 0, "range", 0, False, range_sample(target, shape, cfg_verify))
                   for requested, shape in range_shapes(target, shapes, int(cfg_verify.get("max_range_shapes") or 0))
                   for dtype in dtypes]
     cases = []
@@ -228,12 +228,13 @@ def plan(target: Target, shapes, cfg_verify, on_gpu: bool, salt: bytes = b"") ->
             continue
         seen.add(key)
         i = len(cases)
-        layout = "contiguous" if sample else layouts[i % len(layouts)]
+        ranged = source == "range"
+        layout = "contiguous" if ranged else layouts[i % len(layouts)]
         if layout == "padded" and len(shape) < 2:  # a 1-D input has no rows to pad
             layout = "contiguous"
         cases.append(Case(index=i, shape=shape, dtype=dtype, kind=kind, seed=seed, source=source,
                           requested_shape=requested, calls=calls, repeat=checks, refill=checks, layout=layout,
-                          scalars=() if sample else scalars[(i // len(layouts)) % len(scalars)], sample=sample))
+                          scalars=() if ranged else scalars[(i // len(layouts)) % len(scalars)], sample=sample))
     if cases:  # the cheapest case ends with a long run of calls: a count kept between calls shows there
         cases[0] = dataclasses.replace(cases[0], long=long_calls(target, cfg_verify, salt))
     return cases
@@ -295,13 +296,25 @@ def served_rows() -> int:
 
 
 def range_shapes(target: Target, shapes, limit: int) -> list[tuple[Shape, Shape]]:
-    """(served shape, the shape its range case runs) for the target's served shapes (every profile shape, or the
-    defaults; every preset's at the most rows served), at most `limit` of them (0: all): chosen so that every
-    value each dim takes in any of them is in at least one (a greedy cover, largest first on ties); then each of
-    the target's `range_relax` dims takes its smallest value in every case but one per value."""
-    runs = {}
+    """(served shape, a shape its range cases run) for the target's served shapes (every profile shape, or the
+    defaults; every preset's at the most rows served). For each of the target's range cuts (`Target.range_cuts`:
+    the i-th shape of each served shape's cuts), at most `limit` of them (0: all), chosen so that every value each
+    dim takes in any of them is in at least one (a greedy cover, largest first on ties); then each of the target's
+    `range_relax` dims takes its smallest value in every case but one per value."""
+    families: list[dict[Shape, Shape]] = []
     for s in served_shapes(target, shapes):
-        runs.setdefault(tuple(target.range_cut(tuple(s))), tuple(s))
+        for i, run in enumerate(target.range_cuts(tuple(s))):
+            if i == len(families):
+                families.append({})
+            families[i].setdefault(tuple(run), tuple(s))
+    chosen: dict[Shape, Shape] = {}  # each shape once
+    for i, runs in enumerate(families):
+        for served, run in _cover(target, runs, limit, relax=i == 0):
+            chosen.setdefault(run, served)
+    return [(served, run) for run, served in chosen.items()]
+
+
+def _cover(target: Target, runs: dict[Shape, Shape], limit: int, relax: bool) -> list[tuple[Shape, Shape]]:
     left = list(runs)
     wanted = {(d, v) for r in left for d, v in enumerate(r)}
     chosen: list[Shape] = []
@@ -313,34 +326,41 @@ def range_shapes(target: Target, shapes, limit: int) -> list[tuple[Shape, Shape]
         left.remove(best)
         wanted -= set(enumerate(best))
     cases = [(runs[r], r) for r in chosen]
-    for d in target.range_relax:  # a value another case keeps need not make this one dear
+    for d in target.range_relax if relax else ():  # a value another case keeps need not make this one dear
         low = min(r[d] for r in runs)
         for i, (served, r) in enumerate(cases):
             if any(other[d] == r[d] for j, (_, other) in enumerate(cases) if j != i):
-                cases[i] = (served, tuple(target.range_cut((*r[:d], low, *r[d + 1:]))))  # kept valid by the cut
+                cases[i] = (served, tuple(target.range_cuts((*r[:d], low, *r[d + 1:]))[0]))  # kept valid by the cut
     return cases
 
 
-def range_programs(cfg_verify) -> int:
-    """How many indices of each launch's longest grid axis a range case runs (`verify.range_programs`)."""
+def range_sample(target: Target, shape: Shape, cfg_verify) -> int:
+    """How many indices of each launch's longest grid axis a range case at `shape` runs: 0, every program, where
+    its inputs and outputs hold at most `verify.range_whole_work` values and it takes at most as many FLOPs in
+    fp32 (every output is then compared, so a grid that leaves some rows unwritten shows, as a persistent kernel's
+    rounded-down share of rows does); else `verify.range_programs` (a sample compares only what its programs
+    wrote)."""
+    work = max(sum(target.io_elements(shape)), target.flops(shape, torch.float32))
+    if work <= int(cfg_verify.get("range_whole_work") or 0):
+        return 0
     return int(cfg_verify.get("range_programs") or 2)
 
 
 def coverage_cases(target: Target, served, cfg_verify, start: int) -> list[Case]:
     """Cases for served shapes whose launches no planned case ran (`served`: (shape, dtype) of the dry calls that
     made them; a kernel that specialises on a combination of sizes, as vLLM's decode kernel does on the query
-    group and head_dim, makes one signature per preset), numbered from `start`: the range case of each and its
-    ordinary cut (a width the range case cuts), one per distinct shape."""
-    programs = range_programs(cfg_verify)
+    group and head_dim, makes one signature per preset), numbered from `start`: the range cases of each and its
+    ordinary cut, one per distinct shape."""
     rows, elements = int(cfg_verify.max_interpreter_rows), int(cfg_verify.max_interpreter_elements)
     cases, seen = [], set()
     for shape, dtype in served:
         shape = tuple(shape)
-        for run, sample in ((tuple(target.range_cut(shape)), programs), (target.cut_shape(shape, rows, elements), 0)):
-            if (run, dtype, sample) not in seen:
-                seen.add((run, dtype, sample))
-                cases.append(Case(index=start + len(cases), shape=tuple(run), dtype=dtype, kind="normal", seed=0,
-                                  source="range" if sample else "coverage", requested_shape=shape, sample=sample))
+        runs = [(tuple(r), range_sample(target, tuple(r), cfg_verify), "range") for r in target.range_cuts(shape)]
+        for run, sample, source in [*runs, (tuple(target.cut_shape(shape, rows, elements)), 0, "coverage")]:
+            if (run, dtype) not in seen:
+                seen.add((run, dtype))
+                cases.append(Case(index=start + len(cases), shape=run, dtype=dtype, kind="normal", seed=0,
+                                  source=source, requested_shape=shape, sample=sample))
     return cases
 
 

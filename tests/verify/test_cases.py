@@ -31,9 +31,14 @@ def test_cut_rows_shrinks_leading_dims_only():
 def test_cpu_plan_covers_every_shape_dtype_and_kind():
     every = plan(RMS, None, CFG, on_gpu=False, salt=SALT)
     assert [c.index for c in every] == list(range(len(every)))
-    ranged, cases = [c for c in every if c.sample], [c for c in every if not c.sample]
-    # the range cases: a served step's 2048 rows (a persistent grid loops over them), in every dtype, sampled
-    assert {c.shape for c in ranged if c.shape[0] == 2048} == {(2048, 256), (2048, 128)}
+    ranged, cases = [c for c in every if c.source == "range"], [c for c in every if c.source != "range"]
+    # the range cases: a served step's 2048 rows (a persistent grid loops over them) with every program run (cheap
+    # enough: every output compared), and the served widths whole at up to 4M values (sampled), in every dtype;
+    # the quick plan samples them all
+    assert {c.shape for c in ranged if c.sample == 0 and c.shape[0] == 2048} == {(2048, 256), (2048, 128)}
+    assert {(1024, 4096), (2048, 2048)} <= {c.shape for c in ranged if c.sample}
+    quick = plan(RMS, None, compose(["verify=quick"]).verify, on_gpu=False, salt=SALT)
+    assert all(c.sample == 1 for c in quick if c.source == "range") and any(c.source == "range" for c in quick)
     assert {c.dtype for c in ranged} == {torch.float32, torch.bfloat16, torch.float16}
     assert all(c.source == "range" and c.kind == "normal" for c in ranged)
     wanted = {cut_rows(s, 256, 262144) for s in RMS.default_shapes + RMS.edge_shapes}
@@ -96,7 +101,7 @@ def test_leading_dims_one_two_and_three():
 
 
 def test_layouts_and_eps_take_turns_over_the_cases():
-    cases = [c for c in plan(RMS, None, CFG, on_gpu=False, salt=SALT) if not c.sample]  # range cases: contiguous
+    cases = [c for c in plan(RMS, None, CFG, on_gpu=False, salt=SALT) if c.source != "range"]  # range cases: contiguous
     assert {c.layout for c in cases} == set(RMS.layouts) == {"contiguous", "offset0", "padded"}
     assert {dict(c.scalars)["eps"] for c in cases} == {1e-6, 1e-5} | {float(p.rms_norm_eps) for p in PRESETS}
     for layout in RMS.layouts:  # every layout meets every eps, every dtype and the NaN inputs
@@ -197,7 +202,7 @@ def test_range_cases_keep_every_served_value_and_the_longest_context_once(name):
     """The greedy cover keeps every value a served shape's range cut takes; range_relax then leaves the longest
     context (8192, the dear part for the interpreter) in one range case, the others at the shortest served one."""
     target = get(name)
-    served = {tuple(target.range_cut(s)) for s in case_plan.served_shapes(target, None)}
+    served = {tuple(r) for s in case_plan.served_shapes(target, None) for r in target.range_cuts(s)}
     chosen = [run for _, run in case_plan.range_shapes(target, None, 0)]
     for d in range(len(next(iter(served)))):
         assert {r[d] for r in served} <= {r[d] for r in chosen}, d

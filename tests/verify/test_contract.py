@@ -67,7 +67,8 @@ def test_a_range_case_compares_what_its_sampled_programs_wrote_in_place():
     """At the served rows (2048) a range case runs 8 sampled rows: the right kernel passes (the rows it skipped
     still hold the input, where the reference has its result), one whose in-place write is wrong from row 256 on
     (past every ordinary case) fails there (all 8 sampled rows below 256: p = 8**-8)."""
-    cfg = compose(["verify.dtypes=[float32]", "verify.seeds=1", "verify.range_programs=8"]).verify
+    cfg = compose(["verify.dtypes=[float32]", "verify.seeds=1", "verify.range_programs=8",
+                   "verify.range_whole_work=0"]).verify
     served = [((2048, 256), "float32", 1)]
     right = judge(INPLACE, (CANDIDATES / "inplace_residual.py").read_text(), "inplace_residual.py", cfg,
                   shapes=served)

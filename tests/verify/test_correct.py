@@ -21,6 +21,8 @@ CORRECT = [(t.name, t.example_path, "default" if t.op_class is OpClass.MEMORY_BO
     ("rms_norm", CANDIDATES / "rms_norm_rowwise.py", "quick"),  # one row per program
     ("rms_norm", CANDIDATES / "rms_norm_chunked.py", "quick"),  # loops over wide rows in blocks of 1024
     ("rms_norm", CANDIDATES / "rms_norm_autotuned.py", "quick"),  # @triton.autotune: on CPU the configs take turns
+    ("rms_norm", CANDIDATES / "rms_norm_zeros_like.py", "quick"),  # a zero-filled output under sampled range cases
+    ("silu_and_mul", CANDIDATES / "silu_and_mul_flat.py", "quick"),  # one flat grid, its block chosen by rows x width
 ]
 
 

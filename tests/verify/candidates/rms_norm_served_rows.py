@@ -1,6 +1,7 @@
-"""Wrong only at served sizes: from 1,024 rows (a prefill step) of 1,024 or more it launches with ROWS=2, a
-specialisation that writes half the rows; the CPU plan's ordinary cases cut rows to 256 and its range cases the width
-to 256, so no compared case takes that path: the dry call at the served shape names it."""
+"""Wrong only at served sizes: from 2,048 rows (a prefill step) of 4,096 or more it launches with ROWS=2, a
+specialisation that writes half the rows; the CPU plan's ordinary cases cut rows to 256 and its range cases keep at
+most 4M values (2,048 rows of 256, or 1,024 of 4,096), so no compared case takes that path: the dry call at the
+served shape names it."""
 
 import torch
 import triton
@@ -24,7 +25,7 @@ def rms_norm(x, weight, eps):
     x2 = x.reshape(-1, x.shape[-1]).contiguous()
     y = torch.empty_like(x2)
     n_rows, n_cols = x2.shape
-    if n_rows >= 1024 and n_cols >= 1024:  # a served step of many tokens: two rows a program (the odd one dropped)
+    if n_rows >= 2048 and n_cols >= 4096:  # a served step of many tokens: two rows a program (the odd one dropped)
         _rms_norm_kernel[(n_rows // 2,)](x2, weight, y, 2 * x2.stride(0), 2 * y.stride(0), n_cols, eps,
                                          BLOCK=triton.next_power_of_2(n_cols), ROWS=2)
     else:
