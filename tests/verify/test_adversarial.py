@@ -38,7 +38,9 @@ CASES = [
     ("no_launch.py", Status.POLICY_VIOLATION, "no Triton kernel ran"),
     ("import_error.py", Status.COMPILE_ERROR, "NameError: name 'DEFAULT_BLOCK_SIZE' is not defined (candidate line 7)"),
     ("kernel_typo.py", Status.COMPILE_ERROR, "has no attribute 'lod'"),
-    ("autotuned_bad_config.py", Status.INCORRECT, "NaN"),  # the second config leaves values unwritten
+    # the second config normalises over 64 columns only (the rest hold what the tuning's run of the first wrote there,
+    # as a GPU's benchmark runs would have)
+    ("autotuned_bad_config.py", Status.INCORRECT, "values differ beyond rtol"),
     ("oob_store.py", Status.INCORRECT, "wrote outside its input `x`"),
 ]
 
