@@ -21,8 +21,11 @@ so shapes are cut to `verify.max_interpreter_rows` rows and `verify.max_interpre
 for the realistic cases, and to `verify.max_interpreter_rows_extra` rows and a quarter of the elements
 for the extra kinds and seeds and for the preset and drawn shapes (which run normal inputs in every dtype
 and NaN/Inf in one); rows are cut, never a width; shapes that become equal run once, and the report lists
-every cut. With the defaults a one-row-per-program RMSNorm runs 108 cases (77 before the preset and drawn
-shapes) for 21 s of CPU (`autotune verify`, start-up included; 13 s before). On a GPU nothing is cut.
+every cut. Beside them, on a CPU only, range cases (`range_shapes`, `Target.range_cuts`): served shapes with
+every dim a kernel indexes or dispatches on whole, run whole where that is cheap (`range_sample`) and on a drawn
+sample of each launch's programs otherwise (autotune.verify.sampling); and, after the dry calls, cases for the
+served shapes whose launches no case ran (`coverage_cases`). With the defaults the example RMSNorm runs 146 cases
+for 21 s (`autotune verify`, start-up included). On a GPU nothing is cut.
 
 All inputs, references and the fp64 golden are made here, in the judging process.
 """

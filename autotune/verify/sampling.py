@@ -101,9 +101,10 @@ class Sample:
             return
         if source is None:
             b.fill_(INPUT)
-        else:
-            s = self._bytes(source)
-            b.copy_(torch.full(b.shape, INPUT, dtype=torch.uint8) if s is None else s.expand(b.shape))
+            return
+        s = self._bytes(source)  # an element's state: its least byte's (a copy may change the dtype, or broadcast)
+        state = torch.full(source.shape, INPUT, dtype=torch.uint8) if s is None else s.min(-1).values
+        b.copy_(state.expand(t.shape).unsqueeze(-1).expand(b.shape))
 
     def after_launch(self, tensors) -> None:
         """After a launch that ran a sample: what its skipped programs might have written is no longer good to read

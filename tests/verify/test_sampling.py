@@ -1,0 +1,41 @@
+"""The sampled call's shadow states (autotune/verify/sampling.py): what is compared, what is good to read."""
+
+import numpy as np
+import torch
+
+from autotune.verify.sampling import INPUT, INVALID, WRITTEN, Sample
+
+
+def tracked(sample: Sample, *tensors: torch.Tensor) -> None:
+    for t in tensors:
+        sample.track(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
+
+
+def test_a_copy_carries_each_elements_state_across_dtypes_and_a_zero_fill_is_no_answer():
+    sample = Sample(2, np.random.default_rng(0))
+    acc, out = torch.empty(8, dtype=torch.float32), torch.empty(8, dtype=torch.bfloat16)
+    tracked(sample, acc, out)
+    sample._bytes(acc)[:4] = WRITTEN
+    sample._bytes(acc)[4, 0] = WRITTEN  # one byte of four: not an answer
+    sample.carry(out, acc)
+    assert sample.written(out).tolist() == [True] * 4 + [False] * 4
+    sample.carry(out, None)  # a zero fill
+    assert not sample.written(out).any() and bool((sample._bytes(out) == INPUT).all())
+
+
+def test_after_a_sampled_launch_a_zero_fill_it_was_given_is_no_longer_good_to_read():
+    sample = Sample(2, np.random.default_rng(0))
+    out, kept = torch.empty(16, dtype=torch.float32), torch.empty(16, dtype=torch.float32)
+    tracked(sample, out, kept)
+    sample.carry(out, None)
+    sample.carry(kept, None)
+    assert sample.order((64, 1, 1)) is not None  # 2 of 64 programs: the launch is sampled
+    sample._bytes(out)[:2] = WRITTEN  # what its sampled programs wrote
+    sample.after_launch([out])
+    states = sample._bytes(out)[:, 0].tolist()
+    assert states == [WRITTEN] * 2 + [INVALID] * 14  # the rest: a skipped program might have written there
+    assert bool((sample._bytes(kept) == INPUT).all())  # a storage the launch was not given keeps its fill
+    assert sample.order((2, 1, 1)) is None  # a grid no longer than the sample runs whole ...
+    sample.carry(out, None)
+    sample.after_launch([out])
+    assert bool((sample._bytes(out) == INPUT).all())  # ... and changes nothing
