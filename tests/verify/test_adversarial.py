@@ -39,8 +39,8 @@ CASES = [
     ("import_error.py", Status.COMPILE_ERROR, "NameError: name 'DEFAULT_BLOCK_SIZE' is not defined (candidate line 7)"),
     ("kernel_typo.py", Status.COMPILE_ERROR, "has no attribute 'lod'"),
     # the second config normalises over 64 columns only (the rest hold what the tuning's run of the first wrote there,
-    # as a GPU's benchmark runs would have)
-    ("autotuned_bad_config.py", Status.INCORRECT, "values differ beyond rtol"),
+    # as a GPU's benchmark runs would have): which of its wrong values shows first depends on the drawn turn
+    ("autotuned_bad_config.py", Status.INCORRECT, ("values differ beyond rtol", "NaN swallowed", "NaN at")),
     ("oob_store.py", Status.INCORRECT, "wrote outside its input `x`"),
 ]
 
@@ -49,7 +49,8 @@ CASES = [
 def test_cheats_and_bugs_get_the_right_status(name, status, fragment):
     v = verify("rms_norm", CANDIDATES / name, CFG)
     assert v.status is status, v.reason
-    assert fragment in v.reason + " ".join(v.policy)
+    fragments = fragment if isinstance(fragment, tuple) else (fragment,)
+    assert any(f in v.reason + " ".join(v.policy) for f in fragments), v.reason
     assert not v.passed
 
 
