@@ -274,13 +274,13 @@ def _structure_failure(target: Target, data: CaseData, frame: dict, tol: Toleran
         if strides is not None and not _dense_row_major(ref.shape, strides):
             return (f"output {j} has strides {strides} for shape {list(ref.shape)}: the reference returns contiguous "
                     "tensors, and so must the kernel (torch.empty, not a view of a wider buffer)")
-    calls = (("", data.args, data.written, data.written_golden, ""),
-             ("repeat_", data.args, data.written, data.written_golden, " (second call)"),
-             ("refill_", data.refill_args, data.refill_written, data.refill_written_golden, " (after a refill)"))
-    for key, before, written, golden, when in calls:
-        if frame.get(f"{key}inputs_after") is not None and before is not None:
-            failure = _inputs_failure(target, before, written, golden, frame[f"{key}inputs_after"], tol,
-                                      frame.get(f"{key}inputs_written"))
+    calls = (("inputs_after", data.args, data.written, data.written_golden, frame.get("inputs_written"), ""),
+             ("repeat_inputs_after", data.args, data.written, data.written_golden, None, " (second call)"),
+             ("refill_inputs_after", data.refill_args, data.refill_written, data.refill_written_golden, None,
+              " (after a refill)"))  # a range case's one call is sampled: only the first
+    for key, before, written, golden, sampled, when in calls:
+        if frame.get(key) is not None and before is not None:
+            failure = _inputs_failure(target, before, written, golden, frame[key], tol, sampled)
             if failure:
                 return failure + when
     for i in frame.get("guards_broken") or []:
@@ -304,7 +304,8 @@ def _inputs_failure(target: Target, before, written, golden, after: list, tol: T
             mask = sampled[i] if sampled is not None and i < len(sampled) else None
             if isinstance(now, torch.Tensor) and isinstance(mask, torch.Tensor) and mask.shape == now.shape == \
                     ref.shape:
-                now, ref, gold = now[mask.bool()], ref[mask.bool()], gold[mask.bool()]
+                mask = mask.bool()
+                now, ref, gold = now[mask], ref[mask], gold[mask]
             check = compare(now, ref, gold, tol)
             if not check.passed:
                 return f"its in-place write to `{names[i]}` is wrong: {check.note}"

@@ -259,10 +259,10 @@ class Device:
             self.restore(self.case["args"])
         elif kind == "refill":
             self.restore(self.case["refill_args"])
-        key = {"first": "", "repeat": "repeat_", "refill": "refill_"}[kind]
-        launches, outs, types = self.repeat_sampled(events, msg, key) if self.case.get("sample") else (
+        launches, outs, types = self.repeat_sampled(events, msg) if self.case.get("sample") else (
             self.repeat_events(events), *self.outputs(msg.get("outputs")))
         self.record_ops(msg.get("torch_ops"))
+        key = {"first": "", "repeat": "repeat_", "refill": "refill_"}[kind]
         snapshot = [o.detach().clone() if o is not None else None for o in outs]
         self.frame[f"{key}outputs"] = snapshot
         self.frame[f"{key}inputs_after"] = [p.inner.detach().clone() if p is not None else None for p in self.placed]
@@ -274,11 +274,11 @@ class Device:
             self.frame["output_strides"] = [list(o.stride()) if o is not None else None for o in outs]
             self.first_outs = list(zip(outs, snapshot))
 
-    def repeat_sampled(self, events: list, msg: dict, key: str) -> tuple[int, list, list[str]]:
-        """A range case's call: each launch runs a drawn sample of its programs (autotune.verify.sampling), and
-        only what they wrote is compared (of an input the op writes in place: what they wrote there); when nothing
-        they wrote can be (a split-K sum with atomics spread over every program of the longest axis), the call
-        runs again whole."""
+    def repeat_sampled(self, events: list, msg: dict) -> tuple[int, list, list[str]]:
+        """A range case's call (its only one: range cases make no repeat or refill): each launch runs a drawn
+        sample of its programs (autotune.verify.sampling), and only what they wrote is compared (of an input the op
+        writes in place: what they wrote there); when nothing they wrote can be (a split-K sum with atomics spread
+        over every program of the longest axis), the call runs again whole."""
         rng = np.random.default_rng(secrets.randbits(64))
         in_place = [(i, self.placed[i]) for i in self.case.get("mutates") or () if self.placed[i] is not None]
         before = [(p, p.inner.clone()) for _, p in in_place]
@@ -293,10 +293,8 @@ class Device:
                 written = {i: sample.written(p.inner) for i, p in in_place}
             finally:
                 self.buffers.sample = None
-        self.frame[f"{key}inputs_written"] = [written.get(i) for i in range(len(self.placed))]
         if outs and not any(v is not None and bool(v.any()) for v in valid):
             self.frame["sampled"] = "nothing the sampled programs wrote could be compared alone: run whole"
-            self.frame[f"{key}inputs_written"] = None
             for p, value in before:
                 p.inner.copy_(value)
             return self.repeat_events(events), *self.outputs(msg.get("outputs"))
@@ -305,6 +303,7 @@ class Device:
         self.frame["sampled"] = (f"programs sampled ({'; '.join(dict.fromkeys(sample.notes)) or 'none needed'}): "
                                  f"{compared} of {total} output values compared")
         self.frame["output_valid"] = valid
+        self.frame["inputs_written"] = [written.get(i) for i in range(len(self.placed))]
         return launches, outs, types
 
     def finish_case(self) -> None:
@@ -318,10 +317,9 @@ class Device:
                  "guards_broken": [i for i, p in enumerate(self.placed) if p is not None and not p.intact()],
                  "torch_ops": dict(f["torch_ops"]), "long_calls": self.case.get("long", 0),
                  "long_differs": f.get("long_differs"), "output_valid": f.get("output_valid"),
-                 "sampled": f.get("sampled"), **{f"{k}inputs_written": f.get(f"{k}inputs_written")
-                                                 for k in ("", "repeat_", "refill_")}}
+                 "sampled": f.get("sampled"), "inputs_written": f.get("inputs_written")}
         for key in ("repeat_outputs", "repeat_inputs_after", "refill_outputs", "refill_inputs_after", "output_valid",
-                    "sampled", "inputs_written", "repeat_inputs_written", "refill_inputs_written"):
+                    "sampled", "inputs_written"):
             if frame[key] is None:  # calls the case did not make
                 del frame[key]
         self.send("case_result", **frame)

@@ -218,10 +218,9 @@ WORKER_FRAMES = [
                            "repeat_inputs_after": _TENSORS, "refill_outputs": _TENSORS,
                            "refill_inputs_after": _TENSORS, "clobbered": bool, "guards_broken": [int], "torch_ops": _OPS,
                            "long_calls": Int(0), "long_differs": Either(None, Int(0)), "output_valid": _TENSORS,
-                           "sampled": Text(500), "inputs_written": _TENSORS, "repeat_inputs_written": _TENSORS,
-                           "refill_inputs_written": _TENSORS},
+                           "sampled": Text(500), "inputs_written": _TENSORS},
            optional=("repeat_outputs", "repeat_inputs_after", "refill_outputs", "refill_inputs_after", "output_valid",
-                     "sampled", "inputs_written", "repeat_inputs_written", "refill_inputs_written")),
+                     "sampled", "inputs_written")),
     Schema("compile_error", {"error": Text(ERROR_CHARS)}, keep="first"),
     Schema("case_error", {"index": Either(None, Int(0)), "error": Text(ERROR_CHARS), "compile": bool,
                           "tampered": bool, "refused": bool, "out_of_bounds": bool, "dry": bool,
@@ -368,6 +367,8 @@ def _run_worker(target, source, plan, limits: Limits, device, session: _Session,
             plan.extend(extra)
             yield from map(frame, extra)
 
+    mutates = [i for i, name in enumerate(target.arg_names) if name in target.mutates]  # inputs written in place
+
     def frame(c: case_plan.Case) -> dict:
         d = session.data[c.index] = case_plan.make_data(target, c, salt)
         host = {"index": c.index, "calls": len(_calls(c)) + c.long, "args": [
@@ -375,7 +376,7 @@ def _run_worker(target, source, plan, limits: Limits, device, session: _Session,
             for a in d.args]}
         return {"case": {"index": c.index, "args": list(d.args), "front_guard": c.front_guard,
                          "sequence": _calls(c), "calls": len(_calls(c)) + c.long, "long": c.long, "sample": c.sample,
-                         "mutates": [i for i, name in enumerate(target.arg_names) if name in target.mutates],
+                         "mutates": mutates,
                          "refill_args": list(d.refill_args) if d.refill_args is not None else None, "host": host}}
 
     host = {"source": source, "entry": target.name, "autotune_turn": secrets.randbelow(1 << 16)}

@@ -113,23 +113,23 @@ class Sample:
         if not self.launch_sampled:
             return
         for t in tensors:
-            storage = t.untyped_storage()
-            first, end = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
-            for start, stop, shadow in self.shadows:
-                if start < end and first < stop:
-                    part = shadow[max(first, start) - start:min(end, stop) - start]
-                    part[part == INPUT] = INVALID
+            for part in self._shadows_of(t):
+                part[part == INPUT] = INVALID
 
     def _mark(self, addrs: np.ndarray, width: int, value: int) -> None:
         for start, end, shadow, offs in self._locate(addrs):
             for w in range(width):
                 shadow[np.minimum(offs + w, end - start - 1)] = value
 
-    def _partly_valid(self, t: torch.Tensor) -> bool:
+    def _shadows_of(self, t: torch.Tensor) -> list[np.ndarray]:
+        """The shadow bytes of `t`'s storage (views into each tracked storage it overlaps)."""
         storage = t.untyped_storage()
         first, end = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
-        return any(start < end and first < stop and 0 < np.count_nonzero(shadow) < shadow.size
-                   for start, stop, shadow in self.shadows)
+        return [shadow[max(first, start) - start:min(end, stop) - start]
+                for start, stop, shadow in self.shadows if start < end and first < stop]
+
+    def _partly_valid(self, t: torch.Tensor) -> bool:
+        return any(0 < np.count_nonzero(part) < part.size for part in self._shadows_of(t))
 
     def _invalid_read(self, addrs: np.ndarray, width: int) -> bool:
         for start, end, shadow, offs in self._locate(addrs):
