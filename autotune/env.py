@@ -38,7 +38,7 @@ class Environment:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Environment":
+    def from_dict(cls, d: dict[str, Any]) -> Environment:
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 

@@ -20,7 +20,8 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from autotune import targets
 from autotune.errors import UserError

@@ -13,7 +13,8 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 _SECRETS: set[str] = set()
 

@@ -11,7 +11,8 @@ hotspots.json (or of the ledger), `to_dict()` writes it back with the same keys.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Mapping
+from typing import Any
+from collections.abc import Iterable, Mapping
 
 
 def amdahl_gain(share: float, speedup: float) -> float:

@@ -13,7 +13,8 @@ the prompt cache hit rate.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterable, Mapping
+from typing import Any
+from collections.abc import Iterable, Mapping
 
 from autotune.verify.verdict import Status, is_passed
 
@@ -33,7 +34,7 @@ class Usage:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> "Usage":
+    def from_dict(cls, d: Mapping[str, Any] | None) -> Usage:
         d = d or {}
         return cls(int(d.get("prompt_tokens") or 0), int(d.get("cached_tokens") or 0),
                    bool(d.get("cached_known")), int(d.get("completion_tokens") or 0))
@@ -48,7 +49,7 @@ class Price:
     output_per_mtok: float = 0.0
 
     @classmethod
-    def from_cfg(cls, price: Mapping[str, Any] | None) -> "Price":
+    def from_cfg(cls, price: Mapping[str, Any] | None) -> Price:
         price = price or {}
         keys = ("input_per_mtok", "cached_input_per_mtok", "output_per_mtok")
         return cls(*(float(price.get(k) or 0.0) for k in keys))

@@ -22,7 +22,8 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -57,7 +58,7 @@ class Settings:
     budget_wall_s: float | None
 
     @classmethod
-    def from_cfg(cls, agent: DictConfig) -> "Settings":
+    def from_cfg(cls, agent: DictConfig) -> Settings:
         budget = agent.get("budget") or {}
         candidates = max(int(agent.get("candidates", 1)), 1)
         workers = agent.get("workers") or min(candidates, os.cpu_count() or 1)
@@ -86,7 +87,7 @@ def search_target(target: Target, hotspot: Hotspot | None, cfg: DictConfig, run_
     return state.finish()
 
 
-def _run_all(state: "_Search", n: int, workers: int) -> None:
+def _run_all(state: _Search, n: int, workers: int) -> None:
     """The conversations on a thread pool; the first error (or Ctrl-C) stops the others at their next turn."""
     errors = []
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(min(workers, n), 1))
@@ -134,7 +135,7 @@ def missing_from_trace(cfg: DictConfig, hotspot: Hotspot | None) -> str:
             "called there, so nothing in it measured this op.")
 
 
-def _converse(s: "_Search", index: int) -> None:
+def _converse(s: _Search, index: int) -> None:
     """One candidate's conversation, turn after turn, until it passes or is stopped."""
     convo = prompts.Conversation(s.system, s.task(index))
     for turn in range(1, s.settings.turns + 1):

@@ -15,7 +15,8 @@ import dataclasses
 import functools
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
 
 import jinja2
 from omegaconf import OmegaConf
@@ -171,7 +172,7 @@ def contract_slots(target: Target) -> dict[str, Any]:
             "kinds": list(INPUT_KINDS.items())}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _integer_outputs(name: str) -> bool:
     """Whether the reference returns an integer tensor (a quantizer's), found by running it on its smallest edge
     shape rather than said by hand."""

@@ -44,7 +44,7 @@ class CandidateRecord:
         return d
 
     @classmethod
-    def from_ledger(cls, rec: dict[str, Any], run_dir: Path) -> "CandidateRecord":
+    def from_ledger(cls, rec: dict[str, Any], run_dir: Path) -> CandidateRecord:
         names = {f.name for f in dataclasses.fields(cls)}
         d = {k: v for k, v in rec.items() if k in names}
         d["path"] = Path(run_dir) / d["path"] if d.get("path") else None

@@ -17,12 +17,12 @@ import contextlib
 import os
 import queue
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 from autotune.sandbox import runner as sandbox
 
 _LOCK = threading.Lock()
-_POOLS: dict[tuple[int, tuple[str, ...]], "JudgeSlots"] = {}
+_POOLS: dict[tuple[int, tuple[str, ...]], JudgeSlots] = {}
 
 
 class JudgeSlots:

@@ -19,7 +19,7 @@ import dataclasses
 import gzip
 import time
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 from autotune.engine.launch import Server, auth_headers, http
 from autotune.engine.settings import profiler_config

@@ -27,7 +27,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 from autotune.engine.settings import EngineSettings, profiler_config
 from autotune.errors import UserError

@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from autotune.engine.stats import RequestResult
 from autotune.engine.workload import EngineRequest

@@ -11,7 +11,8 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from omegaconf import DictConfig, OmegaConf
 

@@ -22,7 +22,6 @@ import argparse
 import json
 from pathlib import Path
 
-from omegaconf import DictConfig
 
 from autotune.errors import UserError
 from autotune.export.bundle import HF, VLLM, ExportedPackage, write_package

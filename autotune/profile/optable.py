@@ -30,7 +30,8 @@ import gzip
 import json
 import zlib
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
+from collections.abc import Iterator, Mapping
 
 import pandas as pd
 
@@ -203,7 +204,7 @@ class _Attributed:
     matches: list[Match]  # unfused sequences outside any mapped op
 
     @classmethod
-    def of(cls, trace: Mapping[str, Any], op_map: OpMap) -> "_Attributed":
+    def of(cls, trace: Mapping[str, Any], op_map: OpMap) -> _Attributed:
         events = complete_events(trace)
         host = [e for e in events if e["cat"] in HOST_CATEGORIES]
         parents = _parents(host)

@@ -24,7 +24,8 @@ import json
 import secrets
 import shutil
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
@@ -199,7 +200,7 @@ def _write_json(path: Path, content: Any) -> None:
 
 def _has_pyarrow() -> bool:
     try:
-        import pyarrow  # noqa: F401
+        import pyarrow
     except ImportError:
         return False
     return True

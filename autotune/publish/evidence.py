@@ -93,7 +93,7 @@ def case_rows(verdict: Verdict) -> list[dict[str, Any]]:
     return rows
 
 
-def regression_shapes(request: "ProposalRequest") -> list[ProfiledShape]:
+def regression_shapes(request: ProposalRequest) -> list[ProfiledShape]:
     """The shapes of the generated regression test: the profile's most-called shapes (the checker
     adds its own edge shapes and runs each shape in every dtype). Capped, because on CPU each profile shape
     costs about 1.5 s under the interpreter (measured: 4 shapes x 3 dtypes + edges, 64 cases, 13 s)."""
@@ -107,7 +107,7 @@ def regression_shapes(request: "ProposalRequest") -> list[ProfiledShape]:
     return sorted(found, key=lambda s: -s.calls)[:REGRESSION_SHAPES]
 
 
-def _hotspot(request: "ProposalRequest") -> dict[str, Any] | None:
+def _hotspot(request: ProposalRequest) -> dict[str, Any] | None:
     """The hot spot as the page reads it, its shapes cut to HOTSPOT_ROWS and the rest summed up."""
     if not request.hotspot:
         return None
@@ -158,7 +158,7 @@ def _model_sentence(mc: dict[str, Any] | None) -> str:
     return f"⚠ Greedy tokens DIFFER from the reference model's on {prompts} prompts × {new} new tokens; {diff}.{served}"
 
 
-def _profile_lines(request: "ProposalRequest") -> dict[str, str]:
+def _profile_lines(request: ProposalRequest) -> dict[str, str]:
     hs, v, t = request.hotspot, request.verdict, request.target
     if not hs:
         return {"profile_line": "unknown (no profile)", "gain_line": "unknown (no profile)", "gain_sentence": ""}
@@ -182,14 +182,14 @@ def _headline(v: Verdict) -> str:
     return "correct, speed not measured (no GPU)" if v.status.correct else v.status.value
 
 
-def _lead(request: "ProposalRequest") -> str:
+def _lead(request: ProposalRequest) -> str:
     c = request.candidate
     who = f"the `{c.get('agent') or '?'}` agent" + (f" (model `{c['model']}`)" if c.get("model") else "")
     return (f"A Triton kernel for `{request.target}`, written by {who} in run `{request.run_id}` and judged by the "
             f"checker in an isolated process.")
 
 
-def render(request: "ProposalRequest", *, proposal_id: str, short_id: str, branch: str, base: str, backend: str,
+def render(request: ProposalRequest, *, proposal_id: str, short_id: str, branch: str, base: str, backend: str,
            sha256: str) -> str:
     v = request.verdict
     rows = case_rows(v)
@@ -215,7 +215,7 @@ def render(request: "ProposalRequest", *, proposal_id: str, short_id: str, branc
     return _env().get_template("evidence.md.j2").render(**context)
 
 
-def title(request: "ProposalRequest", proposal_id: str) -> str:
+def title(request: ProposalRequest, proposal_id: str) -> str:
     """The pull request's title, e.g. "rms_norm: Triton kernel rms_norm-1a2b3c, 1.42× faster"."""
     return f"{request.target}: Triton kernel {proposal_id}, {_headline(request.verdict)}"
 
@@ -253,7 +253,7 @@ def parse_metadata(markdown: str) -> dict[str, Any] | None:
     return json.loads(m.group(1)) if m else None
 
 
-def provenance(request: "ProposalRequest", *, proposal_id: str, sha256: str, created_at: str) -> dict[str, Any]:
+def provenance(request: ProposalRequest, *, proposal_id: str, sha256: str, created_at: str) -> dict[str, Any]:
     v = request.verdict
     return {
         "proposal": proposal_id, "target": request.target, "sha256": sha256, "created_at": created_at,
@@ -268,7 +268,7 @@ def provenance(request: "ProposalRequest", *, proposal_id: str, sha256: str, cre
     }
 
 
-def regression_test(request: "ProposalRequest", *, proposal_id: str, short_id: str) -> str:
+def regression_test(request: ProposalRequest, *, proposal_id: str, short_id: str) -> str:
     shapes = [(s.shape, s.dtype, s.calls) for s in regression_shapes(request)]
     dtypes = sorted({c.dtype for c in request.verdict.cases} | {d for _, d, _ in shapes})
     return _env().get_template("regression_test.py.j2").render(

@@ -40,7 +40,7 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def save(repo, proposal: "Proposal") -> None:
+def save(repo, proposal: Proposal) -> None:
     _write_atomic(store_dir(repo) / f"{proposal.id}.json", json.dumps(dataclasses.asdict(proposal), indent=2) + "\n")
 
 
@@ -50,7 +50,7 @@ def save_evidence(repo, proposal_id: str, markdown: str) -> Path:
     return path
 
 
-def load(repo, proposal_id: str) -> "Proposal | None":
+def load(repo, proposal_id: str) -> Proposal | None:
     from autotune.publish.types import Proposal
 
     path = store_dir(repo, create=False) / f"{proposal_id}.json"
@@ -60,7 +60,7 @@ def load(repo, proposal_id: str) -> "Proposal | None":
     return Proposal(**{k: v for k, v in json.loads(path.read_text()).items() if k in fields})
 
 
-def get(repo, proposal_id: str) -> "Proposal":
+def get(repo, proposal_id: str) -> Proposal:
     found = load(repo, proposal_id)
     if found is None:
         known = [p.id for p in all_records(repo)]
@@ -69,7 +69,7 @@ def get(repo, proposal_id: str) -> "Proposal":
     return found
 
 
-def all_records(repo) -> "list[Proposal]":
+def all_records(repo) -> list[Proposal]:
     """Every proposal of this repository, oldest first."""
     records = [load(repo, p.stem) for p in store_dir(repo, create=False).glob("*.json")]
     return sorted((r for r in records if r is not None), key=lambda r: (r.created_at, r.id))

@@ -86,7 +86,7 @@ def md_table(df: pd.DataFrame) -> str:
     if df.empty:
         return "(none)"
     df = _fmt(df.reset_index() if df.index.name is not None else df)
-    cell = lambda v: "-" if v is None or (isinstance(v, float) and v != v) else str(v).replace("|", "\\|")  # noqa: E731
+    cell = lambda v: "-" if v is None or (isinstance(v, float) and v != v) else str(v).replace("|", "\\|")
     head = "| " + " | ".join(map(str, df.columns)) + " |\n|" + " --- |" * len(df.columns)
     return head + "".join("\n| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False))
 

@@ -50,7 +50,7 @@ class Settings:
     limits: Limits  # the checker's, with twice the time and memory: a whole model, not one kernel
 
     @classmethod
-    def from_config(cls, cfg: DictConfig) -> "Settings":
+    def from_config(cls, cfg: DictConfig) -> Settings:
         try:
             prompts, new_tokens, seed = int(cfg.run.check_prompts), int(cfg.run.check_new_tokens), int(cfg.seed)
         except (TypeError, ValueError) as e:

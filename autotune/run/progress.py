@@ -51,7 +51,7 @@ class Progress:
             if console.is_terminal else None
         self._handler = _file_handler(run_dir / "cli.log")
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         log.addHandler(self._handler)
         if self.live:
             self.live.start()

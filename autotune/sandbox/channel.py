@@ -32,7 +32,7 @@ import struct
 import threading
 import time
 import zipfile
-from typing import Callable
+from collections.abc import Callable
 
 from autotune.sandbox.schema import ProtocolError, Schema, bounded, check_frame
 
@@ -64,7 +64,7 @@ def decode(data: bytes, schemas: dict[str, Schema] | None = None) -> dict:
     check_archive(data)
     try:
         obj = torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
-    except Exception as e:  # noqa: BLE001 - whatever torch refuses is a forged frame
+    except Exception as e:
         raise ProtocolError(f"not a weights-only frame ({type(e).__name__}: {str(e)[:200]})") from None
     return check_frame(bounded(obj, max_storage_bytes=len(data)), schemas)
 
@@ -270,7 +270,7 @@ class Reader:
             try:
                 frame = decode(data, self.schemas)
                 self._keep(frame, len(data))
-            except Exception as e:  # noqa: BLE001 - a forged or oversized frame, whatever it raised
+            except Exception as e:
                 self._fail(f"{type(e).__name__}: {str(e)[:200]}")
                 continue
             if not self.stopped and self.on_event is not None:
@@ -278,7 +278,7 @@ class Reader:
             try:
                 if self.progress is not None and self.progress(frame):
                     self.last_step = time.monotonic()
-            except Exception as e:  # noqa: BLE001 - a bug on the parent's side
+            except Exception as e:
                 self.error = self.error or f"the parent failed to handle a frame ({type(e).__name__}: {e})"
 
     def _keep(self, frame: dict, size: int) -> None:

@@ -26,7 +26,7 @@ class Limits:
     dir_mb: int = 256  # the private directory's own filesystem, all files together (where root: a tmpfs)
 
     @classmethod
-    def from_config(cls, node) -> "Limits":
+    def from_config(cls, node) -> Limits:
         """From a `verify` config node (or any mapping with timeout_s, memory_mb and max_file_mb; max_dir_mb and
         total_timeout_s when set)."""
         total = _positive(node, "total_timeout_s", float) if node.get("total_timeout_s") is not None else None
@@ -34,7 +34,7 @@ class Limits:
         return cls(timeout_s=_positive(node, "timeout_s", float), memory_mb=_positive(node, "memory_mb", int),
                    file_mb=_positive(node, "max_file_mb", int), total_timeout_s=total, dir_mb=dir_mb)
 
-    def scaled(self, *, time: float = 1, memory: float = 1) -> "Limits":
+    def scaled(self, *, time: float = 1, memory: float = 1) -> Limits:
         """These limits with the time and memory multiplied (a whole model needs more than one kernel)."""
         total = self.total_timeout_s * time if self.total_timeout_s is not None else None
         return dataclasses.replace(self, timeout_s=self.timeout_s * time, memory_mb=int(self.memory_mb * memory),

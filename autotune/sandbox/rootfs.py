@@ -50,7 +50,7 @@ class MountError(OSError):
 
 
 def _mount(source, target: str, fstype, flags: int, data=None) -> None:
-    enc = lambda s: s.encode() if isinstance(s, str) else s  # noqa: E731
+    enc = lambda s: s.encode() if isinstance(s, str) else s
     if _libc.mount(enc(source), target.encode(), enc(fstype), flags, enc(data)) != 0:
         raise MountError(ctypes.get_errno(), f"mount {source or ''} on {target}: {os.strerror(ctypes.get_errno())}")
 

@@ -39,7 +39,8 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
+from collections.abc import Callable, Iterable
 
 from autotune.sandbox.limits import Limits
 from autotune.sandbox.channel import MAX_FRAME_BYTES, Reader, encode, read_frame, write_all
@@ -216,7 +217,7 @@ def _send_and_close(fd: int, settings: dict, payload, host, stream, failure: lis
             write_all(fd, encode(frame))
     except BrokenPipeError:  # the child died before reading its payload; its exit status says why
         pass
-    except BaseException as e:  # noqa: BLE001 - re-raised by run_isolated in the calling thread
+    except BaseException as e:
         failure.append(e)
     finally:
         os.close(fd)
@@ -380,7 +381,7 @@ def _confine(settings: dict, processes: str) -> dict:
 def _run_handler(handler: Callable[..., dict], args: tuple, send: Callable[..., None]) -> None:
     try:
         result = handler(*args)
-    except BaseException as e:  # noqa: BLE001 - everything the handler raises is reported, then we exit
+    except BaseException as e:
         send("error", error=trim_traceback(e))
         os._exit(1)
     send("result", payload=result)

@@ -38,7 +38,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 SECTIONS = ("roofline", "profile", "verify", "run", "protocol")
 

@@ -59,7 +59,7 @@ def _roofline(d: dict) -> list[str]:
 def _profile(d: dict) -> list[str]:
     if "error" in d:
         return [f"error: {d['error']}"]
-    lat = lambda k, p: _num(d[k].get(p), ".2f")  # noqa: E731
+    lat = lambda k, p: _num(d[k].get(p), ".2f")
     lines = [f"model {d['model']}, {d['requests']} requests: TTFT p50/p95 {lat('ttft_ms', 'p50')}/"
              f"{lat('ttft_ms', 'p95')} ms, TPOT p50/p95 {lat('tpot_ms', 'p50')}/{lat('tpot_ms', 'p95')} ms, "
              f"{d['output_tokens_per_s']:.0f} output tokens/s (under the profiler)", ""]

@@ -91,7 +91,7 @@ class Batch:
     chunk_max_len: int
 
     @classmethod
-    def build(cls, segments: list[Segment], cache: KVCache, vocab_size: int, device) -> "Batch":
+    def build(cls, segments: list[Segment], cache: KVCache, vocab_size: int, device) -> Batch:
         check_segments(segments, cache, vocab_size)
         tokens, positions, slots, last = [], [], [], []
         singles, chunks = [], []

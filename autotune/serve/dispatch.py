@@ -12,7 +12,7 @@ exact, not guessed from aten children. By default each op runs the target's PyTo
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 

@@ -19,7 +19,7 @@ import collections
 import dataclasses
 import heapq
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from autotune.errors import UserError
 from autotune.serve.attention import Segment

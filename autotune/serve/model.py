@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 import torch
 import torch.nn.functional as F
@@ -89,7 +90,7 @@ class ModelConfig:
         moe.check(self)
 
     @classmethod
-    def from_cfg(cls, model_cfg, **overrides) -> "ModelConfig":
+    def from_cfg(cls, model_cfg, **overrides) -> ModelConfig:
         """From a `cfg.model` node (a preset in autotune/conf/model/); `overrides` replace fields (checkpoint dims)."""
         fields = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in dict(model_cfg).items() if k in fields}

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 import torch
 
@@ -54,7 +55,7 @@ class MoeSpec:
             raise UserError(f"model.moe.top_k={self.top_k} exceeds model.moe.num_experts={self.num_experts}")
 
     @classmethod
-    def from_cfg(cls, node: Mapping[str, Any]) -> "MoeSpec":
+    def from_cfg(cls, node: Mapping[str, Any]) -> MoeSpec:
         fields = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(node) - fields)
         if unknown:

@@ -34,7 +34,7 @@ from autotune.targets.int8_linear import quantize
 __all__ = ["MODES", "PROJECTIONS", "QuantMode", "mode", "per_token_int8", "register", "w8a8_linear"]
 
 PROJECTIONS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
-MODES: dict[str, "QuantMode"] = {}
+MODES: dict[str, QuantMode] = {}
 
 
 class QuantMode:

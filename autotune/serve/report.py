@@ -9,7 +9,8 @@ after the first: (finish - first token) / (output tokens - 1).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -24,7 +25,7 @@ class Latency:
     mean: float | None
 
     @classmethod
-    def of(cls, values_ms: Sequence[float]) -> "Latency":
+    def of(cls, values_ms: Sequence[float]) -> Latency:
         if len(values_ms) == 0:
             return cls(None, None, None, None)
         p50, p95, p99 = np.percentile(np.asarray(values_ms, dtype=float), [50, 95, 99])
@@ -71,7 +72,7 @@ class ServeReport:
     requests: tuple[RequestStats, ...]
 
     @classmethod
-    def from_requests(cls, stats: Sequence[RequestStats], wall_s: float, steps: int) -> "ServeReport":
+    def from_requests(cls, stats: Sequence[RequestStats], wall_s: float, steps: int) -> ServeReport:
         stats = tuple(sorted(stats, key=lambda r: r.request_id))
         output_tokens = sum(r.output_tokens for r in stats)
         return cls(
@@ -91,7 +92,7 @@ class ServeReport:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ServeReport":
+    def from_dict(cls, d: dict[str, Any]) -> ServeReport:
         fields = dict(d)
         for key in ("ttft_ms", "tpot_ms", "e2e_ms"):
             fields[key] = Latency(**fields[key])

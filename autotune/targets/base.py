@@ -14,7 +14,7 @@ import inspect
 import math
 import random
 from pathlib import Path
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import torch
 
@@ -365,7 +365,7 @@ def rows_and_width(shape: Shape) -> tuple[int, int]:
     return numel(shape[:-1]), shape[-1]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def primes(lo: int, hi: int) -> list[int]:
     return [n for n in range(max(lo, 2), hi) if all(n % p for p in range(2, int(n ** 0.5) + 1))]
 

@@ -242,7 +242,7 @@ def _sampled(frame: dict, data: CaseData) -> tuple[dict, CaseData]:
             and o.dtype == r.dtype for o, m, r in zip(outs, masks, data.reference)):
         return frame, data
     masks = [m.bool() for m in masks]
-    cut = lambda ts: tuple(t[m] for t, m in zip(ts, masks))  # noqa: E731
+    cut = lambda ts: tuple(t[m] for t, m in zip(ts, masks))
     frame = {**frame, "outputs": list(cut(outs)), "output_strides": None}
     return frame, dataclasses.replace(data, reference=cut(data.reference), golden=cut(data.golden))
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import os
 import secrets
 from pathlib import Path
 
@@ -73,7 +72,7 @@ class Buffer:
     born: tuple  # ("input", case) or ("call", case, call)
 
     @classmethod
-    def fresh(cls, nbytes: int, dtype: torch.dtype, born: tuple) -> "Buffer":
+    def fresh(cls, nbytes: int, dtype: torch.dtype, born: tuple) -> Buffer:
         raw = torch.empty(nbytes + ALIGNMENT, dtype=torch.uint8)
         shift = (-raw.data_ptr()) % ALIGNMENT
         buf = cls(raw, shift, nbytes, born)
@@ -584,7 +583,7 @@ def work(payload: dict, send, links) -> dict:
     except (KernelSourceError, SyntaxError) as e:
         send("policy_error", error=f"{e}")
         return {"cases_run": 0}
-    except Exception as e:  # noqa: BLE001 - the source does not build: the candidate's compile error
+    except Exception as e:
         send("compile_error", error=trim_traceback(e))
         return {"cases_run": 0}
     device = Device(kernels, send, on_gpu)
@@ -638,7 +637,7 @@ def follow(device: Device, host_fd: int, send) -> str:
         except Refused as e:
             send("case_error", index=device.case["index"] if device.case else None, refused=True, error=str(e))
             return "stop"
-        except BaseException as e:  # noqa: BLE001 - a launch that failed: the candidate's kernel error
+        except BaseException as e:
             send("case_error", index=device.case["index"] if device.case else None, compile=_is_compile_error(e),
                  out_of_bounds=caused_by(e, bounds.OutOfBounds), race=race_in(e),
                  error=trim_traceback(e, keep_files=("kernels.py",)))

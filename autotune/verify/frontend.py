@@ -25,7 +25,6 @@ from pathlib import Path
 
 import triton
 from triton._C.libtriton import ir
-from triton.compiler import code_generator  # noqa: F401 - imported now, not at the first compile (see worker)
 from triton.backends.compiler import GPUTarget
 from triton.compiler.compiler import ASTSource, make_backend
 from triton.language import core as tl_core
@@ -56,7 +55,7 @@ class FrontEnd:
         (workdir / f"{MODULE_NAME}.py").write_text(source)
 
     @classmethod
-    def load(cls, workdir: Path) -> "FrontEnd":
+    def load(cls, workdir: Path) -> FrontEnd:
         """Import the candidate again with the interpreter off, so that @triton.jit makes JITFunctions."""
         path = workdir / f"{MODULE_NAME}.py"
         interpret = triton.knobs.runtime.interpret
@@ -76,7 +75,7 @@ class FrontEnd:
             self._compile(name, args, kwargs)
         except CompilationError:
             raise
-        except Exception as e:  # noqa: BLE001 - whatever the front end raises is its rejection of the kernel
+        except Exception as e:
             # Triton's message puts the source excerpt first and the reason last; the verdict shows the last line
             detail = str(e).strip() or type(e).__name__
             raise CompilationError(f"{detail}\nTriton's compiler (front end, {TARGET.backend} sm_{TARGET.arch}) "

@@ -131,7 +131,7 @@ def _fp32_product(a: np.ndarray, b: np.ndarray, precision) -> np.ndarray:
     """a @ b of fp32 operands at the declared input precision (before the accumulator is added)."""
     if precision == _P.IEEE:
         return np.matmul(a, b)
-    tf32_dot = lambda x, y: np.matmul(tf32_truncated(x), tf32_truncated(y))  # noqa: E731
+    tf32_dot = lambda x, y: np.matmul(tf32_truncated(x), tf32_truncated(y))
     if precision == _P.TF32:
         return tf32_dot(a, b)
     if precision == _P.TF32x3:

@@ -271,7 +271,7 @@ def work(payload: dict, send, receive_fd: int) -> dict:
     candidate_file = str(workdir / f"{MODULE_NAME}.py")
     try:
         module, fn = load(payload["source"], payload["entry"], workdir, import_ops)
-    except BaseException as e:  # noqa: BLE001 - whatever the import raises is the candidate's compile error
+    except BaseException as e:
         with guard.trusted():  # formatting a traceback reads its frames
             send("compile_error", error=trim_traceback(e, keep_files=(candidate_file,)))
         return {"cases_run": 0}
@@ -286,7 +286,7 @@ def work(payload: dict, send, receive_fd: int) -> dict:
             t._autotune_turn = getattr(t, "_autotune_turn", payload.get("autotune_turn", 0)) + 1
         try:
             _run_case(fn, case, module, globals_before, send)
-        except BaseException as e:  # noqa: BLE001 - a failing call is the candidate's runtime error
+        except BaseException as e:
             with guard.trusted():
                 send("case_error", index=case["index"], dry=bool(case.get("dry")), tampered=isinstance(e, Tampered),
                      error=trim_traceback(e, keep_files=(candidate_file,)))

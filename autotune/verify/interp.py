@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import secrets
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from triton.runtime import interpreter

@@ -47,7 +47,7 @@ class _Done(Exception):
     """Raised by the grid loop's next set_grid_idx once the sample has run: the launch ends there."""
 
 
-_active: list["Sample"] = []
+_active: list[Sample] = []
 
 
 class Sample:
@@ -61,7 +61,7 @@ class Sample:
         self.left = 0  # programs still to run in the launch under way
         self.notes: list[str] = []
 
-    def __enter__(self) -> "Sample":
+    def __enter__(self) -> Sample:
         _install()
         _active.append(self)
         return self

@@ -74,7 +74,7 @@ class Status(str, enum.Enum):
         return self in (Status.COMPILE_ERROR, Status.RUNTIME_ERROR, Status.TIMEOUT)
 
     @classmethod
-    def parse(cls, value: object) -> "Status | None":
+    def parse(cls, value: object) -> Status | None:
         """The Status a ledger's text names, or None for anything else ("no_code", a missing field)."""
         try:
             return cls(value)
@@ -82,15 +82,15 @@ class Status(str, enum.Enum):
             return None
 
     @classmethod
-    def correct_set(cls) -> frozenset["Status"]:
+    def correct_set(cls) -> frozenset[Status]:
         return frozenset(s for s in cls if s.correct)
 
     @classmethod
-    def passed_set(cls) -> frozenset["Status"]:
+    def passed_set(cls) -> frozenset[Status]:
         return frozenset(s for s in cls if s.passed)
 
     @classmethod
-    def timed_set(cls) -> frozenset["Status"]:
+    def timed_set(cls) -> frozenset[Status]:
         return frozenset(s for s in cls if s.timed)
 
     def __str__(self) -> str:  # the value in f-strings and tables, on every Python version
@@ -189,7 +189,7 @@ class Verdict:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Verdict":
+    def from_dict(cls, d: dict[str, Any]) -> Verdict:
         d = dict(d)
         d["status"] = Status(d["status"])
         d["cases"] = [CaseResult(**c) for c in d.get("cases", [])]

@@ -101,7 +101,7 @@ class Placement:
     front: bool  # and one in front of them, unless the case wants storage offset 0
 
     @classmethod
-    def of(cls, t: torch.Tensor, front: bool) -> "Placement":
+    def of(cls, t: torch.Tensor, front: bool) -> Placement:
         return cls(tuple(t.shape), tuple(t.stride()), t.storage_offset(),
                    t.untyped_storage().nbytes() // t.element_size(), str(t.dtype).removeprefix("torch."),
                    t.is_floating_point(), front)
@@ -111,7 +111,7 @@ class Placement:
                 self.front]
 
     @classmethod
-    def from_wire(cls, value) -> "Placement":
+    def from_wire(cls, value) -> Placement:
         shape, stride, offset, extent, dtype, guarded, front = value
         return cls(tuple(shape), tuple(stride), offset, extent, dtype, guarded, front)
 

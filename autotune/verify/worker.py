@@ -18,9 +18,9 @@ from __future__ import annotations
 import triton
 # What Triton imports lazily on a kernel's first launch (measured: 0.5 s), imported before any audit hook is
 # armed: the gluon import runs typing.TypeVar, which reads its caller's frame, which the hook denies.
-import triton.compiler.code_generator  # noqa: F401
-import triton.experimental.gluon._runtime  # noqa: F401
-import triton.language.extra.libdevice  # noqa: F401
+import triton.compiler.code_generator
+import triton.experimental.gluon._runtime
+import triton.language.extra.libdevice
 
 from autotune.sandbox.runner import child_main
 from autotune.verify import device, fastpatch, host, interp, wire
