@@ -1,7 +1,7 @@
 """The `autotune` command: `autotune <command> [arguments] [key=value ...]`.
 
 Each command's entry is `main(argv)` in `autotune/<package>/command.py` (PACKAGE below); it reads the Hydra config
-in autotune/conf/ with the overrides given; `run` goes through `hydra.main` so that sweeps (`autotune run -m
+in conf/ with the overrides given; `run` goes through `hydra.main` so that sweeps (`autotune run -m
 agent.turns=1,3`) and launchers work.
 """
 
@@ -104,7 +104,7 @@ def top_help() -> str:
         commands:
         {cmds}
 
-        Settings live in autotune/conf/ (Hydra). Override any key with key=value, swap a preset with group=name:
+        Settings live in conf/ (Hydra). Override any key with key=value, swap a preset with group=name:
         {groups}
 
         Examples:

@@ -1,5 +1,9 @@
-"""Loading the Hydra configuration in `autotune/conf/` (package data: a wheel install has it) with one-line errors
-for bad overrides.
+"""Where the configuration (`conf/`) and the prompt templates (`prompts/`) are, and loading the Hydra configuration
+with one-line errors for bad overrides.
+
+`conf/` and `prompts/` sit at the top of the repository, beside `autotune/`, as their one source; a wheel ships them
+inside the package (as `autotune/conf/` and `autotune/prompts/`: the mapping is in setup.py). `CONF_DIR` and
+`PROMPTS_DIR` find either, so a checkout, an editable install and a wheel install read the same files.
 
 `compose(overrides)` is what every command uses; `autotune run` hands the same overrides to
 `hydra.main` afterwards so that sweeps (`-m`) and launchers work, but it validates them here first.
@@ -14,7 +18,17 @@ from omegaconf import DictConfig, OmegaConf
 
 from autotune.errors import UserError
 
-CONF_DIR = Path(__file__).resolve().parent / "conf"  # inside the package, so that a wheel install has it
+
+def _data_dir(name: str) -> Path:
+    """`autotune/<name>/` in a wheel install, else `<name>/` beside the package (a checkout or an editable install).
+    Inside first: beside an installed package is site-packages, where another distribution may have put a `conf/`."""
+    package = Path(__file__).resolve().parent
+    inside = package / name
+    return inside if inside.is_dir() else package.parent / name
+
+
+CONF_DIR = _data_dir("conf")
+PROMPTS_DIR = _data_dir("prompts")
 
 # `${first:a,b}`: a unless it is null or empty, else b (e.g. the run dir: the resumed one, else a new one).
 if not OmegaConf.has_resolver("first"):
@@ -32,7 +46,7 @@ def groups() -> dict[str, list[str]]:
     """Config groups and their presets, e.g. {"model": ["llama3_8b", "tiny"], ...}."""
     found = {}
     for d in sorted(p for p in conf_dir().iterdir() if p.is_dir()):
-        if d.name == "hydra":  # Hydra's own groups: autotune/conf/hydra/launcher/ holds the sweep launchers
+        if d.name == "hydra":  # Hydra's own groups: conf/hydra/launcher/ holds the sweep launchers
             found.update({f"hydra/{s.name}": sorted(f.stem for f in s.glob("*.yaml")) for s in sorted(d.iterdir())
                           if s.is_dir()})
         else:

@@ -6,8 +6,8 @@
     summarize(ledger.read())   # tokens and dollars per kernel, failed share, prompt cache hit rate
 
 `agent=openai` talks to any OpenAI-compatible endpoint, `agent=replay` answers from a recorded
-transcript, `agent=search` writes candidates from templates without an LLM (autotune/conf/agent/). The loop
-is in loop.py, messages in prompts.py and autotune/prompts/, clients and the transcript in clients.py, code
+transcript, `agent=search` writes candidates from templates without an LLM (conf/agent/). The loop
+is in loop.py, messages in prompts.py and prompts/, clients and the transcript in clients.py, code
 extraction in extract.py, accounting in accounting.py, the records in records.py.
 """
 

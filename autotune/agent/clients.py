@@ -357,7 +357,7 @@ class ReplayClient:
         return ex
 
 
-_WHY_DIFFERENT = {0: ("the system prompt", "another version of autotune/prompts/"),
+_WHY_DIFFERENT = {0: ("the system prompt", "another version of prompts/"),
                   1: ("the task", "another profile, so pass the recorded run's trace=..., or other targets, "
                                   "candidates or incumbent")}
 _TO_DO = "replay needs the recorded run's profile, prompts, config and checker"

@@ -1,4 +1,4 @@
-"""Rendering the agent's messages from the Jinja2 templates in `autotune/prompts/`.
+"""Rendering the agent's messages from the Jinja2 templates in `prompts/` (found by `autotune.config.PROMPTS_DIR`).
 
 A conversation is `[system, task, reply_1, feedback_1, reply_2, ...]`. The system message is the same
 for every target and turn, the task message is rendered once per candidate, and each turn only appends,
@@ -21,6 +21,7 @@ from collections.abc import Iterable
 import jinja2
 from omegaconf import OmegaConf
 
+from autotune.config import PROMPTS_DIR
 from autotune.targets.base import FIRST_DIRECTION, INPUT_KINDS, LAYOUTS, Target, dtype_name, numel, parse_dtype
 from autotune.text import pct, size, us
 from autotune.verify.verdict import Status, Verdict
@@ -28,7 +29,6 @@ from autotune.verify.verdict import Status, Verdict
 if TYPE_CHECKING:
     from autotune.records import Hotspot
 
-PROMPTS_DIR = Path(__file__).resolve().parents[1] / "prompts"  # autotune/prompts/, package data
 EXAMPLE_TARGET = "rms_norm"  # whose correct example kernel (Target.example) the system message shows
 ASSUMED_GPU = "H100 SXM"  # whose bandwidth the floors assume when there is no GPU to look up
 STDERR_LINES = 30  # the end of a traceback that the model sees; more is noise at ~10 tokens a line
@@ -189,7 +189,7 @@ def _integer_outputs(name: str) -> bool:
 
 
 def advice(target: Target, roofline: Roofline) -> str:
-    """What makes a kernel for this target fast: its class's advice (autotune/prompts/advice/<class>.md.j2), then
+    """What makes a kernel for this target fast: its class's advice (prompts/advice/<class>.md.j2), then
     the op's own (Target.advice)."""
     text = render(f"advice/{target.op_class.value}.md.j2", target=target, roofline=_roofline_slots(roofline))
     return text + "".join(f"- {line.strip()}\n" for line in target.advice)

@@ -35,7 +35,7 @@ Outputs, in `<profile.out_dir>/<run>/` (default traces/, run = e.g. 20261130-043
   server.log      engine.launch=true: the server's output
 A run folder appears only when complete; a failed or interrupted profile leaves none.
 
-Main settings (autotune/conf/profile/default.yaml; override as key=value):
+Main settings (conf/profile/default.yaml; override as key=value):
   profile.out_dir=traces  profile.warmup_requests=2  profile.assumed_speedup=2.0  profile.top=10
   profile.with_stack=false  profile.nsight=false  profile.nsight_top=3  device=auto|cpu|cuda
   profile.target_map_file=PATH

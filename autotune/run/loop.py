@@ -17,7 +17,7 @@ Targets are worked on side by side; candidates are judged at most verify.workers
 (autotune/agent/slots.py). Overnight runs die: a run that fails records why, keeps everything judged so
 far and prints `autotune run resume=<run dir>`, which continues it with its saved configuration,
 repeating no finished candidate and no LLM call. `autotune run -m key=a,b` sweeps (Hydra multirun;
-launchers in autotune/conf/hydra/launcher/, the jobs' fates in autotune/run/sweep.py).
+launchers in conf/hydra/launcher/, the jobs' fates in autotune/run/sweep.py).
 """
 
 from __future__ import annotations

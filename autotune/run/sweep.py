@@ -1,14 +1,14 @@
 """What became of each job of a sweep (`autotune run -m ...`), and how to resume the ones that died.
 
 A sweep's jobs run wherever the launcher puts them (`hydra/launcher=local|slurm|slurm_local|ray_local`,
-autotune/conf/hydra/launcher/). A job that dies (an endpoint down, killed by the scheduler, a full disk) leaves
+conf/hydra/launcher/). A job that dies (an endpoint down, killed by the scheduler, a full disk) leaves
 its run directory as it was: the ledger is append-only and fsynced per record. Its folder has a
 config.yaml but no summary.json, which is what `jobs` looks for, so the verdict does not depend on the
 dead job having said anything. The other jobs go on (`autotune.run.main` returns a failure code instead
 of raising, so Hydra's sweeper does not stop at it), and at the end the sweep prints one line per job
 and `autotune run resume=<dir>` for each one that did not finish.
 
-`SweepStart` is a Hydra callback (autotune/conf/config.yaml, hydra.callbacks) that remembers the sweep directory
+`SweepStart` is a Hydra callback (conf/config.yaml, hydra.callbacks) that remembers the sweep directory
 in the process that launches the jobs, whichever launcher runs them.
 """
 

@@ -50,7 +50,7 @@ def _positive(node, key: str, kind):
     try:
         number = kind(value)
     except (TypeError, ValueError):
-        raise UserError(f"verify.{key} must be a positive number, not {value!r} (set it in autotune/conf/verify/)") from None
+        raise UserError(f"verify.{key} must be a positive number, not {value!r} (set it in conf/verify/)") from None
     if not number > 0:
-        raise UserError(f"verify.{key} must be a positive number, not {value!r} (set it in autotune/conf/verify/)")
+        raise UserError(f"verify.{key} must be a positive number, not {value!r} (set it in conf/verify/)")
     return number

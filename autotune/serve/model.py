@@ -91,7 +91,7 @@ class ModelConfig:
 
     @classmethod
     def from_cfg(cls, model_cfg, **overrides) -> ModelConfig:
-        """From a `cfg.model` node (a preset in autotune/conf/model/); `overrides` replace fields (checkpoint dims)."""
+        """From a `cfg.model` node (a preset in conf/model/); `overrides` replace fields (checkpoint dims)."""
         fields = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in dict(model_cfg).items() if k in fields}
         values.setdefault("name", "custom")
@@ -101,7 +101,7 @@ class ModelConfig:
         missing = sorted(fields - set(values) - {"init_seed", "rope_scaling", "family", "attention_windows", "quant",
                                                  "moe"})
         if missing:
-            raise UserError(f"the model config lacks {', '.join(missing)} (start from a preset in autotune/conf/model/)")
+            raise UserError(f"the model config lacks {', '.join(missing)} (start from a preset in conf/model/)")
         if not isinstance(values["dtype"], torch.dtype):
             try:
                 values["dtype"] = parse_dtype(str(values["dtype"]))

@@ -1,4 +1,4 @@
-"""The workload: the stream of requests the served model answers, from `cfg.workload` (autotune/conf/workload/).
+"""The workload: the stream of requests the served model answers, from `cfg.workload` (conf/workload/).
 
 Either sampled — `num_requests`; `prompt_len` and `output_len` each `{dist: fixed, value}`,
 `{dist: uniform, low, high}` (inclusive) or `{dist: lognormal, median, sigma, max}`; `arrival`

@@ -26,7 +26,7 @@ EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
 
 class OpClass(str, enum.Enum):
     """What bounds an ideal kernel's time: the bytes it must move, the FLOPs it must do, or both in turn.
-    It picks the prompt's advice (autotune/prompts/advice/<class>.md) and names the roofline floor that applies."""
+    It picks the prompt's advice (prompts/advice/<class>.md) and names the roofline floor that applies."""
 
     MEMORY_BOUND = "memory-bound"
     COMPUTE_BOUND = "compute-bound"
@@ -136,7 +136,7 @@ class Target:
     # a profiler "Input Dims" list -> this target's case shape; every target so far: its first input's shape
     shape_from_dims: Callable[[list], Shape] = lambda dims: tuple(dims[0])
     op_class: OpClass = OpClass.MEMORY_BOUND
-    # what makes a kernel for this op fast, beyond its class's advice (autotune/prompts/advice/<class>.md.j2):
+    # what makes a kernel for this op fast, beyond its class's advice (prompts/advice/<class>.md.j2):
     # one line per bullet of the prompt (the row reductions share ROW_REDUCTION_ADVICE)
     advice: tuple[str, ...] = ()
     # designs candidate 2, 3, ... of a search explore (candidate 1 writes the kernel it expects to be fastest);
@@ -170,9 +170,9 @@ class Target:
     mutates: tuple[str, ...] = ()  # arguments the op writes in place (vLLM style); every other input is read-only
     # argument name -> values the cases take in turn (instead of what make_inputs chose), e.g. eps
     scalar_values: Mapping[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
-    # argument name -> autotune/conf/model/*.yaml key whose value in every preset joins scalar_values
+    # argument name -> conf/model/*.yaml key whose value in every preset joins scalar_values
     scalar_from_model: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    # a model preset's dims (autotune/conf/model/*.yaml as a dict) and a row count -> the shapes its layers pass here
+    # a model preset's dims (conf/model/*.yaml as a dict) and a row count -> the shapes its layers pass here
     model_shapes: Callable[[Mapping, int], tuple[Shape, ...]] | None = None
     # shapes drawn per run (odd and prime widths, just above a power of two, row counts not a multiple of 32)
     random_shapes: Callable[[random.Random], tuple[Shape, ...]] | None = None

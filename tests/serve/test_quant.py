@@ -75,7 +75,7 @@ def test_w8a8_model_tracks_the_float_model(tiny, w8a8_model):
 
 
 def test_every_preset_takes_every_quant_mode():
-    """model.quant is one setting of the config (autotune/conf/config.yaml), not a key each preset must carry:
+    """model.quant is one setting of the config (conf/config.yaml), not a key each preset must carry:
     `model=qwen3_0_6b model.quant=int8` was an unknown setting before."""
     modes = list(quant.MODES)
     for i, preset in enumerate(groups()["model"]):

@@ -121,7 +121,7 @@ def test_prompt_section_renders_with_the_class_advice_and_the_floor(name):
     t = targets.get(name)
     text = prompts.task_message(t, None, prompts.Roofline(3350.0, "test figures", 989.0), index=0, candidates=1)
     assert t.signature in text and t.summary in text
-    assert f"`{name}` is {t.op_class.value}" in text  # autotune/prompts/advice/<class>.md.j2
+    assert f"`{name}` is {t.op_class.value}" in text  # prompts/advice/<class>.md.j2
     assert "3,350 GB/s" in text and "989 TFLOP/s" in text
     assert f"[{t.label_shape(t.edge_shapes[0])}]" in text  # every dim named
     assert all(f"- {line.strip()}" in text for line in t.advice)  # the op's own advice, after its class's
