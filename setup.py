@@ -4,6 +4,6 @@ listed in pyproject.toml's package-data). Everything else is in pyproject.toml."
 
 from setuptools import find_packages, setup
 
-DATA = {"autotune.conf": "conf", "autotune.prompts": "prompts"}  # package -> top-level folder (autotune.config finds both)
+DATA = {"autotune.conf": "conf", "autotune.prompts": "prompts"}  # package -> its top-level folder
 
 setup(packages=[*find_packages(include=["autotune", "autotune.*"]), *DATA], package_dir=DATA)

@@ -42,11 +42,13 @@ EXAMPLES = {
     "run": ["autotune run", "autotune run agent=openai agent.base_url=http://127.0.0.1:8000/v1 agent.model=qwen "
             "agent.turns=3 agent.candidates=2 targets=[rms_norm]", "autotune run resume=runs/2026-11-30/21-04-11",
             "autotune run -m agent.turns=1,3 targets=[rms_norm],[silu_and_mul]"],
-    "review": ["autotune review list", "autotune review show rms_norm-1a2b3c", "autotune review approve rms_norm-1a2b3c",
+    "review": ["autotune review list", "autotune review show rms_norm-1a2b3c",
+               "autotune review approve rms_norm-1a2b3c",
                "autotune review reject rms_norm-1a2b3c --reason \"slower than torch.compile at 8192 rows\""],
     "report": ["autotune report multirun/2026-11-30/21-00-00", "autotune report runs/2026-11-30/* --out report"],
     "regress": ["autotune regress", "autotune regress --margin 0.03 --out regress.md kernels.dir=kernels"],
-    "export": ["autotune export vllm --out dist/vllm-plugin", "autotune export hf", "autotune export vllm kernels.dir=PATH"],
+    "export": ["autotune export vllm --out dist/vllm-plugin", "autotune export hf",
+               "autotune export vllm kernels.dir=PATH"],
     "bench": ["autotune bench engine=vllm engine.launch=true engine.model=PATH engine.python=PATH "
               "+bench.b.plugin=dist/vllm-plugin bench.margin=0.05",
               "autotune bench engine=vllm +bench.a.url=http://127.0.0.1:8000 +bench.b.url=http://127.0.0.1:8001"],

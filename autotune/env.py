@@ -58,7 +58,7 @@ def _version(module: str) -> str | None:
         from importlib.metadata import version
 
         return version(module)
-    except Exception:
+    except Exception:  # noqa: BLE001 (a probe: unknown rather than failing the record)
         return None
 
 
@@ -70,7 +70,7 @@ def _gpu() -> tuple[str | None, str | None, int]:
         if not torch.cuda.is_available():
             return None, None, 0
         return torch.cuda.get_device_name(0), torch.version.cuda, torch.cuda.device_count()
-    except Exception:
+    except Exception:  # noqa: BLE001 (a probe: a broken CUDA install reads as no GPU)
         return None, None, 0
 
 
@@ -84,7 +84,7 @@ def _driver() -> str | None:
             return v.decode() if isinstance(v, bytes) else v
         finally:
             pynvml.nvmlShutdown()
-    except Exception:
+    except Exception:  # noqa: BLE001 (a probe: no driver library, no GPU, an old driver)
         return None
 
 
@@ -94,7 +94,7 @@ def _commit() -> tuple[str | None, bool | None]:
 
         repo = git.Repo(Path(__file__).resolve().parent, search_parent_directories=True)
         return repo.head.commit.hexsha, repo.is_dirty(untracked_files=False)
-    except Exception:
+    except Exception:  # noqa: BLE001 (a probe: not a git checkout, no git, a detached or empty repository)
         return None, None
 
 
@@ -121,9 +121,9 @@ def collect(labels: dict[str, Any] | None = None) -> Environment:
 
 def resolve_device(requested: str = "auto") -> str:
     """'cuda' or 'cpu' for a config value of auto|cpu|cuda; asking for cuda without a GPU is a UserError."""
-    from autotune.errors import UserError
-
     import torch
+
+    from autotune.errors import UserError
 
     if requested == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"

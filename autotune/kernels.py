@@ -19,14 +19,13 @@ import importlib.util
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 from autotune import targets
 from autotune.errors import UserError
 from autotune.verify.verdict import Status, is_passed
-
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,7 +108,7 @@ def merged(kernels_dir: str | os.PathLike) -> dict[str, list[MergedKernel]]:
 
 def best(kernels_dir: str | os.PathLike, target: str) -> MergedKernel | None:
     """The kernel the served model should use for `target`, among those judged correct; None if none."""
-    return next((k for k in merged(kernels_dir).get(target, []) if is_passed(k.status)), None)  # what a served model may use
+    return next((k for k in merged(kernels_dir).get(target, []) if is_passed(k.status)), None)
 
 
 def interpreter_on() -> None:
@@ -154,7 +153,7 @@ def load(kernel: MergedKernel) -> Callable:
     sys.modules[name] = module  # triton reads the kernel's source through its module
     try:
         spec.loader.exec_module(module)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 (whatever the kernel's module raises: a UserError naming it)
         del sys.modules[name]
         raise UserError(f"merged kernel {kernel.source_path} failed to import: {type(e).__name__}: {e} "
                         f"(run `autotune verify {kernel.target} {kernel.source_path}` to see why)") from None

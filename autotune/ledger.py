@@ -12,9 +12,9 @@ import datetime as dt
 import json
 import os
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterable
 
 _SECRETS: set[str] = set()
 

@@ -11,8 +11,8 @@ hotspots.json (or of the ledger), `to_dict()` writes it back with the same keys.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 
 def amdahl_gain(share: float, speedup: float) -> float:

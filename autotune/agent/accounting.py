@@ -13,8 +13,8 @@ the prompt cache hit rate.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from autotune.verify.verdict import Status, is_passed
 

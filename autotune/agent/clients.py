@@ -237,7 +237,7 @@ class OpenAIClient:
         start = time.monotonic()
         try:
             text, finish, usage = self._stream(messages) if self.stream else self._once(messages)
-        except Exception as e:  # openai's errors are turned into one line that says what to do
+        except Exception as e:  # noqa: BLE001 (openai's errors are turned into one line that says what to do)
             raise self._explain(e) from None
         ex = Exchange(text=text, usage=usage, cost_usd=self.price.cost_usd(usage), latency_s=time.monotonic() - start,
                       request_sha256=sha, model=self.model, source="live", finish_reason=finish)
@@ -305,7 +305,7 @@ def _display_url(url: str) -> str:
 def _body(response) -> str:
     try:
         text = response.text
-    except Exception:
+    except Exception:  # noqa: BLE001 (any failure to read the body: the message says empty)
         text = ""
     return _one_line(text) or "(empty body)"
 

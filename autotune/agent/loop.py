@@ -21,9 +21,9 @@ import hashlib
 import os
 import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from collections.abc import Callable, Iterable
 
 from omegaconf import DictConfig, OmegaConf
 

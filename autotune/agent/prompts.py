@@ -14,9 +14,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from collections.abc import Iterable
 
 import jinja2
 from omegaconf import OmegaConf

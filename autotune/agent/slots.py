@@ -51,7 +51,7 @@ def visible_gpus() -> tuple[str, ...]:
         import torch
 
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except Exception:  # a broken CUDA install: judge on the CPU like a machine without a GPU
+    except Exception:  # noqa: BLE001 (a broken CUDA install: judge on the CPU like a machine without a GPU)
         count = 0
     if not count:
         return ()

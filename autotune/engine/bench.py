@@ -31,7 +31,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from autotune import env
-from autotune.engine.launch import Server, http, plugin_kernels, serving, auth_headers
+from autotune.engine.launch import Server, auth_headers, http, plugin_kernels, serving
 from autotune.engine.profile import measure
 from autotune.engine.settings import EngineSettings
 from autotune.engine.stats import LoadReport
@@ -195,7 +195,8 @@ def bench_record(cfg: DictConfig, runs: list[SetupRun], rounds: int, repeats: in
         reasons.append(f"greedy outputs differ on {len(differ)} of {len(b.outputs or [])} fixed prompts")
     gate = None if margin is None else {"margin": margin, "passed": not reasons, "reasons": reasons}
     labels = OmegaConf.to_container(cfg.labels, resolve=True) if "labels" in cfg else {}
-    return {"environment": env.collect(labels).to_dict(), "workload": OmegaConf.to_container(cfg.workload, resolve=True),
+    return {"environment": env.collect(labels).to_dict(),
+            "workload": OmegaConf.to_container(cfg.workload, resolve=True),
             "rounds": rounds, "repeats": repeats,
             "setups": [setup_record(r) for r in runs], "comparison": rows,
             "attribution": [{"label": r.label, "kernels": list(r.settings.plugin_kernels),

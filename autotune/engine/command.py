@@ -23,7 +23,6 @@ from rich.console import Console
 
 from autotune.engine.bench import bench, markdown
 
-
 USAGE = "autotune bench engine=vllm|sglang [+bench.b.KEY=VALUE ...] [bench.margin=0.05] [key=value ...]"
 
 

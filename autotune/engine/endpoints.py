@@ -18,8 +18,8 @@ import contextlib
 import dataclasses
 import gzip
 import time
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 
 from autotune.engine.launch import Server, auth_headers, http
 from autotune.engine.settings import profiler_config

@@ -26,8 +26,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 
 from autotune.engine.settings import EngineSettings, profiler_config
 from autotune.errors import UserError
@@ -71,7 +71,8 @@ class Server:
 def serving(settings: EngineSettings, workdir: Path) -> Iterator[Server]:
     """The server to drive, ready; a launched one is stopped (its whole process group) on the way out."""
     if not settings.launch:
-        server = Server(settings, settings.url.rstrip("/"), Path(settings.profile_dir) if settings.profile_dir else None)
+        profile_dir = Path(settings.profile_dir) if settings.profile_dir else None
+        server = Server(settings, settings.url.rstrip("/"), profile_dir)
         wait_ready(server, timeout_s=30.0)
         yield describe(server)
         return
@@ -247,8 +248,8 @@ def http_get(url: str, timeout_s: float, headers: dict | None = None) -> tuple[i
 def http(method: str, url: str, body: dict | None, timeout_s: float, headers: dict | None = None) -> tuple[int, str]:
     """(status, body text) of one request; an HTTP error status is returned, a connection failure raises OSError."""
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method,
-                                     headers={**(headers or {}), **({"Content-Type": "application/json"} if data else {})})
+    content_type = {"Content-Type": "application/json"} if data else {}
+    request = urllib.request.Request(url, data=data, method=method, headers={**(headers or {}), **content_type})
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             return response.status, response.read().decode(errors="replace")

@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from typing import Any
 from collections.abc import Sequence
+from typing import Any
 
 from autotune.engine.stats import RequestResult
 from autotune.engine.workload import EngineRequest
@@ -92,7 +92,7 @@ async def send(client, model: str, r: EngineRequest, start: float, extra_body: d
                 chunks.append(now)
                 parts.append(_text(chunk.choices[0], r.chat))
                 finished = finished or chunk.choices[0].finish_reason is not None
-    except Exception as e:  # the server's error or a broken stream: a failed request, with what came back
+    except Exception as e:  # noqa: BLE001 (the server's error or a broken stream: a failed request, with what came back)
         return RequestResult(r.request_id, sent, len(r.prompt_ids), 0, tuple(chunks), error=_describe(e))
     prompt = int(getattr(usage, "prompt_tokens", 0) or len(r.prompt_ids))
     output = int(getattr(usage, "completion_tokens", 0) or len(chunks))

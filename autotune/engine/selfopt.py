@@ -23,9 +23,9 @@ import dataclasses
 import json
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterator
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -134,7 +134,7 @@ class EngineSession:
                                                                 "created_at": "this run"}))
         try:
             exported = write_package(VLLM, kernels_dir, run_dir / "engine" / "plugin")
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 (any failure to export is reported, the run goes on)
             return None, f"the kernels could not be exported as a vLLM plugin: {e}"
         return exported.out, ""
 

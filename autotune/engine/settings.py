@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from collections.abc import Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -34,7 +34,8 @@ class Api:
 
 
 APIS = {
-    "vllm": Api("/health", "/version", "/start_profile", "/stop_profile", 8000, ("*.pt.trace.json.gz", "*.pt.trace.json")),
+    "vllm": Api("/health", "/version", "/start_profile", "/stop_profile", 8000,
+                ("*.pt.trace.json.gz", "*.pt.trace.json")),
     "sglang": Api("/health", "/get_server_info", "/start_profile", "/stop_profile", 30000,
                   ("*.trace.json.gz", "*.trace.json")),
 }

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Any
 from collections.abc import Sequence
+from typing import Any
 
 from autotune.serve.report import Latency
 

@@ -35,8 +35,10 @@ class PackageKind:
 
 VLLM = PackageKind("autotune_vllm_kernels", "vllm_plugin.py",
                    "vLLM plugin: kernels merged by autotune, registered with vLLM",
-                   ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "silu_and_mul", "fused_moe", "paged_attention"),
-                   '[project.entry-points."vllm.general_plugins"]\nautotune_kernels = "autotune_vllm_kernels:register"\n')
+                   ("rms_norm", "fused_add_rms_norm", "rotary_embedding", "silu_and_mul", "fused_moe",
+                    "paged_attention"),
+                   '[project.entry-points."vllm.general_plugins"]\n'
+                   'autotune_kernels = "autotune_vllm_kernels:register"\n')
 HF = PackageKind("autotune_hf_kernels", "hf_patch.py",
                  "transformers patch: kernels merged by autotune in Llama-style and MoE models",
                  ("rms_norm", "rotary_embedding", "silu_and_mul", "fused_moe"))

@@ -22,7 +22,6 @@ import argparse
 import json
 from pathlib import Path
 
-
 from autotune.errors import UserError
 from autotune.export.bundle import HF, VLLM, ExportedPackage, write_package
 

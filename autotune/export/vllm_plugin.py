@@ -74,7 +74,7 @@ def register() -> dict[str, str]:
         logger.warning("autotune kernels not registered: no CUDA GPU and TRITON_INTERPRET is not 1")
         return dict(_registered)
     try:
-        import vllm.ir
+        import vllm.ir  # noqa: F401 (imported only to learn whether this vLLM has vLLM IR)
         has_ir = True
     except ImportError:
         has_ir = False

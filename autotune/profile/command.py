@@ -51,9 +51,8 @@ from rich.table import Table
 from autotune.env import Environment
 from autotune.errors import UserError
 from autotune.profile.hotspots import hotspots_in
-from autotune.records import Coverage, ProfiledShape
 from autotune.profile.profiler import ProfileResult, profile_serving, profile_trace
-
+from autotune.records import Coverage, ProfiledShape
 
 USAGE = "autotune profile [trace=PATH] [key=value ...]"
 

@@ -10,8 +10,8 @@
 
 from __future__ import annotations
 
-from typing import Any
 from collections.abc import Mapping
+from typing import Any
 
 from autotune.errors import UserError
 from autotune.profile.optable import HOST_CATEGORIES, complete_events, serving_time_us

@@ -49,7 +49,7 @@ def measure(cfg: DictConfig, record: dict, run_dir: Path) -> tuple[list[dict] | 
     """(metrics per target, a one-line note); metrics None when skipped or failed. Writes nsight.json."""
     try:
         return _measure(cfg, record, run_dir)
-    except Exception as e:  # optional metrics never fail the profile that asked for them
+    except Exception as e:  # noqa: BLE001 (optional metrics never fail the profile that asked for them)
         return None, f"nsight skipped: {type(e).__name__}: {e}".splitlines()[0]
 
 
@@ -86,7 +86,6 @@ def _dram_gbps(duration_ns: float, dram_bytes: float, case: int) -> dict:
 def _child(spec_path: str, out_path: str) -> None:
     """Measure each case's reference under Nsight Compute; runs in a fresh process (see the module doc)."""
     import nsight  # already imported first by CHILD; nothing here may initialise CUDA before it
-
     import torch
 
     from autotune import targets

@@ -29,9 +29,9 @@ import dataclasses
 import gzip
 import json
 import zlib
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterator, Mapping
 
 import pandas as pd
 

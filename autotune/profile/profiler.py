@@ -23,9 +23,9 @@ import datetime as dt
 import json
 import secrets
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterator
 
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
@@ -36,8 +36,15 @@ from autotune.profile import diagnose, nsight
 from autotune.profile.hotspots import FILE as HOTSPOTS_FILE
 from autotune.profile.hotspots import hotspots_record, rank_hotspots
 from autotune.profile.opmap import OpMap, build_map
-from autotune.profile.optable import (META_ENVIRONMENT, META_SERVE, SERVE_SPAN, coverage, op_table, read_trace,
-                                      serving_time_us)
+from autotune.profile.optable import (
+    META_ENVIRONMENT,
+    META_SERVE,
+    SERVE_SPAN,
+    coverage,
+    op_table,
+    read_trace,
+    serving_time_us,
+)
 
 
 @dataclasses.dataclass
@@ -200,7 +207,7 @@ def _write_json(path: Path, content: Any) -> None:
 
 def _has_pyarrow() -> bool:
     try:
-        import pyarrow
+        import pyarrow  # noqa: F401 (imported only to learn whether it is installed)
     except ImportError:
         return False
     return True

@@ -21,8 +21,8 @@ from rich.markdown import Markdown
 from rich.table import Table
 
 from autotune import publish
-from autotune.publish.types import ProposalStatus
 from autotune.errors import UserError
+from autotune.publish.types import ProposalStatus
 
 USAGE = "autotune review list | show ID | approve ID | reject ID --reason TEXT  [key=value ...]"
 

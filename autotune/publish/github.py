@@ -63,11 +63,13 @@ class GitHub:
         except ValueError:
             data = {"message": raw.decode(errors="replace")[:200]}
         message = str(data.get("message", "")).strip()
-        details = "; ".join(str(e.get("message") or e.get("code")) for e in data.get("errors", []) if isinstance(e, dict))
+        errors = [e for e in data.get("errors", []) if isinstance(e, dict)]
+        details = "; ".join(str(e.get("message") or e.get("code")) for e in errors)
         full = f"{message}: {details}" if details else message
         repo = f"{self.owner}/{self.name}"
         if code in (401, 403):
-            return f"GitHub token refused ({code} {full}) for {repo} (check the token and that it may write pull requests)"
+            return (f"GitHub token refused ({code} {full}) for {repo} "
+                    "(check the token and that it may write pull requests)")
         if code == 404:
             return (f"GitHub found no repository {repo} at {self.base} "
                     f"(404; check publish.owner, publish.name and the token's access)")
@@ -90,7 +92,8 @@ def client(cfg) -> GitHub:
     pub = cfg.publish
     for key in ("owner", "name"):
         if OmegaConf.is_missing(pub, key):
-            raise UserError(f"publish.{key} is not set (pass publish.owner=ORG publish.name=REPO for the github backend)")
+            raise UserError(f"publish.{key} is not set "
+                            "(pass publish.owner=ORG publish.name=REPO for the github backend)")
     token = os.environ.get(str(pub.token_env), "").strip()  # the one secret; its variable is named in config
     if not token:
         raise UserError(f"no GitHub token: the environment variable {pub.token_env} is empty or unset "

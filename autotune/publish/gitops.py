@@ -48,7 +48,8 @@ def base_commit(repo: Repo, base: str) -> git.Commit:
 def identity(author) -> dict[str, str]:
     """Author and committer from config, as git's environment variables (no machine git config needed)."""
     name, email = str(author.name), str(author.email)
-    return {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email, "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
+    return {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email,
+            "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
 
 
 def build_commit(repo: Repo, parent: git.Commit, files: dict[str, str], message: str, author) -> git.Commit:

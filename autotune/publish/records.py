@@ -65,7 +65,8 @@ def get(repo, proposal_id: str) -> Proposal:
     if found is None:
         known = [p.id for p in all_records(repo)]
         hint = f"known: {', '.join(known[-5:])}" if known else "there are no proposals in this repository yet"
-        raise UserError(f"no proposal '{proposal_id}' in {repo.working_dir} ({hint}; `autotune review list` shows them)")
+        raise UserError(f"no proposal '{proposal_id}' in {repo.working_dir} "
+                        f"({hint}; `autotune review list` shows them)")
     return found
 
 

@@ -8,8 +8,10 @@ here (and the plots say "not measured"), never zero.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -38,7 +40,8 @@ def find_run_dirs(paths: list[str | Path]) -> list[Path]:
         else:
             found.extend(sorted(q.parent for q in p.rglob("ledger.jsonl") if (q.parent / "config.yaml").is_file()))
     if not found:
-        raise UserError(f"no run directory (a folder with ledger.jsonl and config.yaml) under {', '.join(map(str, paths))}")
+        raise UserError("no run directory (a folder with ledger.jsonl and config.yaml) under "
+                        f"{', '.join(map(str, paths))}")
     return list(dict.fromkeys(found))
 
 
@@ -214,12 +217,18 @@ ENGINE_COLUMNS = ["run", "engine", "agent_requests", "agent_e2e_p50_ms", "before
                   "outputs_identical", "tokens_per_kernel", "dollars_per_kernel", "note"]
 
 
+def _measured(row: pd.Series, key: str) -> Any:
+    """row[key]; None where the column is missing or NaN (not measured)."""
+    value = row.get(key) if key in row else None
+    return value if value == value else None
+
+
 def engine_serving(r: Runs) -> pd.DataFrame:
     """Per run whose agent a live engine served (autotune/engine/selfopt.py): the agent's own traffic on that
     engine before and after the run's kernels, and the agent's cost per kernel."""
     rows = []
     for _, e in _of(r.ledger, "engine_serving").iterrows():
-        get = lambda key: e.get(key) if key in e and e.get(key) == e.get(key) else None  # NaN: not measured
+        get = functools.partial(_measured, e)
         rows.append({"run": e["run"], "engine": f"{get('engine.name')} {get('engine.version')}",
                      "agent_requests": get("agent_live.requests"), "agent_e2e_p50_ms": get("agent_live.e2e_ms.p50"),
                      "before_tok_s": get("before.output_tokens_per_s"), "after_tok_s": get("after.output_tokens_per_s"),

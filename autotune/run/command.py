@@ -38,7 +38,7 @@ def main(argv: list[str]) -> int:
         except UserError as e:
             status["code"] = fail(str(e))
             if not sweeping:
-                raise SystemExit(status["code"])
+                raise SystemExit(status["code"]) from None
 
     saved = sys.argv
     sys.argv = ["autotune run", *argv]

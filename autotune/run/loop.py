@@ -91,14 +91,13 @@ def main(cfg: DictConfig) -> int:
         return supervise(run_dir)
     try:
         return _run(cfg, run_dir)
-    except Exception as e:  # an endpoint down, a full disk: keep the records, say how to go on
+    except Exception as e:  # noqa: BLE001 (an endpoint down, a full disk: keep the records, say how to go on)
         return died(run_dir, f"{type(e).__name__}: {e}")
 
 
 def _run(cfg: DictConfig, run_dir: Path) -> int:
-    from autotune.run.progress import Progress, ProgressLedger
-
     from autotune.engine.selfopt import engine_session
+    from autotune.run.progress import Progress, ProgressLedger
 
     names = list(cfg.targets) if cfg.targets else []
     budget = cfg.agent.get("budget", {}) or {}
@@ -212,7 +211,8 @@ def preflight(cfg: DictConfig, *, publish: bool = False) -> None:
         if str(name) not in targets.NAMES:
             problems.append(f"unknown target '{name}' (known targets: {', '.join(targets.NAMES)})")
     if cfg.trace and not Path(cfg.trace).is_file():
-        problems.append(f"trace file {cfg.trace} not found (give the path of a torch-profiler trace, .json or .json.gz)")
+        problems.append(f"trace file {cfg.trace} not found "
+                        "(give the path of a torch-profiler trace, .json or .json.gz)")
     problems.append(unreadable_checkpoint(cfg) or "")
     if publish:
         problems.append(_publish_problem(cfg))
@@ -278,8 +278,8 @@ def work_on(name: str, hotspot: Hotspot | None, cfg: DictConfig, run_dir: Path, 
     """Agent and checker, then the model-level check, then publish: one target, start to end."""
     from autotune.agent import search_target
     from autotune.agent.loop import missing_from_trace
-    from autotune.run.model_check import never_called
     from autotune.publish import rejection_reasons
+    from autotune.run.model_check import never_called
 
     done = [r for r in ledger.read("outcome") if r["target"] == name]
     if done:  # a resumed run: this target was finished before the interruption
@@ -307,8 +307,8 @@ def work_on(name: str, hotspot: Hotspot | None, cfg: DictConfig, run_dir: Path, 
 
 def check_and_publish(name: str, best, hotspot: Hotspot | None, cfg: DictConfig, run_dir: Path,
                       ledger: Ledger) -> Outcome:
-    from autotune.run.model_check import check_model
     from autotune.publish import ProposalRequest, publish
+    from autotune.run.model_check import check_model
 
     source = Path(best.path).read_text()
     console.print(f"best: {best.id} ({best.status}); checking it inside the whole model ...")

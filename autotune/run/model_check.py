@@ -96,8 +96,8 @@ def unreadable_checkpoint(cfg: DictConfig) -> str | None:
 
 def check_model(cfg: DictConfig, target: str, source: str, *, workdir: Path) -> ModelCheck:
     from autotune.env import resolve_device
-    from autotune.serve import build_model, check_prompts, greedy_generate
     from autotune.sandbox import run_isolated
+    from autotune.serve import build_model, check_prompts, greedy_generate
 
     problem = unreadable_checkpoint(cfg)
     if problem:

@@ -148,7 +148,8 @@ def event_line(r: dict[str, Any]) -> str | None:
         return f"{name}: {r.get('id')} {r.get('status')}" + (f" {s:.2f}x" if s else "")
     if kind == "llm":
         return (f"{name}: llm c{r.get('index')} t{r.get('turn')} {r.get('prompt_tokens', 0)}+"
-                f"{r.get('completion_tokens', 0)} tokens ({r.get('cached_tokens', 0)} cached) ${r.get('cost_usd', 0):.4f}")
+                f"{r.get('completion_tokens', 0)} tokens ({r.get('cached_tokens', 0)} cached) "
+                f"${r.get('cost_usd', 0):.4f}")
     if kind == "agent_search":
         return f"{name}: search over, best {r.get('best')} ({r.get('best_status')}); {r.get('stopped')}"
     if kind == "model_check":

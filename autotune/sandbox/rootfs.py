@@ -89,10 +89,12 @@ def build(workdir: str, *, keep: list[str], readable: list[str], gpu: bool, dir_
         _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     _pivot(root)
     _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    gpu_paths = ", the GPU toolchain and devices" if gpu else ""
     return (f"applied: own mount namespace; a root built from an empty tmpfs (read-only) showing only {shown} host "
-            f"paths read-only (the Python installation, shared libraries{', the GPU toolchain and devices' if gpu else ''}"
+            f"paths read-only (the Python installation, shared libraries{gpu_paths}"
             f"{', ' + ', '.join(readable) if readable else ''}), a minimal /dev"
-            f"{', a fresh /proc' if fresh_proc else ''}; the private directory a {dir_mb} MiB tmpfs; the old root detached")
+            f"{', a fresh /proc' if fresh_proc else ''}; the private directory a {dir_mb} MiB tmpfs; "
+            "the old root detached")
 
 
 def _bind_all(root: str, paths: list[str], flags: int = MS_RDONLY | MS_NOSUID | MS_NODEV) -> int:

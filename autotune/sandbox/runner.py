@@ -38,12 +38,12 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable, Iterable
 
-from autotune.sandbox.limits import Limits
 from autotune.sandbox.channel import MAX_FRAME_BYTES, Reader, encode, read_frame, write_all
+from autotune.sandbox.limits import Limits
 from autotune.sandbox.schema import Schema, runner_schemas
 
 STDERR_TAIL_BYTES = 4000
@@ -217,7 +217,7 @@ def _send_and_close(fd: int, settings: dict, payload, host, stream, failure: lis
             write_all(fd, encode(frame))
     except BrokenPipeError:  # the child died before reading its payload; its exit status says why
         pass
-    except BaseException as e:
+    except BaseException as e:  # noqa: BLE001 (raised again by the thread that waits)
         failure.append(e)
     finally:
         os.close(fd)
@@ -381,7 +381,7 @@ def _confine(settings: dict, processes: str) -> dict:
 def _run_handler(handler: Callable[..., dict], args: tuple, send: Callable[..., None]) -> None:
     try:
         result = handler(*args)
-    except BaseException as e:
+    except BaseException as e:  # noqa: BLE001 (whatever the handler raises goes back to the parent as its error)
         send("error", error=trim_traceback(e))
         os._exit(1)
     send("result", payload=result)

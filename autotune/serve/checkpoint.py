@@ -1,8 +1,8 @@
 """Loading and saving the served model as a Hugging Face checkpoint folder: config.json + *.safetensors.
 
 `model.checkpoint=PATH` names a local folder (nothing is ever downloaded). Its config.json (read by
-`hf_config`: Llama, Qwen2, Qwen3, Mistral, Qwen3-MoE or Mixtral, transformers 4 or 5 layout) replaces the preset's dimensions;
-the preset keeps its dtype, so `model.dtype` still decides the serving precision. Tensors keep their HF
+`hf_config`: Llama, Qwen2, Qwen3, Mistral, Qwen3-MoE or Mixtral, transformers 4 or 5 layout) replaces the preset's
+dimensions; the preset keeps its dtype, so `model.dtype` still decides the serving precision. Tensors keep their HF
 names (model.layers.N.self_attn.q_proj.weight, ...); the model's merged projections (qkv_proj,
 gate_up_proj, qkv_bias, and a MoE layer's w13 / w2 of every expert) are filled from, and saved to, row
 ranges of them (the experts' [E, rows, width] tensors as [E * rows, width]: `moe.layout`). Sharded checkpoints are read
@@ -89,7 +89,7 @@ def _keys(file: Path) -> list[str]:
     try:
         with safe_open(str(file), framework="pt") as f:
             return list(f.keys())
-    except Exception as e:  # safetensors raises its own error types for truncated or foreign files
+    except Exception as e:  # noqa: BLE001 (safetensors raises its own error types for truncated or foreign files)
         raise UserError(f"model.checkpoint: cannot read {file} ({e}); re-export or replace it") from None
 
 

@@ -3,11 +3,11 @@
 Six families load, each with its own architecture: Llama 3.x (`llama`), Qwen2/2.5 (`qwen2`: q/k/v
 biases), Qwen3 (`qwen3`: RMSNorm on the q/k head views), Mistral (`mistral`: sliding-window
 attention) and the mixtures of experts Qwen3-MoE (`qwen3_moe`) and Mixtral (`mixtral`), whose expert
-settings `autotune.serve.moe.read_spec` reads (num_experts in transformers 4, num_local_experts in 5). RoPE: transformers 5 nests rope_theta and the rope type with its factors under
-`rope_parameters`; transformers 4 has top-level `rope_theta` and `rope_scaling`. The nested form wins,
-the top-level keys are the fallback. The rope types implemented are those these families use (default,
-llama3, linear); any other, and any option the built-in model does not implement, is a UserError that
-names it, never a silently different model.
+settings `autotune.serve.moe.read_spec` reads (num_experts in transformers 4, num_local_experts in 5). RoPE:
+transformers 5 nests rope_theta and the rope type with its factors under `rope_parameters`; transformers 4 has
+top-level `rope_theta` and `rope_scaling`. The nested form wins, the top-level keys are the fallback. The rope
+types implemented are those these families use (default, llama3, linear); any other, and any option the built-in
+model does not implement, is a UserError that names it, never a silently different model.
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ expect), grouped-query attention over a KV cache, SwiGLU MLP, LM head. Every pro
 go through `dispatch.linear` (the projections through `dispatch.int8_linear` with `model.quant=int8`, and
 int8 x int8 after `dispatch.fused_add_rms_norm_quant` with `model.quant=w8a8`: autotune.serve.quant),
 decode attention through `dispatch.decode_attention`. The residual stream is arranged as in vLLM's
-Llama: layer 0 does `residual = h; h = rms_norm(h)`, every later norm is `h, residual = fused_add_rms_norm(h, residual, w)`, the final norm included. q/k/v and gate/up are
-merged projections, as in vLLM, so silu_and_mul sees [T, 2 * intermediate].
+Llama: layer 0 does `residual = h; h = rms_norm(h)`, every later norm is
+`h, residual = fused_add_rms_norm(h, residual, w)`, the final norm included. q/k/v and gate/up are merged
+projections, as in vLLM, so silu_and_mul sees [T, 2 * intermediate].
 
     model = build_model(compose([]).model, "cpu")          # seeded random weights (or model.checkpoint=PATH)
     tokens, logits = greedy_generate(model, check_prompts(model.config.vocab_size, 4, 16, 0), 8)
@@ -23,8 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F

@@ -19,9 +19,9 @@ Both match transformers' Qwen3MoeForCausalLM and MixtralForCausalLM on tiny rand
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from collections.abc import Mapping
 
 import torch
 

@@ -9,8 +9,8 @@ after the first: (finish - first token) / (output tokens - 1).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

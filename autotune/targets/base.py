@@ -13,8 +13,8 @@ import functools
 import inspect
 import math
 import random
-from pathlib import Path
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import torch
 

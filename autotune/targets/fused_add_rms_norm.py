@@ -10,8 +10,7 @@ checker's fp64-golden fallback accepts results that round differently but are no
 
 import torch
 
-from autotune.targets.base import (ForeignOp, Target, activations, norm_weight, quiet_rows, rows_and_width,
-                                   upcast)
+from autotune.targets.base import ForeignOp, Target, activations, norm_weight, quiet_rows, rows_and_width, upcast
 from autotune.targets.rms_norm import TARGET as RMS_NORM
 from autotune.targets.space import row_space
 

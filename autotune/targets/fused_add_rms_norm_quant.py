@@ -28,7 +28,8 @@ import dataclasses
 import torch
 
 from autotune.targets.base import DEFAULT_TOLERANCES, ForeignOp, Target, numel, rows_and_width
-from autotune.targets.fused_add_rms_norm import TARGET as FUSED_ADD, fused_add_rms_norm
+from autotune.targets.fused_add_rms_norm import TARGET as FUSED_ADD
+from autotune.targets.fused_add_rms_norm import fused_add_rms_norm
 from autotune.targets.space import row_space
 
 QUANT_FLIPS = 1e-3  # share of int8 values that may be off by one (see the module docstring)

@@ -59,7 +59,7 @@ def route(tokens: int, experts: int, top_k: int, gen: torch.Generator) -> torch.
     idle = set(order[:max(0, min(experts // 4, experts - top_k - 3))])
     allowed = torch.tensor([e for e in range(experts) if e not in idle])
     rows = []
-    for t in range(tokens):
+    for _ in range(tokens):
         pick = allowed[torch.randperm(len(allowed), generator=gen)[:top_k]].tolist()
         if hot not in pick and torch.rand((), generator=gen) < 0.75:
             pick[-1] = hot

@@ -155,7 +155,8 @@ def range_cuts(shape):
 def model_shapes(dims, rows):
     """Each preset's heads, kv heads and head_dim over 3 blocks of 16 keys (the last ragged), a prefill chunk and a
     decode; its longest context on one kv head (a 512-entry block table at 8192); the tiny ones whole."""
-    heads, kv, d, ctx = int(dims["num_heads"]), int(dims["num_kv_heads"]), int(dims["head_dim"]), int(dims["max_seq_len"])
+    heads, kv = int(dims["num_heads"]), int(dims["num_kv_heads"])
+    d, ctx = int(dims["head_dim"]), int(dims["max_seq_len"])
     if ctx <= 512:
         return ((4, heads, kv, d, 32, 24, ctx),)
     return (2, heads, kv, d, 16, 8, 45), (2, 2, 1, 32, 16, 4, ctx)
@@ -165,7 +166,9 @@ def input_elements(shape) -> int:
     seqs, heads, kv_heads, head_dim, block_size, max_query_len, max_context = shape
     blocks = seqs * ((max_context + block_size - 1) // block_size) + 3
     width = (max_context + block_size - 1) // block_size
-    return seqs * max_query_len * heads * head_dim + 2 * blocks * block_size * kv_heads * head_dim + seqs * (width + 2) + 1
+    queries = seqs * max_query_len * heads * head_dim
+    cache = 2 * blocks * block_size * kv_heads * head_dim  # keys and values
+    return queries + cache + seqs * (width + 2) + 1
 
 
 def output_elements(shape) -> int:

@@ -10,8 +10,16 @@ checker's fp64-golden fallback accepts results that round differently but are no
 import torch
 import torch.nn.functional as F
 
-from autotune.targets.base import (ForeignOp, Target, activations, random_rows, random_widths, rows_and_width,
-                                   rowwise_shapes, upcast)
+from autotune.targets.base import (
+    ForeignOp,
+    Target,
+    activations,
+    random_rows,
+    random_widths,
+    rows_and_width,
+    rowwise_shapes,
+    upcast,
+)
 from autotune.targets.space import MAX_TILE, POW2, WARPS, Knob, SearchSpace, configs
 
 

@@ -10,7 +10,17 @@ checker's fp64-golden fallback accepts results that round differently but are no
 
 import torch
 
-from autotune.targets.base import ROW_DIRECTIONS, ROW_REDUCTION_ADVICE, ForeignOp, Target, activations, random_rows, random_widths, rows_and_width, upcast
+from autotune.targets.base import (
+    ROW_DIRECTIONS,
+    ROW_REDUCTION_ADVICE,
+    ForeignOp,
+    Target,
+    activations,
+    random_rows,
+    random_widths,
+    rows_and_width,
+    upcast,
+)
 from autotune.targets.space import row_space
 
 

@@ -9,8 +9,8 @@ template shares). The row-wise knobs and configurations below are shared by the 
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 Shape = tuple[int, ...]
 

@@ -22,7 +22,7 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, slots_ptr, lens_ptr, out_ptr, scale, n_h
     q = tl.load(q_ptr + rows[:, None] + d[None, :], mask=q_mask, other=0.0)  # [G, D]
     base = slot * k_s0 + kv_head * k_s1
     m = tl.full((BLOCK_G,), -float("inf"), dtype=tl.float32)
-    l = tl.zeros((BLOCK_G,), dtype=tl.float32)
+    denom = tl.zeros((BLOCK_G,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_G, BLOCK_D), dtype=tl.float32)
     for start in range(0, ctx, BLOCK_N):
         pos = start + tl.arange(0, BLOCK_N)
@@ -35,10 +35,10 @@ def _decode_kernel(q_ptr, k_ptr, v_ptr, slots_ptr, lens_ptr, out_ptr, scale, n_h
         m_new = tl.maximum(m, tl.max(s, axis=1))
         alpha = tl.exp(m - m_new)
         p = tl.exp(s - m_new[:, None])
-        l = l * alpha + tl.sum(p, axis=1)
+        denom = denom * alpha + tl.sum(p, axis=1)
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
         m = m_new
-    tl.store(out_ptr + rows[:, None] + d[None, :], (acc / l[:, None]).to(out_ptr.dtype.element_ty), mask=q_mask)
+    tl.store(out_ptr + rows[:, None] + d[None, :], (acc / denom[:, None]).to(out_ptr.dtype.element_ty), mask=q_mask)
 
 
 def decode_attention(q, k_cache, v_cache, slots, context_lens, scale, max_context):

@@ -11,7 +11,7 @@ import triton.language as tl
 
 
 @triton.jit
-def _kernel(x_ptr, w13_ptr, w2_ptr, weights_ptr, ids_ptr, out_ptr, top_k, H, I,
+def _kernel(x_ptr, w13_ptr, w2_ptr, weights_ptr, ids_ptr, out_ptr, top_k, H, I,  # noqa: E741 (I: vLLM's [E, 2I, H])
             BN: tl.constexpr, BI: tl.constexpr, BK: tl.constexpr):
     token = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BN + tl.arange(0, BN)

@@ -1,8 +1,8 @@
 """A correct paged attention: one program per query row and kv head holds the row's whole GQA group (heads
-h with h // group == kv head) as the rows of its tile (at least 16, for tl.dot; full fp32 products), finds its sequence in cu_seqlens_q, and walks the
-sequence's keys 128 at a time through the block table (each key's block looked up, so a block size that is not
-a multiple of 32 works), with an online softmax in fp32 (running max and sum, rescaled per tile), the causal
-limit at the row's own position and the sliding window's lower limit."""
+h with h // group == kv head) as the rows of its tile (at least 16, for tl.dot; full fp32 products), finds its
+sequence in cu_seqlens_q, and walks the sequence's keys 128 at a time through the block table (each key's block
+looked up, so a block size that is not a multiple of 32 works), with an online softmax in fp32 (running max and
+sum, rescaled per tile), the causal limit at the row's own position and the sliding window's lower limit."""
 
 import torch
 import triton
@@ -29,7 +29,7 @@ def _kernel(q_ptr, k_ptr, v_ptr, cu_ptr, lens_ptr, table_ptr, out_ptr, scale, wi
     q = tl.load(q_ptr + row.to(tl.int64) * sqt + heads[:, None] * sqh + d[None, :],
                 mask=(g[:, None] < group) & (d[None, :] < D), other=0.0).to(tl.float32)
     m = tl.full((GROUP,), float("-inf"), dtype=tl.float32)
-    l = tl.zeros((GROUP,), dtype=tl.float32)
+    denom = tl.zeros((GROUP,), dtype=tl.float32)
     acc = tl.zeros((GROUP, BD), dtype=tl.float32)
     for start in range(lo // TILE * TILE, pos + 1, TILE):
         p = start + tl.arange(0, TILE)
@@ -43,10 +43,10 @@ def _kernel(q_ptr, k_ptr, v_ptr, cu_ptr, lens_ptr, table_ptr, out_ptr, scale, wi
         m_new = tl.maximum(m, tl.max(s, axis=1))
         alpha = tl.exp(m - m_new)
         prob = tl.exp(s - m_new[:, None])
-        l = l * alpha + tl.sum(prob, axis=1)
+        denom = denom * alpha + tl.sum(prob, axis=1)
         acc = acc * alpha[:, None] + tl.dot(prob, v.to(tl.float32), input_precision="ieee")
         m = m_new
-    out = acc / l[:, None]
+    out = acc / denom[:, None]
     tl.store(out_ptr + row.to(tl.int64) * sqt + heads[:, None] * sqh + d[None, :], out.to(out_ptr.dtype.element_ty),
              mask=(g[:, None] < group) & (d[None, :] < D))
 

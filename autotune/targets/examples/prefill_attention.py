@@ -24,7 +24,7 @@ def _prefill_kernel(q_ptr, k_ptr, v_ptr, slots_ptr, starts_ptr, cu_ptr, out_ptr,
     pos_q = start + i  # row i sees keys 0 .. pos_q
     base = slot * k_s0 + (head // group) * k_s1
     m = tl.full((BLOCK_M,), -float("inf"), dtype=tl.float32)
-    l = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    denom = tl.zeros((BLOCK_M,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
     last = start + n_rows
     for k0 in range(0, last, BLOCK_N):
@@ -38,10 +38,10 @@ def _prefill_kernel(q_ptr, k_ptr, v_ptr, slots_ptr, starts_ptr, cu_ptr, out_ptr,
         m_new = tl.maximum(m, tl.max(s, axis=1))
         alpha = tl.where(m == -float("inf"), 0.0, tl.exp(m - m_new))
         p = tl.where(s == -float("inf"), 0.0, tl.exp(s - m_new[:, None]))
-        l = l * alpha + tl.sum(p, axis=1)
+        denom = denom * alpha + tl.sum(p, axis=1)
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
         m = m_new
-    tl.store(out_ptr + q_offs, (acc / l[:, None]).to(out_ptr.dtype.element_ty), mask=q_mask)
+    tl.store(out_ptr + q_offs, (acc / denom[:, None]).to(out_ptr.dtype.element_ty), mask=q_mask)
 
 
 def prefill_attention(q, k_cache, v_cache, slots, starts, cu_seqlens, scale, max_query_len):
