@@ -12,7 +12,9 @@ inside the package (as `autotune/conf/` and `autotune/prompts/`: the mapping is 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, cast
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -101,6 +103,13 @@ def from_argv(argv: list[str]) -> tuple[DictConfig, list[str]]:
     """A command's arguments as (the config composed from its key=value overrides, the other arguments)."""
     overrides, rest = split_overrides(argv)
     return compose(overrides), rest
+
+
+def as_dict(node: DictConfig | Mapping[str, Any] | None, *, resolve: bool = True) -> dict[str, Any]:
+    """A config node (or a plain mapping) as a plain dict, interpolations resolved unless told not to; None is {}."""
+    if isinstance(node, DictConfig):  # a DictConfig's container is a dict with string keys
+        return cast("dict[str, Any]", OmegaConf.to_container(node, resolve=resolve))
+    return dict(node or {})
 
 
 def to_yaml(cfg: DictConfig) -> str:

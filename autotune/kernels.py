@@ -58,6 +58,8 @@ def _merge_order(kernels_dir: Path) -> dict[str, int]:
 
     try:
         repo = git.Repo(kernels_dir, search_parent_directories=True)
+        if repo.working_tree_dir is None:  # a bare repository: no kernels folder in it
+            return {}
         rel = kernels_dir.resolve().relative_to(Path(repo.working_tree_dir).resolve())
         # -m with --first-parent lists a merge's files against the base it was merged into (any git >= 2.0)
         out = repo.git.log("--first-parent", "-m", "--format=", "--name-only", "--", str(rel) or ".")

@@ -37,7 +37,7 @@ class ProfiledShape:
     @classmethod
     def of(cls, value: ProfiledShape | Mapping | Iterable) -> ProfiledShape:
         """A ProfiledShape from itself, a hotspots.json entry, or a `(shape, dtype, calls)` tuple."""
-        if isinstance(value, cls):
+        if isinstance(value, ProfiledShape):
             return value
         if isinstance(value, Mapping):
             return cls.from_dict(value)

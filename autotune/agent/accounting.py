@@ -82,7 +82,7 @@ def summarize(ledger_records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     summary["targets"] = {t: {**_totals([r for r in llm if r.get("target") == t]),
                               **failure_cost([r for r in llm if r.get("target") == t],
                                              [r for r in candidates if r.get("target") == t])}
-                          for t in sorted({r.get("target") for r in llm + candidates if r.get("target")})}
+                          for t in sorted({str(r["target"]) for r in llm + candidates if r.get("target")})}
     return summary
 
 

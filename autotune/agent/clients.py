@@ -329,8 +329,8 @@ class ReplayClient:
         same = own.path.resolve() == self.source.resolve()
         self.own = Transcript(own.path, writable=False) if same else own
         self.model = "replay"
-        self.slots = {(r.get("target"), r.get("index"), r.get("turn")) for r in ledger_mod.read(self.source)
-                      if r.get("kind") == "exchange"}
+        self.slots = {(str(r["target"]), int(r["index"]), int(r["turn"])) for r in ledger_mod.read(self.source)
+                      if r.get("kind") == "exchange"}  # Transcript.record writes all three
 
     def plan(self, target: str, candidates: int, turns: int) -> tuple[int, int]:
         """The recorded run's candidates and turns: its task messages say "candidate i of n"."""

@@ -51,7 +51,8 @@ def extract(reply: str, entry: str) -> Extraction:
 
 def _blocks(text: str) -> list[_Block]:
     """Fenced blocks in order; a fence closes on a line of the same character at least as long."""
-    blocks, pos = [], 0
+    blocks: list[_Block] = []
+    pos = 0
     while True:
         m = _FENCE.search(text, pos)
         if not m:

@@ -89,13 +89,14 @@ def search_target(target: Target, hotspot: Hotspot | None, cfg: DictConfig, run_
 
 def _run_all(state: _Search, n: int, workers: int) -> None:
     """The conversations on a thread pool; the first error (or Ctrl-C) stops the others at their next turn."""
-    errors = []
+    errors: list[BaseException] = []
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(min(workers, n), 1))
     try:
         for future in concurrent.futures.as_completed([pool.submit(_converse, state, i) for i in range(n)]):
-            if future.exception() is not None:
-                state.halt(f"error: {future.exception()}")
-                errors.append(future.exception())
+            error = future.exception()
+            if error is not None:
+                state.halt(f"error: {error}")
+                errors.append(error)
     except BaseException:
         state.halt("interrupted")
         pool.shutdown(wait=False, cancel_futures=True)
@@ -235,8 +236,8 @@ class _Search:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(extraction.code)
             sha = hashlib.sha256(extraction.code.encode()).hexdigest()
-        prior = self.prior.get((slot.index, slot.turn))
-        resumed = prior is not None and prior.get("sha256", "") == sha
+        prior = self.prior.get((slot.index, slot.turn)) or {}
+        resumed = bool(prior) and prior.get("sha256", "") == sha
         if path is not None and resumed and prior.get("verdict"):
             verdict = Verdict.from_dict(prior["verdict"])  # judged before the interruption
         elif path is not None:
@@ -282,7 +283,7 @@ class _Search:
 
 def best_of(records: Iterable[CandidateRecord]) -> CandidateRecord | None:
     """accepted > unmeasured > slower, then by weighted speedup; the earliest wins a tie."""
-    correct = [r for r in records if r.verdict is not None and r.verdict.status in RANK]
+    correct = [(r, r.verdict) for r in records if r.verdict is not None and r.verdict.status in RANK]
     if not correct:
         return None
-    return max(correct, key=lambda r: (RANK[r.verdict.status], r.verdict.speedup_geomean or 0.0, -r.index, -r.turn))
+    return max(correct, key=lambda rv: (RANK[rv[1].status], rv[1].speedup_geomean or 0.0, -rv[0].index, -rv[0].turn))[0]

@@ -86,6 +86,7 @@ def roofline(cfg) -> Roofline:
         return Roofline(bandwidth, "set by verify.peak_bandwidth_gbps" if given else f"the {gpu}'s peaks", tflops)
     why = f"{gpu} is not in the checker's table" if gpu else "no GPU was seen here"
     bandwidth, tflops = peaks(ASSUMED_GPU, cfg.verify)
+    assert bandwidth is not None  # the assumed GPU is in the checker's table
     return Roofline(bandwidth, f"assumed: an {ASSUMED_GPU}'s, since {why}", tflops)
 
 
@@ -122,9 +123,10 @@ def system_message(example: Path | None = None, cfg=None) -> str:
     from autotune.verify.policy import ALLOWED_IMPORTS  # the contract as the checker enforces it
 
     example = example or targets.get(EXAMPLE_TARGET).example_path
-    source = example.read_text().rstrip() if example.is_file() else ""
+    source = example.read_text().rstrip() if example is not None and example.is_file() else ""
     return render("system.md.j2", allowed_imports=", ".join(f"`{m}`" for m in ALLOWED_IMPORTS),
-                  judged_on=judged_on(cfg), example_name=example.stem if source else "", example_source=source)
+                  judged_on=judged_on(cfg), example_name=example.stem if example and source else "",
+                  example_source=source)
 
 
 def task_message(target: Target, hotspot: Hotspot | None, roofline: Roofline, *, index: int, candidates: int,
@@ -198,11 +200,12 @@ def advice(target: Target, roofline: Roofline) -> str:
 def shape_rows(target: Target, hotspot: Hotspot | None, roofline: Roofline) -> list[dict[str, str]]:
     """One row per profiled (shape, dtype): calls, share, bytes moved and the time floor."""
     profiled = bool(hotspot and hotspot.shapes)
-    if profiled:
+    entries: list[tuple[tuple[int, ...], str, int | None, float | None]]
+    if hotspot is not None and profiled:
         entries = [(s.shape, s.dtype, s.calls, s.total_us) for s in hotspot.shapes]
     else:
         entries = [(tuple(s), dtype_name(d), None, None) for s in target.default_shapes for d in target.dtypes]
-    total_us = sum(e[3] for e in entries) if profiled else 0.0
+    total_us = sum(e[3] or 0.0 for e in entries) if profiled else 0.0
     rows = []
     for shape, dtype, calls, op_us in entries:
         moved = _bytes_moved(target, shape, dtype)
@@ -289,7 +292,8 @@ _FRAME = re.compile(r'^\s*File "([^"]+)", line \d+')
 
 def trim_stderr(text: str, lines: int = STDERR_LINES) -> str:
     """A traceback cut to what the model can act on: frames outside the library code, and the error."""
-    kept, skipping = [], False
+    kept: list[str] = []
+    skipping = False
     for line in (text or "").strip("\n").splitlines():
         frame = _FRAME.match(line)
         if frame:

@@ -28,9 +28,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from autotune import env
+from autotune.config import as_dict
 from autotune.engine.launch import Server, auth_headers, http, plugin_kernels, serving
 from autotune.engine.profile import measure
 from autotune.engine.settings import EngineSettings
@@ -93,7 +94,7 @@ def setups(cfg: DictConfig) -> list[SetupRun]:
 
 
 def _plain(node) -> dict:
-    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else dict(node or {})
+    return as_dict(node)
 
 
 def bench(cfg: DictConfig) -> dict[str, Any]:
@@ -194,9 +195,8 @@ def bench_record(cfg: DictConfig, runs: list[SetupRun], rounds: int, repeats: in
     if differ:
         reasons.append(f"greedy outputs differ on {len(differ)} of {len(b.outputs or [])} fixed prompts")
     gate = None if margin is None else {"margin": margin, "passed": not reasons, "reasons": reasons}
-    labels = OmegaConf.to_container(cfg.labels, resolve=True) if "labels" in cfg else {}
-    return {"environment": env.collect(labels).to_dict(),
-            "workload": OmegaConf.to_container(cfg.workload, resolve=True),
+    labels = as_dict(cfg.labels) if "labels" in cfg else {}
+    return {"environment": env.collect(labels).to_dict(), "workload": as_dict(cfg.workload),
             "rounds": rounds, "repeats": repeats,
             "setups": [setup_record(r) for r in runs], "comparison": rows,
             "attribution": [{"label": r.label, "kernels": list(r.settings.plugin_kernels),

@@ -20,6 +20,7 @@ import gzip
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from autotune.engine.launch import Server, auth_headers, http
 from autotune.engine.settings import profiler_config
@@ -36,7 +37,7 @@ class Window:
 def start_body(server: Server) -> dict | None:
     if server.settings.name != "sglang":
         return None
-    body = {"record_shapes": True, "with_stack": False}
+    body: dict[str, Any] = {"record_shapes": True, "with_stack": False}
     if server.profile_dir is not None:
         body["output_dir"] = str(server.profile_dir)
     return body

@@ -71,6 +71,7 @@ class Server:
 def serving(settings: EngineSettings, workdir: Path) -> Iterator[Server]:
     """The server to drive, ready; a launched one is stopped (its whole process group) on the way out."""
     if not settings.launch:
+        assert settings.url is not None  # EngineSettings: a live engine not launched here has its url
         profile_dir = Path(settings.profile_dir) if settings.profile_dir else None
         server = Server(settings, settings.url.rstrip("/"), profile_dir)
         wait_ready(server, timeout_s=30.0)
@@ -102,8 +103,9 @@ def launch(settings: EngineSettings, workdir: Path) -> Server:
 def server_command(settings: EngineSettings, port: int, profile_dir: Path) -> tuple[list[str], list[str]]:
     """(the command line, the same with the API key masked) that starts the server with profiling on."""
     s = settings
+    python, model = s.launched()
     if s.name == "vllm":
-        command = [s.python, "-m", "vllm.entrypoints.openai.api_server", "--model", s.model, "--host", s.host,
+        command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", s.host,
                    "--port", str(port), "--enforce-eager"]
         if s.profile:
             command += ["--profiler-config", profiler_config(str(profile_dir))]
@@ -111,7 +113,7 @@ def server_command(settings: EngineSettings, port: int, profile_dir: Path) -> tu
         if priority:
             command += ["--ir-op-priority", priority]
     else:
-        command = [s.python, "-m", "sglang.launch_server", "--model-path", s.model, "--host", s.host, "--port",
+        command = [python, "-m", "sglang.launch_server", "--model-path", model, "--host", s.host, "--port",
                    str(port), "--disable-cuda-graph"]
     if s.served_model_name:
         command += ["--served-model-name", s.served_model_name]
@@ -136,19 +138,19 @@ def server_env(settings: EngineSettings, profile_dir: Path, workdir: Path) -> di
     if key and s.name == "vllm":
         environment["VLLM_API_KEY"] = key
     if s.plugin:
-        environment.update(plugin_env(s, workdir))
+        environment.update(plugin_env(s, s.plugin, workdir))
     environment.update(dict(s.env))
     return environment
 
 
-def plugin_env(settings: EngineSettings, workdir: Path) -> dict[str, str]:
-    """The exported plugin installed into workdir/plugin-site (not the server's venv) and selected."""
+def plugin_env(settings: EngineSettings, plugin: str, workdir: Path) -> dict[str, str]:
+    """The exported plugin (engine.plugin) installed into workdir/plugin-site (not the server's venv) and selected."""
     site = workdir / "plugin-site"
     if not (site / PLUGIN_PACKAGE).is_dir():
         done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site),
-                               *_offline_build(), settings.plugin], capture_output=True, text=True, timeout=300)
+                               *_offline_build(), plugin], capture_output=True, text=True, timeout=300)
         if done.returncode != 0:
-            raise UserError(f"engine.plugin={settings.plugin} did not install: {done.stderr.strip()[-500:]}")
+            raise UserError(f"engine.plugin={plugin} did not install: {done.stderr.strip()[-500:]}")
     environment = {"PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p),
                    "VLLM_PLUGINS": "autotune_kernels"}
     if settings.plugin_kernels:

@@ -23,6 +23,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from autotune import env
+from autotune.config import as_dict
 from autotune.engine.endpoints import profiling
 from autotune.engine.launch import Server, serving
 from autotune.engine.load import Endpoint, run_load
@@ -41,7 +42,7 @@ def profile_engine(cfg: DictConfig, settings: EngineSettings | None = None):
     workdir = Path(cfg.profile.out_dir) / f".engine-{dt.datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
     try:
         with serving(settings, workdir) as server:
-            report, trace = measure(cfg, server, profiled=True)
+            report, trace = measure_profiled(cfg, server)
             environment = environment_record(cfg, server)
             log = server.log_path
         result = profile_trace(cfg, trace, environment=environment, load_report=report.to_dict())
@@ -75,6 +76,17 @@ def measure(cfg: DictConfig, server: Server, *, profiled: bool) -> tuple[LoadRep
     return report, trace
 
 
+def measure_profiled(cfg: DictConfig, server: Server) -> tuple[LoadReport, Path]:
+    """measure() inside the profiler's window: the report and the worker's trace, which a profile needs (with
+    engine.profile=false there is none: `autotune bench` measures without one)."""
+    if not server.settings.profile:
+        raise UserError(f"engine.profile=false: profiling the {server.settings.name} server needs its trace "
+                        "(set engine.profile=true)")
+    report, trace = measure(cfg, server, profiled=True)
+    assert trace is not None  # profiling() found it, or raised
+    return report, trace
+
+
 def requests_for(cfg: DictConfig, server: Server) -> list[EngineRequest]:
     vocab = server.settings.vocab_size or model_vocab_size(server.settings.model)
     time_scale = float(OmegaConf.select(cfg, "serve.time_scale", default=1.0) or 1.0)
@@ -84,12 +96,13 @@ def requests_for(cfg: DictConfig, server: Server) -> list[EngineRequest]:
 def endpoint_of(server: Server) -> Endpoint:
     s = server.settings
     key = os.environ.get(s.api_key_env) if s.api_key_env else None
+    assert server.model is not None  # launch.describe named it from /v1/models
     return Endpoint(server.url, server.model, key, s.request_timeout_s)
 
 
 def environment_record(cfg: DictConfig, server: Server) -> dict:
     """The machine's environment record with the engine's version, flags and model under "engine"."""
-    labels = OmegaConf.to_container(cfg.labels, resolve=True) if "labels" in cfg else {}
+    labels = as_dict(cfg.labels) if "labels" in cfg else {}
     record = env.collect(labels).to_dict()
     record["engine"] = server.record()
     return record

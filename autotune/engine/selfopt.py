@@ -32,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 from autotune.agent.clients import unset
 from autotune.engine.bench import SetupRun, compare, greedy_outputs, outputs_differ
 from autotune.engine.launch import Server, serving
-from autotune.engine.profile import environment_record, measure
+from autotune.engine.profile import environment_record, measure, measure_profiled
 from autotune.engine.settings import EngineSettings
 from autotune.engine.stats import LoadReport
 
@@ -75,7 +75,7 @@ class EngineSession:
             return found
         pcfg = cfg.copy()
         pcfg.profile.out_dir = str(out_dir)
-        report, trace = measure(pcfg, self.server, profiled=True)
+        report, trace = measure_profiled(pcfg, self.server)
         result = profile_trace(pcfg, trace, environment=environment_record(cfg, self.server),
                                load_report=report.to_dict())
         ledger.append("profile", run_dir=str(result.run_dir.relative_to(run_dir)), serve=None,
@@ -128,7 +128,7 @@ class EngineSession:
         for o in passed:
             folder = kernels_dir / o.target / o.best
             folder.mkdir(parents=True, exist_ok=True)
-            index, turn = re.search(r"-c(\d+)-t(\d+)$", o.best).groups()  # the loop's id: <target>-c<i>-t<turn>
+            index, turn = _slot_of(o.best)
             shutil.copyfile(run_dir / "candidates" / o.target / f"c{index}_t{turn}.py", folder / "kernel.py")
             (folder / "provenance.json").write_text(json.dumps({"target": o.target, "verdict": {"status": o.verdict},
                                                                 "created_at": "this run"}))
@@ -180,3 +180,11 @@ def summary_lines(record: dict[str, Any]) -> list[str]:
 
 def _ms(value) -> str:
     return "-" if value is None else f"{value:.1f} ms"
+
+
+def _slot_of(candidate_id: str) -> tuple[str, str]:
+    """(index, turn) of a candidate id as the loop writes it: <target>-c<index>-t<turn>."""
+    m = re.search(r"-c(\d+)-t(\d+)$", candidate_id)
+    if m is None:
+        raise ValueError(f"not a candidate id of the loop: {candidate_id}")
+    return m.group(1), m.group(2)

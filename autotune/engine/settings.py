@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
+from autotune.config import as_dict
 from autotune.errors import UserError
 
 KINDS = ("builtin", "vllm", "sglang")
@@ -72,21 +73,27 @@ class EngineSettings:
         if self.live and not self.launch and not self.url:
             raise UserError(f"engine={self.name} needs engine.url=http://HOST:PORT of a running server, or "
                             "engine.launch=true engine.model=PATH engine.python=PATH to start one")
-        if self.launch and not (self.model and self.python):
-            raise UserError(f"engine.launch=true needs engine.model=<model folder> and engine.python=<the Python "
-                            f"{self.name} is installed in> (scripts/setup_vllm_cpu.sh makes both)")
-        if self.launch and not Path(self.python).is_file():
-            raise UserError(f"engine.python={self.python}: no such file (the Python of {self.name}'s venv)")
-        if self.launch:  # the server starts in a folder of its own; abspath, not resolve: a venv's python is a link
-            object.__setattr__(self, "python", os.path.abspath(self.python))
-            if Path(self.model).exists():
-                object.__setattr__(self, "model", os.path.abspath(self.model))
+        if self.launch:
+            python, model = self.launched()
+            # the server starts in a folder of its own; abspath, not resolve: a venv's python is a link
+            object.__setattr__(self, "python", os.path.abspath(python))
+            if Path(model).exists():
+                object.__setattr__(self, "model", os.path.abspath(model))
         if self.plugin and not self.launch:
             raise UserError("engine.plugin needs engine.launch=true: a running server cannot be given a plugin "
                             "(install it where the server runs and restart it)")
         if self.plugin and not (Path(self.plugin) / "pyproject.toml").is_file():
             raise UserError(f"engine.plugin={self.plugin} is not a plugin folder (write one with `autotune export "
                             "vllm --out DIR`)")
+
+    def launched(self) -> tuple[str, str]:
+        """(engine.python, engine.model) of a server to launch; a UserError when either is missing."""
+        if not (self.model and self.python):
+            raise UserError(f"engine.launch=true needs engine.model=<model folder> and engine.python=<the Python "
+                            f"{self.name} is installed in> (scripts/setup_vllm_cpu.sh makes both)")
+        if not Path(self.python).is_file():
+            raise UserError(f"engine.python={self.python}: no such file (the Python of {self.name}'s venv)")
+        return self.python, self.model
 
     @property
     def live(self) -> bool:
@@ -98,8 +105,7 @@ class EngineSettings:
 
     @classmethod
     def of(cls, cfg: DictConfig | Mapping[str, Any] | None) -> EngineSettings:
-        raw = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg or {})
-        return cls.from_dict(raw)
+        return cls.from_dict(as_dict(cfg))
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> EngineSettings:

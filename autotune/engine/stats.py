@@ -50,9 +50,10 @@ class RequestResult:
 
     @property
     def tpot_ms(self) -> float | None:
-        if not self.ok or self.output_tokens < 2:
+        e2e_ms, ttft_ms = self.e2e_ms, self.ttft_ms
+        if e2e_ms is None or ttft_ms is None or self.output_tokens < 2:  # None: not ok
             return None
-        return (self.e2e_ms - self.ttft_ms) / (self.output_tokens - 1)
+        return (e2e_ms - ttft_ms) / (self.output_tokens - 1)
 
     @property
     def itl_ms(self) -> list[float]:
@@ -93,10 +94,11 @@ class LoadReport:
         return cls(num_requests=len(results), failed=len(results) - len(ok), duration_s=duration_s,
                    prompt_tokens=sum(r.prompt_tokens for r in results), output_tokens=out,
                    output_tokens_per_s=rate(out), requests_per_s=rate(len(ok)),
-                   ttft_ms=Latency.of([r.ttft_ms for r in ok]),
+                   ttft_ms=Latency.of([r.ttft_ms for r in ok if r.ttft_ms is not None]),  # every one: ok
                    tpot_ms=Latency.of([r.tpot_ms for r in ok if r.tpot_ms is not None]),
                    itl_ms=Latency.of([x for r in ok for x in r.itl_ms]),
-                   e2e_ms=Latency.of([r.e2e_ms for r in ok]), errors=tuple(errors.most_common()), requests=results)
+                   e2e_ms=Latency.of([r.e2e_ms for r in ok if r.e2e_ms is not None]),
+                   errors=tuple(errors.most_common()), requests=results)
 
     def to_dict(self, *, with_requests: bool = True) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -21,9 +21,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from autotune import ledger as ledger_mod
+from autotune.config import as_dict
 from autotune.errors import UserError
 
 
@@ -45,7 +46,7 @@ class EngineRequest:
 def engine_requests(workload: DictConfig, vocab_size: int | None, max_model_len: int | None,
                     time_scale: float = 1.0) -> list[EngineRequest]:
     """The workload's requests for a live engine; a UserError says what is missing."""
-    w = OmegaConf.to_container(workload, resolve=True) if isinstance(workload, DictConfig) else dict(workload)
+    w = as_dict(workload)
     if w.get("name") == "agent" or "transcript" in w:
         return agent_requests(w, time_scale)
     if not vocab_size:

@@ -14,6 +14,7 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 from autotune import kernels, targets
 from autotune.errors import UserError
@@ -60,7 +61,7 @@ def write_package(kind: PackageKind, kernels_dir: str | Path, out: str | Path) -
     root = out / kind.package
     (root / "kernels").mkdir(parents=True)
     (root / "kernels" / "__init__.py").write_text('"""The merged kernels, one module per target."""\n')
-    manifest = {"kernels": {}}
+    manifest: dict[str, Any] = {"kernels": {}}
     for target, k in chosen.items():
         data = k.source_path.read_bytes()
         (root / "kernels" / f"{target}.py").write_bytes(data)

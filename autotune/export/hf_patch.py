@@ -111,7 +111,7 @@ def _mlp_forward(kernel):
 def _patch_rotary(model, kernel) -> int:
     module = sys.modules.get(type(model).__module__)
     original = getattr(module, "apply_rotary_pos_emb", None)
-    if original is None:
+    if module is None or original is None:
         return 0
     if getattr(original, "_autotune_patched", False):
         return 1
@@ -121,9 +121,9 @@ def _patch_rotary(model, kernel) -> int:
             return original(q, k, cos, sin, *args, **kwargs)  # another layout (unsqueeze_dim, partial rotary)
         return _rotate(kernel, q, cos, sin), _rotate(kernel, k, cos, sin)
 
-    apply_rotary_pos_emb._autotune_patched = True
-    apply_rotary_pos_emb._autotune_original = original
-    module.apply_rotary_pos_emb = apply_rotary_pos_emb
+    # attributes set through vars(): a function's and a module's are not declared for the type checker
+    vars(apply_rotary_pos_emb).update(_autotune_patched=True, _autotune_original=original)
+    vars(module)["apply_rotary_pos_emb"] = apply_rotary_pos_emb
     return 1
 
 
@@ -141,12 +141,12 @@ def remove_autotune_kernels(model: torch.nn.Module) -> None:
     """Undo apply_autotune_kernels on this model and its modelling module."""
     for m in model.modules():
         if getattr(m, "_autotune_patched", False):
-            m.forward = m._autotune_original_forward
+            m.forward = vars(m)["_autotune_original_forward"]  # a bound method: not one of m's Tensor | Module
             del m._autotune_patched, m._autotune_original_forward
     module = sys.modules.get(type(model).__module__)
     patched = getattr(module, "apply_rotary_pos_emb", None)
-    if getattr(patched, "_autotune_patched", False):
-        module.apply_rotary_pos_emb = patched._autotune_original
+    if module is not None and getattr(patched, "_autotune_patched", False):
+        vars(module)["apply_rotary_pos_emb"] = vars(patched)["_autotune_original"]
 
 
 # --- the Hugging Face `kernels` library's route ----------------------------------------------------------------

@@ -34,7 +34,8 @@ def vllm_config(source: str) -> dict[str, int] | None:
     found = {}
     for node in tree.body:
         if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
-                and node.targets[0].id in KNOBS and isinstance(node.value, ast.Constant)):
+                and node.targets[0].id in KNOBS and isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, int)):
             found[KNOBS[node.targets[0].id]] = int(node.value.value)
     return found if len(found) == len(KNOBS) else None
 

@@ -100,27 +100,38 @@ def _rows_ok(x, weight, variance_size) -> bool:
 
 def _register_ir(name: str) -> str:
     """A vLLM IR implementation with the native op's exact signature (vLLM checks the schema)."""
-    from torch import Tensor
     from vllm import ir
 
-    fn = kernel(name)
-    if name == "rms_norm":
-        def supports(x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None) -> bool:
-            return _rows_ok(x, weight, variance_size)
-
-        def impl(x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None) -> Tensor:
-            return fn(x, weight, epsilon)
-    else:
-        def supports(x: Tensor, x_residual: Tensor, weight: Tensor | None, epsilon: float,
-                     variance_size: int | None = None) -> bool:
-            return _rows_ok(x, weight, variance_size) and x_residual.shape == x.shape and x_residual.is_contiguous()
-
-        def impl(x: Tensor, x_residual: Tensor, weight: Tensor | None, epsilon: float,
-                 variance_size: int | None = None) -> tuple[Tensor, Tensor]:
-            out, summed = fn(x, x_residual, weight, epsilon)
-            return out, summed
+    supports, impl = (_rms_norm_ir if name == "rms_norm" else _fused_add_rms_norm_ir)(kernel(name))
     getattr(ir.ops, name).register_impl(PROVIDER, supports_args=supports)(impl)
     return f"vllm.ir provider '{PROVIDER}'"
+
+
+def _rms_norm_ir(fn):
+    """(supports, impl) for vllm.ir's rms_norm."""
+    from torch import Tensor  # the annotations below are evaluated (and checked by vLLM) when they are defined
+
+    def supports(x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None) -> bool:
+        return _rows_ok(x, weight, variance_size)
+
+    def impl(x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None) -> Tensor:
+        return fn(x, weight, epsilon)
+    return supports, impl
+
+
+def _fused_add_rms_norm_ir(fn):
+    """(supports, impl) for vllm.ir's fused_add_rms_norm."""
+    from torch import Tensor
+
+    def supports(x: Tensor, x_residual: Tensor, weight: Tensor | None, epsilon: float,
+                 variance_size: int | None = None) -> bool:
+        return _rows_ok(x, weight, variance_size) and x_residual.shape == x.shape and x_residual.is_contiguous()
+
+    def impl(x: Tensor, x_residual: Tensor, weight: Tensor | None, epsilon: float,
+             variance_size: int | None = None) -> tuple[Tensor, Tensor]:
+        out, summed = fn(x, x_residual, weight, epsilon)
+        return out, summed
+    return supports, impl
 
 
 def _register_rms_norm_oot(targets: set[str]) -> str:

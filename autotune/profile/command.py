@@ -45,7 +45,7 @@ Main settings (conf/profile/default.yaml; override as key=value):
 from __future__ import annotations
 
 from omegaconf import DictConfig
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 from autotune.env import Environment
@@ -98,8 +98,10 @@ def hotspot_table(record: dict, top: int) -> Table:
     table = Table(title=f"hot spots (run {record['run']})",
                   caption=f"serving time {record['serving_time_us'] / 1e3:.1f} ms; gain: the end-to-end time a "
                           f"kernel {speedup:g}x faster would save (Amdahl)")
-    for name, justify in (("#", "right"), ("target", "left"), ("share", "right"), ("calls", "right"),
-                          ("ms", "right"), ("top shapes ×calls", "left"), ("gain", "right")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("#", "right"), ("target", "left"), ("share", "right"), ("calls", "right"), ("ms", "right"),
+        ("top shapes ×calls", "left"), ("gain", "right"))
+    for name, justify in columns:
         table.add_column(name, justify=justify, no_wrap=True)
     for rank, h in enumerate(hotspots_in(record)[:top], start=1):
         table.add_row(str(rank), h.target, f"{100 * h.share:.1f}%", str(h.calls), f"{h.total_us / 1e3:.2f}",
@@ -116,7 +118,9 @@ def coverage_table(cov: Coverage, top: int) -> Table:
     table = Table(title=f"targets cover {100 * cov.share:.1f}% of the time spent in ops "
                         f"({cov.covered_us / 1e3:.1f} of {cov.ops_us / 1e3:.1f} ms)",
                   caption="uncovered: the outermost ops that are not targets, by time outside any target op")
-    for name, justify in (("uncovered op", "left"), ("share of op time", "right"), ("ms", "right")):
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("uncovered op", "left"), ("share of op time", "right"), ("ms", "right"))
+    for name, justify in columns:
         table.add_column(name, justify=justify, no_wrap=True)
     for op, us in cov.uncovered[:top]:
         table.add_row(op, f"{100 * us / cov.ops_us:.1f}%", f"{us / 1e3:.2f}")

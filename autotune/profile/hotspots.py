@@ -72,7 +72,8 @@ def hotspots_record(run: str, trace: str, serving_time_us: float, assumed_speedu
 
 def hotspots_in(record: dict | None) -> list[Hotspot]:
     """The ranked hot spots of a hotspots.json record, each with its profile's run, serving time and speedup."""
-    return [Hotspot.from_dict(h).in_profile(record) for h in (record or {}).get("hotspots", [])]
+    record = record or {}
+    return [Hotspot.from_dict(h).in_profile(record) for h in record.get("hotspots", [])]
 
 
 def hotspot_for(target: str, record: dict | None) -> Hotspot | None:

@@ -263,7 +263,8 @@ def coverage(trace: Mapping[str, Any], op_map: OpMap) -> Coverage:
     at = _Attributed.of(trace, op_map)
     time, covered, host = at.time_us(), at.covered(), at.host
     is_op = [e["cat"] == "cpu_op" for e in host]
-    ops_us, covered_us, inside = 0.0, 0.0, collections.Counter()
+    ops_us, covered_us = 0.0, 0.0
+    inside: dict[int, float] = collections.defaultdict(float)  # an outer op's time in covered ops below it
     outermost = {}
     for i in range(len(host)):
         if is_op[i]:
@@ -274,11 +275,12 @@ def coverage(trace: Mapping[str, Any], op_map: OpMap) -> Coverage:
         if covered[i] and not any(covered[a] for a in _ancestors(at.parents, i)):
             covered_us += time[i]
             inside[outer] += time[i]
-    rest: collections.Counter = collections.Counter()
+    rest: dict[str, float] = collections.defaultdict(float)
     for i, outer in outermost.items():
         if i == outer and not covered[i]:
             rest[host[i]["name"]] += max(0.0, time[i] - inside[i])
-    return Coverage(ops_us, covered_us, tuple((op, us) for op, us in rest.most_common() if us > 0))
+    most_first = sorted(rest.items(), key=lambda kv: kv[1], reverse=True)  # as Counter.most_common: ties in order
+    return Coverage(ops_us, covered_us, tuple((op, us) for op, us in most_first if us > 0))
 
 
 def _outermost_op(parents: list[int], is_op: list[bool], i: int) -> int:

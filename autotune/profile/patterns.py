@@ -78,7 +78,7 @@ def _silu_and_muls(host: list[dict], run: list[int]) -> list[Match]:
             continue
         half = list(_dims(host[i])[0])
         whole = half[:-1] + [2 * half[-1]]
-        before = []
+        before: list[int] = []
         j = k - 1
         while j >= 0 and host[run[j]]["name"] in _VIEWS and _dims(host[run[j]])[:1] == [whole]:
             before.insert(0, run[j])

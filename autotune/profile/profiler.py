@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from autotune import env
+from autotune.config import as_dict
 from autotune.errors import UserError
 from autotune.profile import diagnose, nsight
 from autotune.profile.hotspots import FILE as HOTSPOTS_FILE
@@ -106,7 +107,7 @@ def _serve_profiled(cfg: DictConfig, trace_path: Path, enabled: dict[str, str]) 
     if warmup:
         serve(cfg, model=model, requests=warmup)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-    environment = env.collect(OmegaConf.to_container(cfg.labels, resolve=True)).to_dict()
+    environment = env.collect(as_dict(cfg.labels)).to_dict()
     environment["kernels_enabled"] = enabled  # which merged kernels the served model ran: {target: kernel id}
     with profile(activities=activities, record_shapes=True, with_stack=bool(cfg.profile.with_stack)) as prof:
         with record_function(SERVE_SPAN):
@@ -167,14 +168,14 @@ def foreign_environment(trace: dict, cfg: DictConfig) -> dict[str, Any]:
     devices = trace.get("deviceProperties") or []
     metadata = {k: v for k, v in trace.items() if k not in ("traceEvents", "deviceProperties")
                 and isinstance(v, (str, int, float, bool))}
-    reader = env.collect(OmegaConf.to_container(cfg.labels, resolve=True)).to_dict()
+    reader = env.collect(as_dict(cfg.labels)).to_dict()
     return {"source": "foreign trace", "gpu": devices[0].get("name") if devices else None,
             "gpu_count": len(devices), "trace_metadata": metadata, "read_by": reader}
 
 
 def op_map(cfg: DictConfig) -> OpMap:
     """The op-name mapping: the targets' own names plus profile.target_map and profile.target_map_file."""
-    return build_map(OmegaConf.to_container(cfg.profile.target_map, resolve=True) or {},
+    return build_map(as_dict(cfg.profile.target_map),
                      cfg.profile.get("target_map_file"))
 
 

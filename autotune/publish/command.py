@@ -61,7 +61,7 @@ def main(argv: list[str]) -> int:
         return _show(cfg, ns.id, console)
     if ns.action == "approve":
         p = publish.approve(cfg, ns.id)
-        console.print(f"approved {p.id}: merged {p.branch} into {p.base} (merge commit {p.merge_commit[:10]}); "
+        console.print(f"approved {p.id}: merged {p.branch} into {p.base} (merge commit {(p.merge_commit or '')[:10]}); "
                       f"the kernel is in {p.kernel_dir}/. `autotune profile kernels.enable=true` serves with it.")
         return 0
     p = publish.reject(cfg, ns.id, ns.reason)

@@ -137,8 +137,10 @@ def _latency_rows(model_check: dict[str, Any] | None) -> list[dict[str, Any]]:
     rows = []
     for name in before:
         b, a = before.get(name), after.get(name)
-        numbers = isinstance(a, (int, float)) and isinstance(b, (int, float)) and b
-        change = f"{100 * (a - b) / b:+.1f}%" if numbers else "—"
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b:
+            change = f"{100 * (a - b) / b:+.1f}%"
+        else:
+            change = "—"
         rows.append({"name": name, "before": b, "after": a, "change": change})
     return rows
 

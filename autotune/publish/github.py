@@ -130,7 +130,7 @@ def _push(remote: git.Remote, refspec: str, what: str) -> None:
 
 def _remote_sha(repo: git.Repo, remote: git.Remote, branch: str) -> str | None:
     try:
-        out = repo.git.ls_remote(remote.name, f"refs/heads/{branch}")
+        out = str(repo.git.ls_remote(remote.name, f"refs/heads/{branch}"))  # git's stdout: a str
     except git.GitCommandError as e:
         raise UserError(f"cannot read remote '{remote.name}': {gitops.error_line(e)} "
                         f"(check its URL and your git credentials)") from None
@@ -153,6 +153,7 @@ def publish(request: ProposalRequest, cfg) -> Proposal:
     remote = _remote(d.repo, str(cfg.publish.remote))
     existing_pr = api.open_pull(branch)  # also proves the token before anything is pushed
     remote_before = _remote_sha(d.repo, remote, branch)
+    assert d.commit is not None  # draft() builds it for a new or still open proposal
     local_before = gitops.set_branch(d.repo, branch, d.commit)
     try:
         _push(remote, f"+refs/heads/{branch}:refs/heads/{branch}", f"branch {branch}")

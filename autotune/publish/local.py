@@ -17,6 +17,7 @@ def publish(request: ProposalRequest, cfg) -> Proposal:
     d = proposal.draft(request, cfg, "local")
     if d.existing is not None and d.existing.status is not ProposalStatus.OPEN:
         return d.existing
+    assert d.commit is not None  # draft() builds it for a new or still open proposal
     previous = gitops.set_branch(d.repo, d.proposal.branch, d.commit)
     try:
         return proposal.save(d)

@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
+from autotune.config import as_dict
 from autotune.errors import UserError
 from autotune.ledger import frame
 from autotune.ledger import read as ledger_records
@@ -53,9 +54,15 @@ def load(paths: list[str | Path]) -> Runs:
     return Runs(runs, ledger)
 
 
+def _saved_config(run: Path) -> dict[str, Any]:
+    """A run's config.yaml as a plain dict, as saved (resolved when the run started); {} without one."""
+    loaded = OmegaConf.load(run / "config.yaml") if (run / "config.yaml").is_file() else None
+    return as_dict(loaded, resolve=False) if isinstance(loaded, DictConfig) else {}
+
+
 def run_row(d: Path) -> dict:
     """A run's settings (what a sweep varies) and its environment (what every figure names)."""
-    cfg = OmegaConf.to_container(OmegaConf.load(d / "config.yaml")) if (d / "config.yaml").is_file() else {}
+    cfg = _saved_config(d)
     agent = cfg.get("agent", {}) or {}
     env = json.loads((d / "env.json").read_text()) if (d / "env.json").is_file() else {}
     return {"run": str(d), "run_id": cfg.get("run_id", d.name), "agent": agent.get("name"),

@@ -40,6 +40,7 @@ from omegaconf import DictConfig, OmegaConf
 from rich.console import Console
 
 from autotune import env, targets
+from autotune.config import as_dict
 from autotune.errors import UserError
 from autotune.ledger import Ledger
 from autotune.text import pct
@@ -179,12 +180,15 @@ def start(cfg: DictConfig, run_dir: Path) -> DictConfig:
     if cfg.resume:
         if not saved.is_file():
             raise UserError(f"resume={cfg.resume}: no config.yaml there, so it is not an autotune run directory")
-        cfg = OmegaConf.load(saved)
+        loaded = OmegaConf.load(saved)
+        if not isinstance(loaded, DictConfig):
+            raise UserError(f"resume={cfg.resume}: its config.yaml is not a mapping, so it is not an autotune run")
+        cfg = loaded
         cfg.resume = str(run_dir)
         console.print(f"[bold]resuming[/] {run_dir}")
         return cfg
     preflight(cfg)
-    cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    cfg = OmegaConf.create(as_dict(cfg))
     cfg.run_id = f"{dt.datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
     run_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, saved)
@@ -297,8 +301,8 @@ def work_on(name: str, hotspot: Hotspot | None, cfg: DictConfig, run_dir: Path, 
                            rejections=rejection_reasons(cfg, name))
     best = search.best
     if best is None or not best.passed:
-        outcome = Outcome(name, OutcomeStatus.NO_PASSING_CANDIDATE, search.stopped, best and best.id,
-                          best and best.status)
+        outcome = Outcome(name, OutcomeStatus.NO_PASSING_CANDIDATE, search.stopped, best.id if best else None,
+                          best.status if best else None)
     else:
         outcome = check_and_publish(name, best, hotspot, cfg, run_dir, ledger)
     ledger.append("outcome", **dataclasses.asdict(outcome))

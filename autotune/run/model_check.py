@@ -122,6 +122,7 @@ def check_model(cfg: DictConfig, target: str, source: str, *, workdir: Path) -> 
             ("timed out" if result.timed_out else f"exit status {result.returncode}")
         return ModelCheck(False, f"the model did not run with the candidate: {why.strip().splitlines()[-1]}",
                           len(prompts), new_tokens, False, None, None, duration_s=result.duration_s)
+    assert result.result is not None  # ok: the child exited 0 after sending its result
     check = compare(ref_tokens, ref_logits, result.result, len(prompts), new_tokens, result.duration_s)
     served = int(result.result.get("kernel_calls", 0))
     check = dataclasses.replace(check, reference_calls=calls[0], kernel_calls=served)
@@ -193,6 +194,8 @@ def _load_candidate(target: str, source: str):
     path = Path("candidate_model_check.py").resolve()
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("candidate_model_check", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import the candidate from {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)

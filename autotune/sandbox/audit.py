@@ -35,6 +35,8 @@ import contextlib
 import os
 import sys
 import types
+from collections.abc import Sequence
+from typing import Any
 
 # A module that is not loaded yet may be imported only from these packages. Measured: once the worker has
 # imported what Triton loads on a first launch, the correct candidates in tests/verify/candidates import
@@ -68,7 +70,7 @@ class Denied(PermissionError):
 
 
 class Guard:
-    def __init__(self, *, read: list[str], write: list[str] = (), gpu: bool = False):
+    def __init__(self, *, read: Sequence[str], write: Sequence[str] = (), gpu: bool = False):
         """`gpu`: Triton compiles on a kernel's first launch, inside the untrusted call: it runs ptxas and a C
         compiler, loads the launcher it built (import, ctypes) and reads the CUDA libraries; so processes,
         ctypes and imports are not denied, and the system directories are readable (the process confinement
@@ -78,7 +80,7 @@ class Guard:
         self._write = tuple(_root(p) for p in write if p)
         self._denied = _DENIED_ON_GPU if gpu else _DENIED_PREFIXES
         self._imports = None if gpu else ALLOWED_IMPORTS
-        self._state = {"armed": False, "trusted": 0, "log": None}
+        self._state: dict[str, Any] = {"armed": False, "trusted": 0, "log": None}  # read by the hook on every event
 
     def arm(self, log: set | None = None) -> None:
         """Install the hook (for good: audit hooks cannot be removed). With `log`, nothing is denied and what

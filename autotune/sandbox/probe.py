@@ -33,7 +33,8 @@ def _attempt(fn, errno_name: bool = False) -> str:
         fn()
         return "allowed"
     except OSError as e:
-        return f"refused: {errno.errorcode.get(e.errno, e.errno)}" if errno_name else f"blocked: {e.strerror or e}"
+        name = errno.errorcode.get(e.errno, str(e.errno)) if e.errno is not None else str(e.errno)
+        return f"refused: {name}" if errno_name else f"blocked: {e.strerror or e}"
 
 
 def _fork() -> None:
@@ -49,8 +50,12 @@ def _fork_exec() -> None:
 
     r, w = os.pipe()
     try:
-        pid = _posixsubprocess.fork_exec([b"/bin/true"], [b"/bin/true"], True, (w,), None, None, -1, -1, -1, -1,
-                                         -1, -1, r, w, True, False, -1, None, None, None, -1, None, True)
+        # typeshed's stub wants a str cwd and a callable preexec_fn; the C function takes None for both
+        pid = _posixsubprocess.fork_exec([b"/bin/true"], [b"/bin/true"], True, (w,),
+                                         None,  # type: ignore[arg-type]
+                                         None, -1, -1, -1, -1, -1, -1, r, w, True, False, -1, None, None, None, -1,
+                                         None,  # type: ignore[arg-type]
+                                         True)
         os.waitpid(pid, 0)
     finally:
         os.close(r)
@@ -68,10 +73,19 @@ def _libc(name: str, *args) -> None:
         raise OSError(ctypes.get_errno(), f"{name} failed")
 
 
+def _socket() -> None:
+    socket.socket().close()
+
+
+def _socketpair() -> None:
+    for s in socket.socketpair():
+        s.close()
+
+
 def _thread() -> None:
     import threading
 
-    ran = []
+    ran: list[int] = []
     t = threading.Thread(target=ran.append, args=(1,))
     t.start()
     t.join()
@@ -85,8 +99,8 @@ SYSCALLS = {
     "os.fork": _fork,
     "_posixsubprocess.fork_exec": _fork_exec,
     "subprocess.Popen": lambda: subprocess.run(["/bin/true"], check=False),
-    "socket.socket": lambda: socket.socket().close(),
-    "socket.socketpair": lambda: [s.close() for s in socket.socketpair()],
+    "socket.socket": _socket,
+    "socket.socketpair": _socketpair,
     "os.execv": lambda: os.execv("/bin/true", ["/bin/true"]),
     "ctypes fork": lambda: _libc("fork"),
     "ctypes unshare(CLONE_NEWUSER)": lambda: _libc("unshare", 0x10000000),
@@ -109,7 +123,8 @@ def _fill(directory: str, chunk_mb: int) -> dict:
     except OSError as e:
         import errno
 
-        return {"written_mb": written >> 20, "stopped": errno.errorcode.get(e.errno, str(e.errno))}
+        stopped = errno.errorcode.get(e.errno, str(e.errno)) if e.errno is not None else str(e.errno)
+        return {"written_mb": written >> 20, "stopped": stopped}
     return {"written_mb": written >> 20, "stopped": "never"}
 
 

@@ -136,10 +136,10 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Lim
     so neither holds every case's data at once."""
     workdir = _private_dir(workdir)
     uid = _free_uid() if os.geteuid() == 0 else None
-    settings = {"workdir": str(workdir), "uid": uid, "memory_mb": limits.memory_mb, "file_mb": limits.file_mb,
-                "dir_mb": limits.dir_mb,
-                "gpu": bool(gpu), "readable": [str(Path(p).resolve()) for p in readable],
-                "seccomp": ("gpu" if gpu else "cpu") if seccomp == "default" else seccomp}
+    settings: dict[str, Any] = {"workdir": str(workdir), "uid": uid, "memory_mb": limits.memory_mb,
+                                "file_mb": limits.file_mb, "dir_mb": limits.dir_mb,
+                                "gpu": bool(gpu), "readable": [str(Path(p).resolve()) for p in readable],
+                                "seccomp": ("gpu" if gpu else "cpu") if seccomp == "default" else seccomp}
     host_uid = None
     if host is not None:
         host_uid = _free_uid() if uid is not None else None
@@ -309,7 +309,10 @@ def _tail(f) -> str:
 
 def _result(returncode: int, timed_out: bool, reader: Reader, stderr_tail: str, duration_s: float,
             runner: dict) -> SandboxResult:
-    isolation, result, error, events = {}, None, "", []
+    isolation: dict[str, Any] = {}
+    result: dict | None = None
+    error = ""
+    events: list[dict] = []
     for frame in reader.frames:
         kind = frame.get("kind")
         if kind == "isolation" and not isolation:
@@ -342,6 +345,14 @@ class Links:
         return read_frame(self.parent_fd, limit=1 << 62)
 
 
+def _from_parent(fd: int, key: str) -> Any:
+    """The parent's next frame's `key` (trusted: the parent wrote it); EOFError when the parent closed first."""
+    frame = read_frame(fd, limit=1 << 62)
+    if frame is None:
+        raise EOFError(f"the parent closed the stream before sending the {key}")
+    return frame[key]
+
+
 def child_main(handler: Callable[..., dict], host: Callable[..., dict] | None = None,
                host_frames: Callable[[dict], bytes] = encode) -> None:
     """The child's side: read the settings, fork the host if there is one, read the payload, confine this
@@ -352,11 +363,11 @@ def child_main(handler: Callable[..., dict], host: Callable[..., dict] | None = 
 
     in_fd, out_fd = (int(x) for x in sys.argv[sys.argv.index("--sandbox-fds") + 1].split(","))
     processes = namespaces.enter(close_fds=(in_fd, out_fd))  # from here on, this is the worker
-    settings = read_frame(in_fd, limit=1 << 62)["sandbox"]
+    settings = _from_parent(in_fd, "sandbox")
     links = Links(in_fd)
     if host is not None:
         links.from_host, links.to_host = _fork_host(host, settings["host"], (in_fd, out_fd), host_frames)
-    payload = read_frame(in_fd, limit=1 << 62)["payload"]
+    payload = _from_parent(in_fd, "payload")
     if host is None:
         os.close(in_fd)
 

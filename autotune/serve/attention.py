@@ -93,7 +93,9 @@ class Batch:
     @classmethod
     def build(cls, segments: list[Segment], cache: KVCache, vocab_size: int, device) -> Batch:
         check_segments(segments, cache, vocab_size)
-        tokens, positions, slots, last = [], [], [], []
+        tokens: list[int] = []
+        positions: list[int] = []
+        slots, last = [], []
         singles, chunks = [], []
         for seg in segments:
             row0 = len(tokens)

@@ -150,7 +150,8 @@ class _State:
 
     def plan(self, budget: int) -> tuple[list[Segment], list[_Sequence | None]]:
         """This step's segments, and per segment the sequence that samples from its logits (None: mid-prompt)."""
-        segments, samplers = [], []
+        segments: list[Segment] = []
+        samplers: list[_Sequence | None] = []
         for seq in self.running:
             if seq.prefilled:
                 segments.append(Segment(seq.slot, seq.computed, (seq.output[-1],)))

@@ -209,6 +209,9 @@ class DecoderLayer(torch.nn.Module):
 class LlamaModel(torch.nn.Module):
     """`model(segments, cache)` runs one engine step and returns logits at each segment's last token."""
 
+    rope_cos: torch.Tensor  # buffers (registered in __init__), declared for the type checker
+    rope_sin: torch.Tensor
+
     def __init__(self, config: ModelConfig, device: str | torch.device = "cpu"):
         super().__init__()
         c = self.config = config
@@ -290,6 +293,7 @@ def build_model(model_cfg, device: str) -> LlamaModel:
         model = LlamaModel(ModelConfig.from_cfg(model_cfg), device)
         init_weights(model, model.config.init_seed)
     for layer in model.layers:
+        assert isinstance(layer, DecoderLayer)  # for the type checker: a ModuleList holds Modules
         layer.quant.prepare(layer)
     return model.eval()
 

@@ -60,7 +60,8 @@ class MoeSpec:
         unknown = sorted(set(node) - fields)
         if unknown:
             raise UserError(f"model.moe has unknown keys {unknown} (known: {', '.join(sorted(fields))})")
-        return cls(**{k: (tuple(v) if k == "mlp_only_layers" else v) for k, v in dict(node).items()})
+        values: dict[str, Any] = {k: (tuple(v) if k == "mlp_only_layers" else v) for k, v in dict(node).items()}
+        return cls(**values)
 
     def sparse(self, layer: int) -> bool:
         return layer not in self.mlp_only_layers and (layer + 1) % self.decoder_sparse_step == 0

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
 
+from autotune.config import as_dict
 from autotune.errors import UserError
 from autotune.serve.engine import Request
 
@@ -41,7 +41,7 @@ def make_requests(workload_cfg, vocab_size: int, max_seq_len: int) -> list[Reque
         raise UserError("workload.replay is not set (give workload.replay=path/to/requests.jsonl)")
     if replay:
         arrivals, prompt_lens, output_lens = read_replay(replay, w.get("num_requests"))
-        after = [None] * len(arrivals)
+        after: list[int | None] = [None] * len(arrivals)
     else:
         n = _num_requests(w.get("num_requests"))
         prompt_lens = sample_lengths(w.get("prompt_len"), n, rng, "workload.prompt_len")
@@ -53,9 +53,7 @@ def make_requests(workload_cfg, vocab_size: int, max_seq_len: int) -> list[Reque
 
 
 def _as_dict(cfg) -> dict[str, Any]:
-    if isinstance(cfg, DictConfig):
-        return OmegaConf.to_container(cfg, resolve=True)  # a missing value (???) stays the string "???"
-    return dict(cfg)
+    return as_dict(cfg)  # a missing value (???) stays the string "???"
 
 
 def _num_requests(n) -> int:
@@ -115,7 +113,9 @@ def read_replay(path, num_requests) -> tuple[list[float], list[int], list[int]]:
     file = Path(path).expanduser()
     if not file.is_file():
         raise UserError(f"workload.replay: no file at {file} (give a JSONL file with one {REPLAY_LINE} per line)")
-    arrivals, prompts, outputs = [], [], []
+    arrivals: list[float] = []
+    prompts: list[int] = []
+    outputs: list[int] = []
     with file.open(encoding="utf-8", errors="replace") as f:
         for number, line in enumerate(f, start=1):
             if num_requests is not None and len(arrivals) >= int(num_requests):

@@ -414,7 +414,7 @@ def norm_weight(width: int, dtype: torch.dtype, gen: torch.Generator) -> torch.T
     return (1.0 + torch.randn(width, generator=gen)).to(dtype)
 
 
-def rowwise_shapes(widths: tuple[int, ...]) -> Callable[[Mapping, int], tuple[Shape, ...]]:
+def rowwise_shapes(widths: tuple[tuple[str, int], ...]) -> Callable[[Mapping, int], tuple[Shape, ...]]:
     """model_shapes for an op over [tokens, width]: `widths` are preset keys (with a factor, e.g. 2 x
     intermediate_size written as ("intermediate_size", 2))."""
     def shapes(dims: Mapping, rows: int) -> tuple[Shape, ...]:
