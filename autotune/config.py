@@ -20,11 +20,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from autotune.errors import UserError
 
+PACKAGE_DIR = Path(__file__).resolve().parent
 
-def _data_dir(name: str) -> Path:
+
+def _data_dir(name: str, package: Path = PACKAGE_DIR) -> Path:
     """`autotune/<name>/` in a wheel install, else `<name>/` beside the package (a checkout or an editable install).
     Inside first: beside an installed package is site-packages, where another distribution may have put a `conf/`."""
-    package = Path(__file__).resolve().parent
     inside = package / name
     return inside if inside.is_dir() else package.parent / name
 

@@ -59,6 +59,15 @@ def test_a_running_server_needs_its_profiler_folder(fake, tmp_path):
         profile_engine(_cfg(tmp_path, "engine=vllm", f"engine.url={url}"))
 
 
+def test_a_profile_with_engine_profile_false_says_it_needs_the_trace(fake, tmp_path):
+    """The profiler-folder error suggests engine.profile=false (right for `autotune bench`); a profile given it
+    used to fail with a TypeError on the missing trace after sending the whole workload."""
+    state, url = fake(kind="vllm")
+    with pytest.raises(UserError, match="engine.profile=false: profiling the vllm server needs its trace"):
+        profile_engine(_cfg(tmp_path, "engine=vllm", f"engine.url={url}", "engine.profile=false"))
+    assert not [r for r in state.requests if "completions" in r["path"]]  # refused before the workload
+
+
 def test_sglang_gets_shapes_on_and_stacks_off_in_the_profile_request(fake, tmp_path):
     state, url = fake(kind="sglang")
     result, load = profile_engine(_cfg(tmp_path, "engine=sglang", f"engine.url={url}",
