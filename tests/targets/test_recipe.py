@@ -35,7 +35,7 @@ WALKING_TESTS = ["tests/targets/test_targets.py", "tests/verify/test_correct.py"
 def _copy(dest: Path) -> None:
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "fixtures")
     shutil.copytree(ROOT / "autotune", dest / "autotune", ignore=ignore)
-    for part in ("tests/targets", "tests/verify", "tests/agent"):
+    for part in ("conf", "prompts", "tests/targets", "tests/verify", "tests/agent"):  # conf, prompts: beside autotune/
         shutil.copytree(ROOT / part, dest / part, ignore=ignore)
     shutil.copy(ROOT / "pyproject.toml", dest / "pyproject.toml")
     for name, where in FILES.items():
