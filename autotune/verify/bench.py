@@ -39,7 +39,7 @@ import triton.language.extra.libdevice  # noqa: F401
 
 from autotune import accel
 from autotune.sandbox import audit, confine
-from autotune.sandbox.runner import child_main
+from autotune.sandbox.runner import child_main, trim_traceback
 
 SETS = 3  # input sets kept alive at once
 SAMPLES = 3  # timed calls whose inputs and outputs are checked again by the judge
@@ -118,23 +118,28 @@ def _host(out) -> list:
     return [o.detach().cpu().clone() if type(o) is torch.Tensor else None for o in outs]
 
 
-def _candidate(payload: dict, dev: accel.Accelerator) -> dict[str, Callable]:
+def _arm(dev: accel.Accelerator) -> audit.Guard:
+    """The run-time layer the checker's host arms before it imports the candidate (audit hook, every loaded module
+    frozen), with the timing code's modules sealed."""
+    workdir = str(Path.cwd())
+    guard = audit.Guard(read=[workdir, *confine.python_paths()], write=[workdir], gpu=dev.sandbox_gpu)
+    audit.freeze_modules()
+    audit.seal_modules(_SEALED)
+    guard.arm()
+    return guard
+
+
+def _candidate(payload: dict) -> dict[str, Callable]:
     """The candidate's entry function, imported as the checker's host process imports it (autotune.verify.host).
 
     Here its launcher runs with the real timing inputs: these are fresh random sets drawn for timing alone
     (not the correctness cases) and its outputs go back to the judge to be checked again, so nothing here is
-    worth hiding from it. What is worth guarding is the timer, which shares this process: the run-time layer
-    the host arms (audit hook, every loaded module frozen, the timing code's modules sealed) is armed here
-    too, before the import; the static allow-list already kept torch.cuda.*, monkey-patching and the like
-    out of the source, and a time below the roofline floor is not believed."""
+    worth hiding from it. What is worth guarding is the timer, which shares this process: `_arm` runs first;
+    the static allow-list already kept torch.cuda.*, monkey-patching and the like out of the source, and a
+    time below the roofline floor is not believed."""
     from autotune.verify.host import load
 
-    workdir = Path.cwd()
-    guard = audit.Guard(read=[str(workdir), *confine.python_paths()], write=[str(workdir)], gpu=dev.sandbox_gpu)
-    audit.freeze_modules()
-    audit.seal_modules(_SEALED)
-    guard.arm()
-    _, fn = load(payload["source"], payload["entry"], workdir, collections.Counter())
+    _, fn = load(payload["source"], payload["entry"], Path.cwd(), collections.Counter())
     return {"candidate": fn}
 
 
@@ -201,19 +206,29 @@ def bench(payload: dict, send) -> dict:
     props = dev.properties()
     flush = dev.flush_buffer()
     gen = dev.generator(int(payload["seed"]))
-    absent: dict[str, str] = {}
-    if payload["mode"] == "candidate":
-        fns = _candidate(payload, dev)
-    else:
-        fns, absent = _baselines(payload, dev)
     label = {"device": props.name, "stand_in": props.stand_in}
-    shapes = []
-    for k, case in enumerate(payload["shapes"]):
-        send("shape_start", index=k)
-        sets = [[dev.to_device(a) for a in s] for s in case["sets"]]
-        shapes.append(_time_all(fns, sets, payload, flush, gen, dev, absent, label))
-    return {**label, "properties": dataclasses.asdict(props),
-            "compile_backend": dev.compile_backend, "absent": absent, "shapes": shapes}
+    absent: dict[str, str] = {}
+    guard = None
+    try:
+        if payload["mode"] == "candidate":
+            from autotune.verify import host  # noqa: F401  (imported before the guard that denies new imports)
+
+            guard = _arm(dev)
+            fns = _candidate(payload)
+        else:
+            fns, absent = _baselines(payload, dev)
+        shapes = []
+        for k, case in enumerate(payload["shapes"]):
+            send("shape_start", index=k)
+            sets = [[dev.to_device(a) for a in s] for s in case["sets"]]
+            shapes.append(_time_all(fns, sets, payload, flush, gen, dev, absent, label))
+    except Exception as e:
+        if guard is None:
+            raise
+        with guard.trusted():  # formatting a traceback reads its frames, which the hook denies the candidate
+            return {"failed": trim_traceback(e, keep_files=(str(Path.cwd() / "candidate.py"),))}
+    return {**label, "properties": dataclasses.asdict(props), "compile_backend": dev.compile_backend,
+            "absent": absent, "shapes": shapes}
 
 
 if __name__ == "__main__":

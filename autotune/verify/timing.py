@@ -116,14 +116,14 @@ def _bench(payload: dict, cfg_verify, dev: accel.Accelerator) -> SandboxResult:
 
 
 def _failure(run: SandboxResult, who: str) -> tuple[Status, str] | None:
-    if run.ok and "error" not in (run.result or {}):
+    if run.ok and not {"error", "failed"} & set(run.result or {}):
         return None
     if run.timed_out:
         return Status.TIMEOUT, f"timing the {who} took longer than the limit"
     error = (run.result or {}).get("error")
     if error:  # the isolated process could not use the GPU: not the candidate's fault
         return Status.UNMEASURED, f"correct; timing: not measured ({error})"
-    lines = run.error.strip().splitlines()
+    lines = str((run.result or {}).get("failed") or run.error).strip().splitlines()
     return Status.RUNTIME_ERROR, f"timing the {who} failed: {run.signal or (lines[-1] if lines else run.returncode)}"
 
 
@@ -147,8 +147,8 @@ def measure(target: Target, source: str, shapes, cfg_verify, verdict: Verdict, *
 
 
 def protocol(target: Target, source: str, shapes, cfg_verify, dev: accel.Accelerator | None = None) -> Timed:
-    """The candidate's process, then the baselines' (only if the candidate's succeeded), then the re-check of
-    the outputs produced while timing; what they measured."""
+    """The candidate's process, the re-check of the outputs it produced while timed, then (only if both passed)
+    the baselines' process; what they measured."""
     dev = dev or accel.get("cuda")
     todo = timing_shapes(target, shapes, cfg_verify)
     cand = _bench(_payload(target, todo, cfg_verify, "candidate", source, dev), cfg_verify, dev)
@@ -157,14 +157,14 @@ def protocol(target: Target, source: str, shapes, cfg_verify, dev: accel.Acceler
         return Timed(device=(cand.result or {}).get("device", dev.name), stand_in=dev.stand_in, failure=failed)
     got: dict = cand.result or {}
     device, stand_in = got["device"], bool(got["stand_in"])
+    wrong = _recheck(target, todo, [s["candidate"]["samples"] for s in got["shapes"]])
+    if wrong:
+        return Timed(device=device, stand_in=stand_in, failure=(Status.INCORRECT, wrong))
     base = _bench(_payload(target, todo, cfg_verify, "baseline", "", dev), cfg_verify, dev)
     failed = _failure(base, "baselines")
     if failed:  # the candidate is correct; only the comparison is missing
         reason = failed[1] if failed[0] is Status.UNMEASURED else f"correct; {failed[1]}"
         return Timed(device=device, stand_in=stand_in, failure=(Status.UNMEASURED, reason))
-    wrong = _recheck(target, todo, [s["candidate"]["samples"] for s in got["shapes"]])
-    if wrong:
-        return Timed(device=device, stand_in=stand_in, failure=(Status.INCORRECT, wrong))
     based: dict = base.result or {}
     peak, tflops = peaks(device, cfg_verify)
     figures = [{k: v for k, v in s["candidate"].items() if k != "samples"} for s in got["shapes"]]
