@@ -21,6 +21,7 @@ import dataclasses
 import math
 import secrets
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -140,10 +141,15 @@ def _recheck(target: Target, todo, samples_per_shape: list[list[dict]]) -> str |
 
 
 def measure(target: Target, source: str, shapes, cfg_verify, verdict: Verdict, *,
-            accel: accel.Accelerator | None = None) -> tuple[Status, str]:
+            accel: accel.Accelerator | None = None,
+            on_timed: Callable[[Timed], None] | None = None) -> tuple[Status, str]:
     """Time a candidate already proven correct on `accel` (default: the GPU); fills verdict.timings (not on a
-    stand-in device) and returns (status, reason)."""
-    return conclude(protocol(target, source, shapes, cfg_verify, accel), cfg_verify, verdict)
+    stand-in device) and returns (status, reason). `on_timed` sees what the protocol measured (the selfcheck
+    shows a stand-in's figures, labelled, where a verdict never does)."""
+    timed = protocol(target, source, shapes, cfg_verify, accel)
+    if on_timed is not None:
+        on_timed(timed)
+    return conclude(timed, cfg_verify, verdict)
 
 
 def protocol(target: Target, source: str, shapes, cfg_verify, dev: accel.Accelerator | None = None) -> Timed:

@@ -27,8 +27,18 @@ def fresh_verdict() -> Verdict:
 
 
 @pytest.fixture(scope="module")
-def timed() -> Timed:
-    return protocol(RMS, ROWWISE, SHAPES, CFG, CPU)
+def measured() -> tuple[Timed, Verdict, tuple[Status, str]]:
+    """One call of `measure`, as the judge makes it on a GPU, here on the CPU layer: (what the protocol measured,
+    the verdict it filled, the status and reason it returned)."""
+    seen: list[Timed] = []
+    verdict = fresh_verdict()
+    result = measure(RMS, ROWWISE, SHAPES, CFG, verdict, accel=CPU, on_timed=seen.append)
+    return seen[0], verdict, result
+
+
+@pytest.fixture(scope="module")
+def timed(measured) -> Timed:
+    return measured[0]
 
 
 def test_every_record_of_the_protocol_says_it_is_a_cpu_stand_in(timed):
@@ -62,9 +72,9 @@ def test_stand_in_figures_never_reach_a_verdict_as_speed(timed):
     verdict = fresh_verdict()
     status, reason = conclude(timed, CFG, verdict)
     assert status is Status.UNMEASURED and reason == STAND_IN_REASON
-    assert reason == "correct; timing: not measured (CPU stand-in timings only)"
     assert verdict.timings == [] and not verdict.measured and verdict.speedup_geomean is None
     assert any("ran end to end on cpu (stand-in)" in n and "not a GPU's" in n for n in verdict.notes)
+    assert any(n.startswith("baseline liger: not timed") for n in verdict.notes) == ("liger" in timed.absent)
 
 
 def test_the_same_figures_from_a_gpu_would_decide(timed):
@@ -75,11 +85,11 @@ def test_the_same_figures_from_a_gpu_would_decide(timed):
     assert status in (Status.ACCEPTED, Status.SLOWER) and verdict.measured and verdict.timings
 
 
-def test_measure_keeps_a_correct_candidate_unmeasured_on_the_cpu():
-    verdict = fresh_verdict()
-    status, reason = measure(RMS, ROWWISE, SHAPES, CFG, verdict, accel=CPU)
-    assert (status, reason) == (Status.UNMEASURED, STAND_IN_REASON)
-    assert verdict.timings == [] and not verdict.measured
+def test_measure_keeps_a_correct_candidate_unmeasured_on_the_cpu(measured):
+    _, verdict, (status, reason) = measured
+    assert (status, reason) == (Status.UNMEASURED, "correct; timing: not measured (CPU stand-in timings only)")
+    assert verdict.timings == [] and not verdict.measured and verdict.speedup_geomean is None
+    assert any("ran end to end on cpu (stand-in)" in n for n in verdict.notes)
 
 
 def test_a_wrong_output_while_timed_is_caught_by_the_recheck():
