@@ -65,6 +65,10 @@ class Accelerator(abc.ABC):
         """The first visible device's properties."""
 
     @abc.abstractmethod
+    def runtime_version(self) -> str | None:
+        """The device runtime's version (CUDA's), for the environment record; None on the CPU."""
+
+    @abc.abstractmethod
     def synchronize(self) -> None:
         """Wait until every queued kernel has finished."""
 

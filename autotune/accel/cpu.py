@@ -41,6 +41,9 @@ class Cpu(Accelerator):
         return Properties(name=NAME, l2_bytes=l2_bytes(), sm_count=os.cpu_count() or 1,
                           shared_memory_per_block_bytes=0, peak_bandwidth_gbps=None, peak_tflops=None, stand_in=True)
 
+    def runtime_version(self) -> str | None:
+        return None
+
     def synchronize(self) -> None:
         pass  # the host's work is done when the call returns
 

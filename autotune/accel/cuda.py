@@ -46,6 +46,9 @@ class Cuda(Accelerator):
                           peak_bandwidth_gbps=peak_bandwidth_gbps(p.name), peak_tflops=peak_tflops(p.name),
                           stand_in=False)
 
+    def runtime_version(self) -> str | None:
+        return torch.version.cuda
+
     def synchronize(self) -> None:
         torch.cuda.synchronize()
 

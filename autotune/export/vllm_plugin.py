@@ -47,9 +47,9 @@ _registered: dict[str, str] = {}  # target -> how it was registered
 
 
 def kernels_runnable() -> bool:
-    import torch
+    from autotune import accel
 
-    return torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1"
+    return accel.gpu_available() or os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def kernel(target: str):

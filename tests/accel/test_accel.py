@@ -74,3 +74,17 @@ def test_datasheet_peaks_prefer_the_longest_name_and_the_override():
     assert peak_bandwidth_gbps("NVIDIA H100 PCIe") == 2000 and peak_bandwidth_gbps("NVIDIA H100 80GB HBM3") == 3350
     assert peak_tflops("NVIDIA A100-SXM4-80GB") == 312 and peak_tflops("cpu (stand-in)") is None
     assert peak_bandwidth_gbps("cpu (stand-in)", 50) == 50.0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without a GPU")
+def test_the_rest_of_autotune_asks_the_layer_whether_there_is_a_gpu():
+    from autotune import env
+    from autotune.agent import prompts, slots
+    from autotune.errors import UserError
+
+    record = env.collect()
+    assert (record.gpu, record.cuda, record.gpu_count, record.device) == (None, None, 0, "cpu")
+    assert env.resolve_device("auto") == "cpu" and env.resolve_device("cpu") == "cpu"
+    with pytest.raises(UserError, match="device=cuda but torch sees no GPU"):
+        env.resolve_device("cuda")
+    assert slots.visible_gpus() == () and prompts._gpu_name("cuda") is None
