@@ -30,7 +30,7 @@ def test_the_cpu_stand_in_says_so_and_interprets_triton():
     p = cpu.properties()
     assert p == Properties(name="cpu (stand-in)", l2_bytes=l2_bytes(), sm_count=p.sm_count,
                            shared_memory_per_block_bytes=0, peak_bandwidth_gbps=None, peak_tflops=None, stand_in=True)
-    assert p.sm_count >= 1 and cpu.available() and cpu.device_count() == 1
+    assert p.sm_count >= 1 and cpu.available() and cpu.device_count() == 1 and cpu.runtime_version() is None
     assert cpu.interprets_triton and cpu.triton_env() == {"TRITON_INTERPRET": "1"} and not cpu.sandbox_gpu
     assert accel.get("cuda").triton_env() == {} and accel.get("cuda").compile_backend == "inductor"
 
@@ -61,6 +61,8 @@ def test_the_l2_size_is_read_from_sysfs_or_defaults(tmp_path):
         (tmp_path / f"index{i}" / "size").write_text(size + "\n")
     assert l2_bytes(tmp_path) == 2 << 20
     assert l2_bytes(tmp_path / "missing") == 1 << 20
+    (tmp_path / "index1" / "size").write_text("unknown\n")  # an unreadable entry is skipped, not fatal
+    assert l2_bytes(tmp_path) == 1 << 20
 
 
 def test_properties_are_validated():
