@@ -29,13 +29,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-import triton
-
-# What Triton imports lazily on a kernel's first launch, imported before the audit hook is armed (as the
-# checker's worker does): the gluon import reads its caller's frame, which the hook denies.
-import triton.compiler.code_generator
-import triton.experimental.gluon._runtime
-import triton.language.extra.libdevice  # noqa: F401
 
 from autotune import accel
 from autotune.sandbox import audit, confine
@@ -120,7 +113,16 @@ def _host(out) -> list:
 
 def _arm(dev: accel.Accelerator) -> audit.Guard:
     """The run-time layer the checker's host arms before it imports the candidate (audit hook, every loaded module
-    frozen), with the timing code's modules sealed."""
+    frozen), with the timing code's modules sealed. Imported first: what Triton imports lazily on a kernel's
+    first launch (the gluon import reads its caller's frame, which the hook denies; as the checker's worker
+    does), and the host's loader. Not at the top of this module: `timing` imports it, and a process that
+    imports triton before TRITON_INTERPRET is set cannot interpret kernels (autotune.kernels.interpreter_on)."""
+    import triton.compiler.code_generator
+    import triton.experimental.gluon._runtime
+    import triton.language.extra.libdevice  # noqa: F401
+
+    from autotune.verify import host  # noqa: F401
+
     workdir = str(Path.cwd())
     guard = audit.Guard(read=[workdir, *confine.python_paths()], write=[workdir], gpu=dev.sandbox_gpu)
     audit.freeze_modules()
@@ -211,8 +213,6 @@ def bench(payload: dict, send) -> dict:
     guard = None
     try:
         if payload["mode"] == "candidate":
-            from autotune.verify import host  # noqa: F401  (imported before the guard that denies new imports)
-
             guard = _arm(dev)
             fns = _candidate(payload)
         else:
