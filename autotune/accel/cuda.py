@@ -17,6 +17,11 @@ from autotune.accel import Accelerator, Properties, register
 from autotune.accel.datasheets import peak_bandwidth_gbps, peak_tflops
 
 MIN_FLUSH_BYTES = 256 << 20
+# The event methods the timed window calls, taken when this module is imported: the timing process imports it
+# before the candidate, whose Python could otherwise replace them on the class (torch.cuda itself is frozen there).
+_EVENT = torch.cuda.Event
+_RECORD, _ELAPSED_MS, _WAIT = _EVENT.record, _EVENT.elapsed_time, _EVENT.synchronize
+_SYNCHRONIZE = torch.cuda.synchronize
 
 
 @register
@@ -53,14 +58,14 @@ class Cuda(Accelerator):
         torch.cuda.synchronize()
 
     def timed(self, fn: Callable | None, args: Sequence) -> tuple[float, Any]:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        start.record()
+        start, end = _EVENT(enable_timing=True), _EVENT(enable_timing=True)
+        _SYNCHRONIZE()
+        _RECORD(start)
         out = fn(*args) if fn is not None else None
-        torch.cuda.synchronize()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) * 1000.0, out
+        _SYNCHRONIZE()
+        _RECORD(end)
+        _WAIT(end)
+        return _ELAPSED_MS(start, end) * 1000.0, out
 
     def median_s(self, fn: Callable[[], Any]) -> float:
         import triton.testing
