@@ -65,11 +65,11 @@ def _version(module: str) -> str | None:
 def _gpu() -> tuple[str | None, str | None, int]:
     """(GPU name, CUDA runtime version, count) from torch; (None, None, 0) without a GPU."""
     try:
-        import torch
+        from autotune import accel
 
-        if not torch.cuda.is_available():
-            return None, None, 0
-        return torch.cuda.get_device_name(0), torch.version.cuda, torch.cuda.device_count()
+        gpu = accel.get("cuda")
+        count = gpu.device_count()
+        return (gpu.properties().name, gpu.runtime_version(), count) if count else (None, None, 0)
     except Exception:  # noqa: BLE001 (a probe: a broken CUDA install reads as no GPU)
         return None, None, 0
 
@@ -121,13 +121,12 @@ def collect(labels: dict[str, Any] | None = None) -> Environment:
 
 def resolve_device(requested: str = "auto") -> str:
     """'cuda' or 'cpu' for a config value of auto|cpu|cuda; asking for cuda without a GPU is a UserError."""
-    import torch
-
+    from autotune import accel
     from autotune.errors import UserError
 
     if requested == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if requested == "cuda" and not torch.cuda.is_available():
+        return "cuda" if accel.gpu_available() else "cpu"
+    if requested == "cuda" and not accel.gpu_available():
         raise UserError("device=cuda but torch sees no GPU (use device=auto or device=cpu)")
     if requested not in ("cpu", "cuda"):
         raise UserError(f"unknown device '{requested}' (use auto, cpu or cuda)")

@@ -123,19 +123,18 @@ def interpreter_on() -> None:
     before the first `import triton` of the process (`_check_interpretable` says so when it was not), and
     triton cannot be re-imported to fix it (its C extension refuses to register its types twice).
     """
-    import torch
+    from autotune import accel
 
-    if not torch.cuda.is_available():
-        os.environ["TRITON_INTERPRET"] = "1"
+    os.environ.update(accel.get("auto").triton_env())
 
 
 def _check_interpretable(module, path: Path) -> None:
     """Refuse a CPU-only process whose triton was imported before the interpreter was on (see interpreter_on):
     its kernels would fail at launch with "Cannot call @triton.jit'd outside of the scope of a kernel"."""
-    import torch
+    from autotune import accel
 
     standard = sys.modules.get("triton.language.standard")
-    if torch.cuda.is_available() or standard is None or type(standard.zeros).__name__ == "InterpretedFunction":
+    if accel.gpu_available() or standard is None or type(standard.zeros).__name__ == "InterpretedFunction":
         return
     if any(type(v).__name__ in ("JITFunction", "InterpretedFunction") for v in vars(module).values()):
         raise RuntimeError(f"cannot run {path} in this process: triton was imported before the Triton interpreter "

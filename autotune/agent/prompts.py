@@ -91,11 +91,10 @@ def roofline(cfg) -> Roofline:
 
 
 def _gpu_name(device: str) -> str | None:
-    import torch
+    from autotune import accel
 
-    if device == "cpu" or not torch.cuda.is_available():
-        return None
-    return torch.cuda.get_device_name(0)
+    gpu = accel.get("cuda")
+    return gpu.properties().name if device != "cpu" and gpu.available() else None
 
 
 def render(template: str, **slots: Any) -> str:

@@ -48,9 +48,9 @@ class JudgeSlots:
 def visible_gpus() -> tuple[str, ...]:
     """The GPU ids this process may use, as CUDA_VISIBLE_DEVICES names them (all of them when it is unset)."""
     try:
-        import torch
+        from autotune import accel
 
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        count = accel.get("cuda").device_count()
     except Exception:  # noqa: BLE001 (a broken CUDA install: judge on the CPU like a machine without a GPU)
         count = 0
     if not count:

@@ -54,9 +54,9 @@ def measure(cfg: DictConfig, record: dict, run_dir: Path) -> tuple[list[dict] | 
 
 
 def _measure(cfg: DictConfig, record: dict, run_dir: Path) -> tuple[list[dict] | None, str]:
-    import torch
+    from autotune import accel
 
-    on_gpu = cfg.device in ("auto", "cuda") and torch.cuda.is_available()
+    on_gpu = cfg.device in ("auto", "cuda") and accel.gpu_available()
     reason = unavailable_reason("cuda" if on_gpu else "cpu")
     todo = cases(record, int(cfg.profile.nsight_top))
     if reason is None and not todo:
@@ -88,19 +88,20 @@ def _child(spec_path: str, out_path: str) -> None:
     import nsight  # already imported first by CHILD; nothing here may initialise CUDA before it
     import torch
 
-    from autotune import targets
+    from autotune import accel, targets
     from autotune.targets.base import parse_dtype
 
+    gpu = accel.get("cuda")
     todo = json.loads(Path(spec_path).read_text())
     refs, inputs = [], []
     for case in todo:
         target = targets.get(case["target"])
         args = target.make_inputs(tuple(case["shape"]), parse_dtype(case["dtype"]),
                                   torch.Generator().manual_seed(0), "normal")
-        inputs.append(tuple(a.cuda() if isinstance(a, torch.Tensor) else a for a in args))
+        inputs.append(tuple(gpu.to_device(a) for a in args))
         refs.append(target.reference)
         refs[-1](*inputs[-1])  # first-call work (allocator, library handles) stays out of the measurement
-    torch.cuda.synchronize()
+    gpu.synchronize()
 
     @nsight.analyze.kernel(configs=list(range(len(todo))), runs=3, metrics=[DURATION, DRAM_BYTES],
                            combine_kernel_metrics=lambda a, b: a + b, derive_metric=_dram_gbps)

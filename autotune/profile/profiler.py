@@ -94,8 +94,9 @@ def _serve_under_profiler(cfg: DictConfig, trace_path: Path) -> tuple[dict, dict
 
 
 def _serve_profiled(cfg: DictConfig, trace_path: Path, enabled: dict[str, str]) -> tuple[dict, dict]:
-    import torch
     from torch.profiler import ProfilerActivity, profile, record_function
+
+    from autotune import accel
 
     from autotune.serve import build_model, make_requests, serve
 
@@ -112,8 +113,7 @@ def _serve_profiled(cfg: DictConfig, trace_path: Path, enabled: dict[str, str]) 
     with profile(activities=activities, record_shapes=True, with_stack=bool(cfg.profile.with_stack)) as prof:
         with record_function(SERVE_SPAN):
             report = serve(cfg, model=model, requests=requests)
-            if device == "cuda":
-                torch.cuda.synchronize()  # the window ends when the GPU's work has, not when it was queued
+            accel.get(device).synchronize()  # the window ends when the GPU's work has, not when it was queued
         serve_report = report.to_dict()
         prof.add_metadata_json(META_ENVIRONMENT, json.dumps(environment))
         prof.add_metadata_json(META_SERVE, json.dumps(serve_report))

@@ -17,7 +17,12 @@ raw figures), plus `selfcheck.log` (every command it ran and its output). Sectio
               a correct kernel held to an impossible bandwidth must be flagged implausible
 
 `--dry-run` runs the same code on the CPU with small sizes (tiny model, interpreter): every section,
-every command, the page and the JSON, with timings reported as not measured. The test suite runs it.
+every command, the page and the JSON. Through the CPU device layer (autotune.accel) it also runs what needs no
+CUDA of the GPU-only parts: the bandwidth figures, the timing protocol of the examples and of the slowed kernel
+(autotune.verify.timing.measure on the stand-in: both bench processes, the baselines, the statistics), the
+library table; every such figure is labelled a CPU stand-in, and the verdicts still say not measured. What
+truly needs CUDA (nsight metrics, CUDA kernel times, the model check's latency) is reported as not measured.
+The test suite runs it.
 A section that fails is reported as failed with its error, and the others still run; the page and the
 JSON are rewritten after every section, so a session cut short keeps what it measured.
 
@@ -37,9 +42,12 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
-from typing import Any
 from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from autotune.accel import Accelerator
 
 SECTIONS = ("roofline", "profile", "verify", "run", "protocol")
 
@@ -58,6 +66,13 @@ class Plan:
     @property
     def device(self) -> str:
         return "cpu" if self.dry_run else "cuda"
+
+    @property
+    def accel(self) -> Accelerator:
+        """The device layer: the GPU, or on a dry run the CPU stand-in (its figures are labelled as such)."""
+        from autotune import accel
+
+        return accel.get(self.device)
 
     @property
     def work(self) -> Path:
@@ -96,7 +111,8 @@ def cli(plan: Plan, clock: Clock, args: list[str], timeout_s: float | None = Non
         proc = subprocess.run(cmd, cwd=plan.root, capture_output=True, text=True, timeout=limit,
                               env={**os.environ, "PYTHONUNBUFFERED": "1"})
     except subprocess.TimeoutExpired as e:
-        proc = subprocess.CompletedProcess(cmd, 124, _text(e.stdout), _text(e.stderr) + f"\n(killed after {limit:.0f} s)")
+        proc = subprocess.CompletedProcess(cmd, 124, _text(e.stdout),
+                                           _text(e.stderr) + f"\n(killed after {limit:.0f} s)")
     with plan.log.open("a") as log:
         log.write(f"\n$ autotune {' '.join(args)}   # exit {proc.returncode}, {time.monotonic() - started:.1f} s\n")
         log.write(proc.stdout[-20000:] + proc.stderr[-20000:])
@@ -109,19 +125,16 @@ def _text(b) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     plan = _plan(_parser().parse_args(argv))
-    if not plan.dry_run:
-        import torch
-
-        if not torch.cuda.is_available():
-            print("error: no CUDA GPU visible; use --dry-run on a machine without one", file=sys.stderr)
-            return 2
-    else:  # Triton kernels defined in this process (example kernels, Liger) must run on the interpreter
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+    if not plan.accel.available():
+        print("error: no CUDA GPU visible; use --dry-run on a machine without one", file=sys.stderr)
+        return 2
+    for key, value in plan.accel.triton_env().items():  # on the CPU: Triton kernels defined in this process
+        os.environ.setdefault(key, value)  # (example kernels, Liger) run on the interpreter
     from autotune.selfcheck import page, sections
 
     plan.work.mkdir(parents=True, exist_ok=True)
     plan.log.write_text(f"autotune selfcheck {'--dry-run ' if plan.dry_run else ''}started {dt.datetime.now():%F %T}\n")
-    clock, results = Clock(plan.budget_s), []
+    clock, results = Clock(plan.budget_s), list[SectionResult]()
     header = sections.header(plan)
     stem = plan.out / f"{dt.date.today().isoformat()}-{_slug(header['gpu'])}{'-dry-run' if plan.dry_run else ''}"
     for name in plan.sections:
@@ -137,7 +150,7 @@ def _run_section(name: str, fn: Callable, plan: Plan, clock: Clock, done: list[S
     try:
         ok, data = fn(plan, clock, {r.name: r.data for r in done})
         return SectionResult(name, ok, time.monotonic() - started, data)
-    except Exception as e:  # one broken section must not lose the others' figures
+    except Exception as e:  # noqa: BLE001  (one broken section must not lose the others' figures)
         return SectionResult(name, False, time.monotonic() - started, {}, f"{type(e).__name__}: {e}")
 
 

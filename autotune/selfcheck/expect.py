@@ -43,14 +43,14 @@ class Expectation:
 
 def expectations(root: Path) -> list[Expectation]:
     """Every candidate file, with the status the test suite expects of it (first table entry wins)."""
-    listed: dict[str, tuple[str | None, str]] = {}
+    listed: dict[str, tuple[str | None, str | None]] = {}
     for test in sorted((root / "tests" / "verify").glob("test_*.py")):
         for name, expected, target in _table_rows(test):
             listed.setdefault(name, (target, expected))
     found = []
     for path in sorted((root / CANDIDATES).glob("*.py")):
-        target, expected = listed.get(path.name, (None, None))
-        found.append(Expectation(target or entry_target(path), str(CANDIDATES / path.name), expected))
+        named, status = listed.get(path.name, (None, None))
+        found.append(Expectation(named or entry_target(path), str(CANDIDATES / path.name), status))
     return found + _examples(root)
 
 
@@ -96,10 +96,12 @@ def _table_rows(test: Path) -> list[tuple[str, str, str | None]]:
 
 def _import(test: Path):
     spec = importlib.util.spec_from_file_location(f"selfcheck_table_{test.stem}", test)
+    if spec is None or spec.loader is None:
+        return None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception:  # a test module that needs what this machine lacks: its tables are not read
+    except Exception:  # noqa: BLE001  (a test module that needs what this machine lacks: its tables are not read)
         return None
     return module

@@ -2,7 +2,7 @@
 
 The page has one heading per section, always in the same order, each saying `ok`, `FAILED (why)`,
 `done` (figures only) or `not run`; times are microseconds unless a column says otherwise, and every
-figure on a dry run that would need a GPU reads "not measured".
+figure on a dry run that would need a GPU reads "not measured", or is a CPU stand-in's and says so.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _table(head: list[str], rows: list[list]) -> list[str]:
 
 
 def _roofline(d: dict) -> list[str]:
-    where = d["gpu"] or "host CPU (dry run: not a GPU figure)"
+    where = d["gpu"] or "host CPU (dry run, CPU stand-in: not a GPU figure)"
     return [f"{d['bytes'] / 2**30:.2f} GiB of fp32 random data on {where}:", ""] + _table(
         ["measure", "GB/s", "datasheet GB/s"],
         [["device-to-device copy (read + write)", _num(d["copy_gbps"]), d["datasheet_gbps"] or "-"],
@@ -83,9 +83,12 @@ def _verify(d: dict) -> list[str]:
                         [[c["file"].rsplit("/", 1)[-1], "x".join(map(str, t["shape"])), t["dtype"], t["calls"],
                           _num(t["candidate_us"], ".2f"), _num(t["eager_us"], ".2f"), _num(t["compile_us"], ".2f"),
                           _num(t["speedup"], ".2f"), _num(t.get("fraction_of_roofline"), ".0%")] for c, t in timed])
+    lines += _stand_in_table([c for c in d["candidates"] if c.get("stand_in")])
     libs = d.get("libraries") or []
     if libs:
-        lines += ["", "Against Liger-Kernel (bf16, do_bench medians in us):", ""]
+        stand_in = any(r.get("stand_in") for r in libs)
+        lines += ["", "Against Liger-Kernel (bf16, medians in us" +
+                  ("; CPU stand-in: interpreter and host clock, not a GPU's):" if stand_in else ", do_bench):"), ""]
         lines += _table(["target", "shape", "eager", "ours", "liger", "agree with reference", "note"],
                         [[r.get("target", "-"), "x".join(map(str, r.get("shape", []))) or "-",
                           _num(r.get("eager_us"), ".2f"), _num(r.get("ours_us"), ".2f"), _num(r.get("liger_us"), ".2f"),
@@ -93,6 +96,23 @@ def _verify(d: dict) -> list[str]:
     if d.get("not_run"):
         lines += ["", f"not in any test table, not run: {', '.join(d['not_run'])}"]
     return lines
+
+
+def _stand_in_table(rows: list[dict]) -> list[str]:
+    """The timing protocol run on the CPU stand-in: its figures, labelled, and the status they left (unmeasured)."""
+    if not rows:
+        return []
+    lines = ["", "The timing protocol on the CPU stand-in (both bench processes, baselines, statistics, re-check; "
+             "interpreter times on a host clock, **not a GPU's figures and never a speed**):", ""]
+    return lines + _table(
+        ["candidate", "device", "shape", "dtype", "kernel (stand-in)", "eager (stand-in)", "compile (stand-in)",
+         "not timed", "status", "as expected"],
+        [[c["file"].rsplit("/", 1)[-1], c["stand_in"]["device"], "x".join(map(str, t["shape"])), t["dtype"],
+          _num(t["candidate_us"], ".0f"), _num(t["eager_us"], ".1f"), _num(t["compile_us"], ".1f"),
+          "; ".join(f"{k}: {v}" for k, v in c["stand_in"]["absent"].items())[:100].replace("|", "/") or "-",
+          c["stand_in"]["status"], "yes" if c["stand_in"]["as_expected"] else "**NO**"]
+         for c in rows for t in c["stand_in"]["timings"] or [{"shape": [], "dtype": "-", "candidate_us": None,
+                                                              "eager_us": None, "compile_us": None}]])
 
 
 def _run(d: dict) -> list[str]:
@@ -112,4 +132,5 @@ def _run(d: dict) -> list[str]:
 def _protocol(d: dict) -> list[str]:
     return _table(["kernel", "expected", "got", "as expected", "reason"],
                   [[c["file"].rsplit("/", 1)[-1], c["expected"], c["status"], "yes" if c["as_expected"] else "**NO**",
-                    c["reason"][:160].replace("|", "/")] for c in d["checks"]])
+                    c["reason"][:160].replace("|", "/")] for c in d["checks"]]) + \
+        _stand_in_table([c for c in d["checks"] if c.get("stand_in")])

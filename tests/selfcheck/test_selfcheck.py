@@ -14,6 +14,7 @@ import pytest
 
 from autotune.selfcheck import SECTIONS, Clock, Plan, _run_section, page
 from autotune.selfcheck.expect import Expectation, entry_target, expectations
+from autotune.verify.timing import STAND_IN_REASON
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,6 +38,7 @@ def test_the_dry_run_passes_every_section_and_writes_the_page(dry_run):
         assert f"## {title}: " in text
     assert "FAILED" not in text and "not run" not in text.split("## 3.")[0]
     assert "not measured" in text  # no interpreter figure is reported as a timing
+    assert "not a GPU's figures and never a speed" in text  # the stand-in's are labelled
     assert (out / "selfcheck.log").read_text().count("$ autotune ") >= 6
 
 
@@ -47,14 +49,26 @@ def test_the_dry_run_json_holds_each_sections_figures(dry_run):
     [raw] = out.glob("*-cpu-dry-run.json")
     sections = {s["name"]: s for s in json.loads(raw.read_text())["sections"]}
     assert list(sections) == list(SECTIONS)
-    assert sections["roofline"]["data"]["copy_gbps"] > 0 and not sections["roofline"]["data"]["measured"]
+    roof = sections["roofline"]["data"]
+    assert roof["copy_gbps"] > 0 and not roof["measured"] and roof["stand_in"]
     profile = sections["profile"]["data"]
     assert profile["ttft_ms"]["p50"] > 0 and {h["target"] for h in profile["hotspots"]} >= {"rms_norm"}
     judged = sections["verify"]["data"]["candidates"]
     assert {c["expected"] for c in judged} >= {"unmeasured"} and len({c["expected"] for c in judged}) == 2
     assert all(c["as_expected"] for c in judged)
+    # the correct example's timing protocol ran on the CPU stand-in, labelled, and left it unmeasured
+    [timed] = [c["stand_in"] for c in judged if c["expected"] == "unmeasured"]
+    assert timed["device"] == "cpu (stand-in)" and timed["stand_in"] and not timed["kept_as_timings"]
+    assert timed["status"] == "unmeasured" and timed["reason"] == STAND_IN_REASON and timed["timings"]
     assert [o["status"] for o in sections["run"]["data"]["outcomes"]] == ["proposed"]
-    assert all(c["status"] == "unmeasured" for c in sections["protocol"]["data"]["checks"])
+    checks = sections["protocol"]["data"]["checks"]
+    assert all(c["status"] == "unmeasured" for c in checks)
+    slowed = checks[0]["stand_in"]  # the slowed kernel, timed on the stand-in against every baseline
+    assert slowed["status"] == "unmeasured" and slowed["reason"] == STAND_IN_REASON and slowed["as_expected"]
+    [t] = slowed["timings"]
+    assert t["candidate_us"] > 0 and t["eager_us"] > 0 and t["compile_us"] > 0
+    assert slowed["compile_backend"] == "aot_eager"
+    assert "liger" in slowed["absent"] or t["speedup"] is not None  # Liger: timed, or named with its reason
 
 
 def test_expectations_come_from_the_test_tables():

@@ -6,11 +6,21 @@ import pytest
 import torch
 
 from autotune.config import compose
+from autotune.records import ProfiledShape
+from autotune.sandbox import SandboxResult
 from autotune.targets import get
 from autotune.verify import verify
 from autotune.verify.bench import activations, percentile
-from autotune.records import ProfiledShape
-from autotune.verify.timing import decide, peak_bandwidth_gbps, shape_timing, timing_shapes, weighted_geomean
+from autotune.verify.timing import (
+    Timed,
+    _failure,
+    conclude,
+    decide,
+    peak_bandwidth_gbps,
+    shape_timing,
+    timing_shapes,
+    weighted_geomean,
+)
 from autotune.verify.verdict import Status, Verdict
 
 RMS = get("rms_norm")
@@ -65,6 +75,47 @@ def test_bench_helpers():
     assert activations([x, res, w, 1e-5]) == [0, 1]
     assert percentile([1.0, 2.0, 3.0, 4.0, 5.0], 0.5) == 3.0
     assert percentile([1.0, 2.0], 0.8) == pytest.approx(1.8)
+
+
+def bench_run(result=None, ok=True, timed_out=False, error="") -> SandboxResult:
+    return SandboxResult(ok=ok, returncode=0 if ok else 1, signal=None, timed_out=timed_out, result=result,
+                         stderr_tail="", isolation={}, duration_s=1.0, error=error)
+
+
+def test_what_a_bench_process_that_did_not_finish_means():
+    assert _failure(bench_run({"shapes": []}), "candidate") is None
+    assert _failure(bench_run(ok=False, timed_out=True), "candidate") == (
+        Status.TIMEOUT, "timing the candidate took longer than the limit")
+    assert _failure(bench_run({"error": "no cuda device visible"}), "baselines") == (  # not the candidate's fault
+        Status.UNMEASURED, "correct; timing: not measured (no cuda device visible)")
+    failed = bench_run({"failed": "Traceback ...\nDenied: not allowed in the sandbox: reading autotune.accel"})
+    assert _failure(failed, "candidate") == (
+        Status.RUNTIME_ERROR, "timing the candidate failed: Denied: not allowed in the sandbox: reading autotune.accel")
+
+
+def test_a_protocol_that_could_not_finish_gives_its_failure():
+    v = Verdict(status=Status.UNMEASURED, reason="", target="rms_norm", candidate="k.py")
+    timed = Timed(device="NVIDIA H100 80GB HBM3", stand_in=False, failure=(Status.RUNTIME_ERROR, "timing failed"))
+    assert conclude(timed, CFG, v) == (Status.RUNTIME_ERROR, "timing failed") and not v.measured and not v.timings
+    assert timed.to_dict()["failure"] == ["runtime_error", "timing failed"]
+
+
+def test_liger_counts_in_the_best_baseline_on_a_gpu_and_the_verdict_says_so():
+    base = {"eager": {"median_us": 20.0}, "compile": {"median_us": 10.0}, "liger": {"median_us": 8.0}}
+    t = shape_timing(RMS, (64, 4096), "bfloat16", 10, {"median_us": 9.0, "spread_us": 0.1}, base, None)
+    assert t.speedup == pytest.approx(8 / 9) and t.eager_us == 20.0 and t.compile_us == 10.0
+    v = Verdict(status=Status.UNMEASURED, reason="", target="rms_norm", candidate="k.py")
+    timed = Timed(device="Some Future GPU", stand_in=False, timings=(t,), baselines=(base,), peak_bandwidth_gbps=None)
+    status, reason = conclude(timed, CFG, v)
+    assert status is Status.SLOWER and "0.889x the best baseline" in reason and v.measured and v.timings == [t]
+    assert "Liger-Kernel baseline (counted in the best baseline): 8.00 us at [64, 4096] bfloat16" in v.notes
+    assert "no bandwidth floor: unknown peak bandwidth for Some Future GPU (set verify.peak_bandwidth_gbps)" in v.notes
+
+
+def test_no_baseline_time_leaves_a_correct_kernel_unmeasured():
+    t = shape_timing(RMS, (64, 4096), "bfloat16", 1, {"median_us": 9.0, "spread_us": 0.1}, {}, None)
+    v = Verdict(status=Status.UNMEASURED, reason="", target="rms_norm", candidate="k.py")
+    assert decide([t], 0.03, v) == (Status.UNMEASURED, "correct; no baseline time to compare with")
 
 
 @pytest.mark.gpu
