@@ -47,12 +47,9 @@ class JudgeSlots:
 
 def visible_gpus() -> tuple[str, ...]:
     """The GPU ids this process may use, as CUDA_VISIBLE_DEVICES names them (all of them when it is unset)."""
-    try:
-        from autotune import accel
+    from autotune import accel
 
-        count = accel.get("cuda").device_count()
-    except Exception:  # noqa: BLE001 (a broken CUDA install: judge on the CPU like a machine without a GPU)
-        count = 0
+    count = accel.get("cuda").device_count()  # 0 with a broken CUDA install too: judged on the CPU
     if not count:
         return ()
     named = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
