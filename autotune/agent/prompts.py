@@ -254,7 +254,7 @@ def layout_in_words(target: Target | None, case) -> str:
     try:
         import torch
 
-        from autotune.verify.plan.cases import lay_out
+        from autotune.verify.plan.data import lay_out
 
         x = lay_out((torch.empty(tuple(case.shape), dtype=parse_dtype(case.dtype)),), case.layout)[0]
         where = (f"; the first argument had strides {tuple(x.stride())} (elements) at storage offset "

@@ -25,6 +25,7 @@ from autotune.sandbox import Limits, SandboxResult, run_isolated
 from autotune.targets.base import Target, dtype_name
 from autotune.verify import protocol
 from autotune.verify.judge.session import Session
+from autotune.verify.judge.status import Ended, conclude
 from autotune.verify.plan import cases as case_plan
 from autotune.verify.plan.config import PlanConfig
 from autotune.verify.plan.data import make_data
@@ -71,7 +72,7 @@ def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, de
         session.answered.set()  # a stream still waiting for the device's answer (the worker died first) ends
     if session.setup_error:
         raise UserError(f"the isolated worker could not start its work: {session.setup_error}")
-    status, reason = session.conclude(run, limits)
+    status, reason = conclude(Ended(session, run, limits))
     # Recorded only now that the candidate's process is gone: a salt is drawn for one run and useless for the
     # next, and with it a failing case can be made again (judge(..., salt=bytes.fromhex(inputs_salt))).
     verdict.inputs_salt = salt.hex()

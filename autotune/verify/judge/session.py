@@ -1,18 +1,16 @@
-"""The judge's side of a run: each device frame as it arrives (`Session.on_frame`), then the status and reason."""
+"""The judge's side of a run: each device frame as it arrives (`Session.on_frame`); judge.status concludes."""
 
 from __future__ import annotations
 
 import threading
 
-from autotune.sandbox import Limits, SandboxResult
 from autotune.targets.base import Target
 from autotune.verify import protocol
 from autotune.verify.judge.compare import judge_case
-from autotune.verify.judge.status import Ended, conclude
 from autotune.verify.plan.cases import Case
 from autotune.verify.plan.data import CaseData
 from autotune.verify.static import policy
-from autotune.verify.verdict import CaseResult, Status
+from autotune.verify.verdict import CaseResult
 
 
 class Session:
@@ -114,6 +112,3 @@ class Session:
         if self.running is None or not 0 <= self.running < len(self.cases):
             return "importing the candidate"
         return f"running case {self.cases[self.running].label}"
-
-    def conclude(self, run: SandboxResult, limits: Limits) -> tuple[Status, str]:
-        return conclude(Ended(self, run, limits))

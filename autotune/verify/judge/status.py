@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from autotune.sandbox import Limits, SandboxResult
+from autotune.verify.judge.session import Session
 from autotune.verify.verdict import CaseResult, Status
-
-if TYPE_CHECKING:
-    from autotune.verify.judge.session import Session
 
 
 @dataclasses.dataclass(frozen=True)
