@@ -11,6 +11,7 @@ inside the package (as `autotune/conf/` and `autotune/prompts/`: the mapping is 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -115,3 +116,16 @@ def as_dict(node: DictConfig | Mapping[str, Any] | None, *, resolve: bool = True
 
 def to_yaml(cfg: DictConfig) -> str:
     return OmegaConf.to_yaml(cfg, resolve=True)
+
+
+@functools.lru_cache(maxsize=1)
+def model_presets() -> tuple[dict, ...]:
+    """Every model preset in conf/model/ as a plain dict: the sizes and scalars each model is served with (the
+    checker runs an op at every preset's shapes)."""
+    return tuple(OmegaConf.to_container(OmegaConf.load(p)) for p in sorted((conf_dir() / "model").glob("*.yaml")))
+
+
+@functools.lru_cache(maxsize=1)
+def served_rows() -> int:
+    """The most tokens the engine serves in one step (`serve.max_batched_tokens` of conf/config.yaml)."""
+    return int(OmegaConf.load(conf_dir() / "config.yaml").serve.max_batched_tokens)

@@ -119,7 +119,7 @@ def judged_on(cfg=None) -> str:
 
 def system_message(example: Path | None = None, cfg=None) -> str:
     from autotune import targets
-    from autotune.verify.policy import ALLOWED_IMPORTS  # the contract as the checker enforces it
+    from autotune.verify.static.policy import ALLOWED_IMPORTS  # the contract as the checker enforces it
 
     example = example or targets.get(EXAMPLE_TARGET).example_path
     source = example.read_text().rstrip() if example is not None and example.is_file() else ""
@@ -147,7 +147,7 @@ def task_message(target: Target, hotspot: Hotspot | None, roofline: Roofline, *,
 def contract_slots(target: Target) -> dict[str, Any]:
     """What the checker will do to the kernel, each fact from its owner: the target's dims, dtypes, layouts,
     scalar values and tolerances, the comparison's fp64-golden multipliers, the case kinds."""
-    from autotune.verify.compare import GOLDEN_MULTIPLIER
+    from autotune.verify.judge.compare import GOLDEN_MULTIPLIER
 
     tolerances = [f"{dtype_name(d)}: rtol {t.rtol:g}, atol {t.atol:g}" for d, t in target.tolerances.items()
                   if d in target.dtypes]
@@ -256,7 +256,7 @@ def layout_in_words(target: Target | None, case) -> str:
     try:
         import torch
 
-        from autotune.verify.cases import lay_out
+        from autotune.verify.plan.data import lay_out
 
         x = lay_out((torch.empty(tuple(case.shape), dtype=parse_dtype(case.dtype)),), case.layout)[0]
         where = (f"; the first argument had strides {tuple(x.stride())} (elements) at storage offset "

@@ -3,7 +3,7 @@
 It is the baseline that runs when no endpoint is configured, and the bar that LLM-written kernels
 must clear. Each target declares its space (`Target.search`, autotune/targets/space.py): a Jinja2
 template in `autotune/targets/templates/` that renders a complete candidate file (the candidate
-contract stated in prompts/system.md.j2 and enforced by autotune/verify/policy.py: one entry
+contract stated in prompts/system.md.j2 and enforced by autotune/verify/static/policy.py: one entry
 function with the reference's parameters, all math in @triton.jit kernels, fp32 inside, output in
 the input's dtype), and a hand-ordered list of configurations: block widths, rows or heads per
 program, warps.

@@ -38,7 +38,8 @@ def bounded(obj: Any, *, max_depth: int = MAX_DEPTH, max_items: int = MAX_ITEMS,
     blow the parent's stack) and counts every visit (a cycle runs into `max_items`)."""
     import torch
 
-    stack, items, storages = [(obj, 0)], 0, {}
+    stack, items = [(obj, 0)], 0
+    storages: dict[int, int] = {}
     while stack:
         value, depth = stack.pop()
         items += 1
@@ -126,10 +127,12 @@ class Leaf(Spec):
 class ListOf(Spec):
     item: Any
     max_len: int = MAX_ITEMS
+    min_len: int = 0
 
     def check(self, value, where):
-        if type(value) not in (list, tuple) or len(value) > self.max_len:
-            raise ProtocolError(f"{where}: {_shown(value)} is not a list of at most {self.max_len}")
+        if type(value) not in (list, tuple) or not self.min_len <= len(value) <= self.max_len:
+            size = f"at most {self.max_len}" if not self.min_len else f"{self.min_len} to {self.max_len}"
+            raise ProtocolError(f"{where}: {_shown(value)} is not a list of {size}")
         item = spec(self.item)
         return [item.check(v, f"{where}[{i}]") for i, v in enumerate(value)]
 
@@ -189,6 +192,29 @@ def spec(s) -> Spec:
     if s in (bool, float, torch.Tensor):
         return Leaf(s)
     raise TypeError(f"not a frame spec: {s!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Fields(Spec):
+    """A record inside a frame: a dict with exactly these fields (but `optional` ones), each of its spec."""
+
+    fields: dict
+    optional: tuple = ()
+
+    def check(self, value, where):
+        if type(value) is not dict:
+            raise ProtocolError(f"{where}: {_shown(value)} is not a record")
+        extra = sorted(set(value) - set(self.fields))
+        if extra:
+            raise ProtocolError(f"{where}: fields not in its schema: {', '.join(map(str, extra))}"[:300])
+        out = {}
+        for name, s in self.fields.items():
+            if name not in value:
+                if name in self.optional:
+                    continue
+                raise ProtocolError(f"{where}: without its field {name!r}")
+            out[name] = spec(s).check(value[name], f"{where}.{name}")
+        return out
 
 
 @dataclasses.dataclass(frozen=True)

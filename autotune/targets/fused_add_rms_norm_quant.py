@@ -18,7 +18,7 @@ in at most `QUANT_FLIPS` of its values and nowhere by more: a value whose y / sc
 error of k + 0.5 rounds either way when the kernel sums the row in another order (an fp32 ulp of rstd moves
 y / scale by ~1e-5 at 127). The correct example kernel is off by one in 1 of 1,436,874 values in fp32 and
 in none in bf16 and fp16 (normal, large and NaN/Inf inputs, shapes [25, 4096], [64, 2048], [7], [2, 3, 1000],
-two seeds, under the interpreter with the checker's bf16 rounding: autotune/verify/interp.py); a kernel that
+two seeds, under the interpreter with the checker's bf16 rounding: autotune/verify/interp/launch.py); a kernel that
 truncates instead of rounding, scales by 128, or quantizes y before rounding it to x's dtype is off in 5% to
 55% of them (tests/verify/test_new_targets.py).
 """

@@ -35,7 +35,6 @@ from autotune.config import from_argv
 from autotune.errors import UserError
 from autotune.verify import verify
 
-
 USAGE = "autotune verify TARGET FILE [--json] [key=value ...]"
 
 

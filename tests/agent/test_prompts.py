@@ -124,7 +124,7 @@ def test_what_a_new_run_measures_comes_after_everything_that_does_not_change():
 
 def test_the_task_states_layouts_tolerances_kinds_and_the_golden_rule_from_their_owners():
     from autotune.targets.base import INPUT_KINDS, LAYOUTS
-    from autotune.verify.compare import GOLDEN_MULTIPLIER
+    from autotune.verify.judge.compare import GOLDEN_MULTIPLIER
 
     rotary = targets.get("rotary_embedding")
     text = prompts.task_message(rotary, None, ROOF, index=0, candidates=1)

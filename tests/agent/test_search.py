@@ -29,7 +29,8 @@ from autotune import targets
 from autotune.agent import search
 from autotune.config import compose
 from autotune.errors import UserError
-from autotune.verify import policy, verify
+from autotune.verify import verify
+from autotune.verify.static import policy
 from autotune.verify.verdict import Status
 
 # the defaults' shapes, not whatever profile is lying around; the quick plan (every dtype, kind, layout and width,
@@ -164,8 +165,8 @@ def _inputs(target, shape, params, dtype):
 def _run_configuration(name: str, params: dict, workdir: Path) -> list[str]:
     import torch
 
-    from autotune.verify.cases import answers, as_tuple
-    from autotune.verify.compare import compare_all
+    from autotune.verify.plan.data import answers, as_tuple
+    from autotune.verify.judge.compare import compare_all
 
     target, label = targets.get(name), search.label(name, params)
     path = workdir / f"{name}_{label.replace(',', '_').replace('=', '')}.py"
@@ -190,9 +191,9 @@ def _sweep(workdir: Path, names: list[str]) -> None:
     # tiny tensors: one thread is 3x faster than torch's pool when pytest -n 2 already fills both cores
     # (measured: three softmax configurations, 2.0 s against 5.7 s)
     torch.set_num_threads(1)
-    from autotune.verify import interp
+    from autotune.verify.interp.install import install
 
-    interp.install_gpu_semantics()  # as the checker's worker does: tl.dot, casts, races as on a GPU
+    install()  # as the checker's worker does: tl.dot, casts, races as on a GPU
     failures, count = [], {}
     for name in names:
         for params in search.search_space(name):

@@ -16,13 +16,13 @@ import pytest
 import torch
 
 import autotune.targets
-from autotune import targets
+from autotune import config, targets
 from autotune.agent import prompts, search
 from autotune.serve import dispatch
-from autotune.verify import cases
+from autotune.verify.plan import cases
 from autotune.targets.base import OpClass, Target, numel
-from autotune.verify import policy
-from autotune.verify.cases import as_tuple, generator
+from autotune.verify.static import policy
+from autotune.verify.plan.data import as_tuple, generator
 
 SALT = b"tests/targets"  # the case generators are keyed by a salt; any fixed one makes these inputs
 
@@ -125,7 +125,7 @@ def test_prompt_section_renders_with_the_class_advice_and_the_floor(name):
     assert "3,350 GB/s" in text and "989 TFLOP/s" in text
     assert f"[{t.label_shape(t.edge_shapes[0])}]" in text  # every dim named
     assert all(f"- {line.strip()}" in text for line in t.advice)  # the op's own advice, after its class's
-    served = [s for p in cases.model_presets() for s in t.model_shapes(p, 64)] if t.model_shapes else []
+    served = [s for p in config.model_presets() for s in t.model_shapes(p, 64)] if t.model_shapes else []
     ranks = {len(shape) for shape in [*t.default_shapes, *t.edge_shapes, *served]}
     assert len(t.dims) == 1 or max(ranks) == len(t.dims)  # all dims named (prefill's context only in served shapes)
     assert all(t.label_shape(shape).count("=") == len(shape) for shape in [*t.default_shapes, *served]) or len(t.dims) == 1

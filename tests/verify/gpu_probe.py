@@ -1,5 +1,5 @@
 """Kernels that show where Triton 3.9's CPU interpreter and a GPU differ, run twice in one fresh interpreter
-process: on the stock interpreter, then after `interp.install_gpu_semantics()`. Run as a script by
+process: on the stock interpreter, then after `autotune.verify.interp.install.install()`. Run as a script by
 tests/verify/test_gpu_semantics.py (TRITON_INTERPRET=1 set before triton is imported); it saves the inputs
 and both runs' outputs with torch.save to the path given, and the test computes what a GPU gives
 independently (numpy/torch/pure Python) and compares.
@@ -13,8 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
-from autotune.verify import interp
-from autotune.verify.races import race_in
+from autotune.verify.interp.install import install
+from autotune.verify.interp.races import race_in
 
 
 @triton.jit
@@ -209,6 +209,6 @@ def run_all(inputs: dict) -> dict:
 if __name__ == "__main__":
     inputs = make_inputs()
     stock = run_all(inputs)
-    interp.install_gpu_semantics()
-    interp.install_gpu_semantics()  # idempotent: a second install changes nothing
+    install()
+    install()  # idempotent: a second install changes nothing
     torch.save({"inputs": inputs, "stock": stock, "patched": run_all(inputs)}, sys.argv[1])

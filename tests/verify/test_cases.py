@@ -7,13 +7,22 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from autotune import config
 from autotune.config import compose, conf_dir
-from autotune.targets.base import OpClass
 from autotune.targets import all_targets, get
-from autotune.verify import cases as case_plan
-from autotune.verify.cases import CONTRACT_SOURCES, contract_shapes, cut_note, cut_rows, make_data, plan
+from autotune.targets.base import OpClass
+from autotune.verify.plan import cases as case_plan
+from autotune.verify.plan.cases import CONTRACT_SOURCES, PlanConfig, contract_shapes, cut_note, cut_rows, plan
+from autotune.verify.plan.data import answers, make_data
 
 CFG = compose([]).verify
+
+
+def plan_config(cfg=CFG, whole: bool = False) -> PlanConfig:
+    return PlanConfig.from_config(cfg, presets=config.model_presets(), served_rows=config.served_rows(), whole=whole)
+
+
+PLAN, GPU_PLAN = plan_config(), plan_config(whole=True)
 RMS = get("rms_norm")
 SALT = b"0123456789abcdef"
 PRESETS = [OmegaConf.load(p) for p in sorted((conf_dir() / "model").glob("*.yaml"))]
@@ -29,7 +38,7 @@ def test_cut_rows_shrinks_leading_dims_only():
 
 
 def test_cpu_plan_covers_every_shape_dtype_and_kind():
-    every = plan(RMS, None, CFG, on_gpu=False, salt=SALT)
+    every = plan(RMS, None, PLAN, salt=SALT)
     assert [c.index for c in every] == list(range(len(every)))
     ranged, cases = [c for c in every if c.source == "range"], [c for c in every if c.source != "range"]
     # the range cases: a served step's 2048 rows (a persistent grid loops over them) with every program run (cheap
@@ -37,12 +46,12 @@ def test_cpu_plan_covers_every_shape_dtype_and_kind():
     # the quick plan samples them all
     assert {c.shape for c in ranged if c.sample == 0 and c.shape[0] == 2048} == {(2048, 256), (2048, 128)}
     assert {(1024, 4096), (2048, 2048)} <= {c.shape for c in ranged if c.sample}
-    quick = plan(RMS, None, compose(["verify=quick"]).verify, on_gpu=False, salt=SALT)
+    quick = plan(RMS, None, plan_config(compose(["verify=quick"]).verify), salt=SALT)
     assert all(c.sample == 1 for c in quick if c.source == "range") and any(c.source == "range" for c in quick)
     assert {c.dtype for c in ranged} == {torch.float32, torch.bfloat16, torch.float16}
     assert all(c.source == "range" and c.kind == "normal" for c in ranged)
     wanted = {cut_rows(s, 256, 262144) for s in RMS.default_shapes + RMS.edge_shapes}
-    wanted |= {cut_rows(s, 64, 262144 // 4) for s, _ in contract_shapes(RMS, SALT)}
+    wanted |= {cut_rows(s, 64, 262144 // 4) for s, _ in contract_shapes(RMS, PLAN, SALT)}
     assert {c.shape for c in cases if c.kind == "normal" and c.seed == 0} == wanted  # [256, 4096] became [64, 4096]
     for shape in {c.requested_shape for c in cases if c.source not in CONTRACT_SOURCES}:
         mine = [c for c in cases if c.requested_shape == shape]
@@ -61,11 +70,11 @@ def test_cpu_plan_covers_every_shape_dtype_and_kind():
 
 
 def test_gpu_plan_cuts_nothing_and_checks_everything():
-    cases = plan(RMS, None, CFG, on_gpu=True, salt=SALT)
-    contract = {s for s, _ in contract_shapes(RMS, SALT)}
+    cases = plan(RMS, None, GPU_PLAN, salt=SALT)
+    contract = {s for s, _ in contract_shapes(RMS, PLAN, SALT)}
     assert {c.shape for c in cases} == set(RMS.default_shapes) | set(RMS.edge_shapes) | contract
     assert all(c.repeat and c.refill for c in cases if c.kind == "normal" and c.seed == 0)
-    assert cut_note(RMS, None, CFG, on_gpu=True, salt=SALT) == ""
+    assert cut_note(RMS, None, GPU_PLAN, salt=SALT) == ""
 
 
 def test_every_preset_width_is_checked():
@@ -74,14 +83,14 @@ def test_every_preset_width_is_checked():
     gate_up = {2 * int(p.intermediate_size) for p in PRESETS}
     assert {2048, 4096} <= hidden and 28672 in gate_up
     for target, widths in ((RMS, hidden), (get("fused_add_rms_norm"), hidden), (get("silu_and_mul"), gate_up)):
-        assert widths <= {c.shape[-1] for c in plan(target, None, CFG, on_gpu=False, salt=SALT)}, target.name
+        assert widths <= {c.shape[-1] for c in plan(target, None, PLAN, salt=SALT)}, target.name
     rope = {(int(p.num_heads), int(p.head_dim)) for p in PRESETS} | {(int(p.num_kv_heads), int(p.head_dim))
                                                                      for p in PRESETS}
-    assert rope <= {c.shape[1:] for c in plan(get("rotary_embedding"), None, CFG, on_gpu=False, salt=SALT)}
+    assert rope <= {c.shape[1:] for c in plan(get("rotary_embedding"), None, PLAN, salt=SALT)}
 
 
 def test_random_sizes_are_drawn_per_run_and_avoid_round_numbers():
-    draws = [contract_shapes(RMS, bytes([i]) * 16) for i in range(8)]
+    draws = [contract_shapes(RMS, PLAN, bytes([i]) * 16) for i in range(8)]
     assert len({tuple(d) for d in draws}) > 1  # the salt decides them
     for shapes in draws:
         random = [s for s, source in shapes if source == "random"]
@@ -91,17 +100,17 @@ def test_random_sizes_are_drawn_per_run_and_avoid_round_numbers():
         assert any(w < 1024 and w % 2 for w in widths)
         assert all(32 < r < 64 and r % 32 for r in rows)  # a row block of 32 has a tail
         assert {len(s) for s in random} == {1, 2, 3}  # [hidden], [tokens, hidden], [batch, tokens, hidden]
-    cases = plan(RMS, None, CFG, on_gpu=False, salt=SALT)
+    cases = plan(RMS, None, PLAN, salt=SALT)
     assert any(c.shape[0] > 32 and c.shape[0] % 32 and c.source == "random" for c in cases)  # survives the cut
 
 
 def test_leading_dims_one_two_and_three():
-    ranks = {len(c.shape) for c in plan(RMS, None, CFG, on_gpu=False, salt=SALT)}
+    ranks = {len(c.shape) for c in plan(RMS, None, PLAN, salt=SALT)}
     assert ranks == {1, 2, 3}
 
 
 def test_layouts_and_eps_take_turns_over_the_cases():
-    cases = [c for c in plan(RMS, None, CFG, on_gpu=False, salt=SALT) if c.source != "range"]  # range cases: contiguous
+    cases = [c for c in plan(RMS, None, PLAN, salt=SALT) if c.source != "range"]  # range cases: contiguous
     assert {c.layout for c in cases} == set(RMS.layouts) == {"contiguous", "offset0", "padded"}
     assert {dict(c.scalars)["eps"] for c in cases} == {1e-6, 1e-5} | {float(p.rms_norm_eps) for p in PRESETS}
     for layout in RMS.layouts:  # every layout meets every eps, every dtype and the NaN inputs
@@ -112,7 +121,7 @@ def test_layouts_and_eps_take_turns_over_the_cases():
 
 def test_layouts_are_made_as_declared():
     by_layout = {}
-    for c in plan(RMS, None, CFG, on_gpu=False, salt=SALT):
+    for c in plan(RMS, None, PLAN, salt=SALT):
         if len(c.shape) == 2 and c.shape[0] > 1:
             by_layout.setdefault(c.layout, c)
     padded = make_data(RMS, by_layout["padded"], SALT)
@@ -122,7 +131,7 @@ def test_layouts_are_made_as_declared():
     torch.testing.assert_close(RMS.reference(*padded.args), padded.reference[0], equal_nan=True)  # same values
     assert not by_layout["offset0"].front_guard and by_layout["contiguous"].front_guard
     rope = get("rotary_embedding")
-    for c in plan(rope, None, CFG, on_gpu=False, salt=SALT):
+    for c in plan(rope, None, PLAN, salt=SALT):
         if c.layout in ("qkv_q", "qkv_k"):
             x = make_data(rope, c, SALT).args[0]
             tokens, heads, head_dim = x.shape
@@ -133,7 +142,7 @@ def test_layouts_are_made_as_declared():
 
 def test_small_rows_make_eps_matter_in_every_dtype():
     """A kernel with eps fixed at 1e-5 must fail the eps=1e-6 cases, in bf16 too."""
-    for c in plan(RMS, None, CFG, on_gpu=False, salt=SALT):
+    for c in plan(RMS, None, PLAN, salt=SALT):
         if c.scalars == (("eps", 1e-6),) and c.kind == "normal" and c.shape == (7, 1000):
             data = make_data(RMS, c, SALT)
             other = RMS.reference(data.args[0], data.args[1], 1e-5)
@@ -156,15 +165,15 @@ def test_a_target_declares_only_what_it_has():
 
 
 def test_profile_shapes_replace_the_defaults_and_keep_their_calls():
-    cases = plan(RMS, [((2048, 4096), "bfloat16", 640)], CFG, on_gpu=False, salt=SALT)
+    cases = plan(RMS, [((2048, 4096), "bfloat16", 640)], PLAN, salt=SALT)
     profiled = [c for c in cases if c.source == "profile"]
     assert profiled and all(c.calls == 640 and c.requested_shape == (2048, 4096) for c in profiled)
     assert not any(c.source == "default" for c in cases)
-    assert "[2048, 4096] -> [64, 4096]" in cut_note(RMS, [((2048, 4096), "bfloat16", 640)], CFG, on_gpu=False)
+    assert "[2048, 4096] -> [64, 4096]" in cut_note(RMS, [((2048, 4096), "bfloat16", 640)], PLAN)
 
 
 def test_inputs_are_reproducible_within_a_run_and_secret_across_runs():
-    case = next(c for c in plan(RMS, None, CFG, on_gpu=False, salt=SALT) if c.refill)
+    case = next(c for c in plan(RMS, None, PLAN, salt=SALT) if c.refill)
     a, b = make_data(RMS, case, SALT), make_data(RMS, case, SALT)
     assert torch.equal(a.args[0], b.args[0]) and torch.equal(a.reference[0], b.reference[0])
     assert not torch.equal(a.args[0], a.refill_args[0])
@@ -176,7 +185,7 @@ def test_inputs_are_reproducible_within_a_run_and_secret_across_runs():
 def test_every_target_makes_data_for_every_planned_case_kind():
     for name in ("silu_and_mul", "fused_add_rms_norm", "rotary_embedding", "softmax"):
         target = get(name)
-        cases = plan(target, None, CFG, on_gpu=False, salt=SALT)
+        cases = plan(target, None, PLAN, salt=SALT)
         for case in {(c.kind, c.dtype, c.layout): c for c in cases if c.shape_numel < 5000}.values():
             data = make_data(target, case, SALT)
             assert all(r.dtype == case.dtype for r in data.reference)
@@ -185,7 +194,7 @@ def test_every_target_makes_data_for_every_planned_case_kind():
 
 def test_profile_shapes_are_capped_to_the_extremes_and_the_most_called():
     from autotune.records import ProfiledShape
-    from autotune.verify.cases import select_profile_shapes, selection_note
+    from autotune.verify.plan.cases import select_profile_shapes, selection_note
 
     calls = {1: 50, 2: 40, 3: 30, 7: 9, 9: 8, 11: 7, 13: 6, 17: 1, 64: 5, 100: 2}
     shapes = [ProfiledShape((rows, 128), "float32", c) for rows, c in calls.items()]
@@ -202,8 +211,8 @@ def test_range_cases_keep_every_served_value_and_the_longest_context_once(name):
     """The greedy cover keeps every value a served shape's range cut takes; range_relax then leaves the longest
     context (8192, the dear part for the interpreter) in one range case, the others at the shortest served one."""
     target = get(name)
-    served = {tuple(r) for s in case_plan.served_shapes(target, None) for r in target.range_cuts(s)}
-    chosen = [run for _, run in case_plan.range_shapes(target, None, 0)]
+    served = {tuple(r) for s in case_plan.served_shapes(target, None, PLAN) for r in target.range_cuts(s)}
+    chosen = [run for _, run in case_plan.range_shapes(target, None, dataclasses.replace(PLAN, max_range_shapes=0))]
     for d in range(len(next(iter(served)))):
         assert {r[d] for r in served} <= {r[d] for r in chosen}, d
     context = target.range_relax[0]
@@ -218,7 +227,34 @@ def test_a_non_finite_input_reaches_only_its_own_row_of_the_reference(dtype):
     gen = torch.Generator().manual_seed(0)
     x, weight = torch.randn(67, 71, generator=gen).to(dtype), torch.randn(69, 71, generator=gen).to(dtype)
     x[15, 6], x[40, 3] = float("inf"), float("nan")
-    reference, golden = case_plan.answers(get("linear"), (x, weight))
+    reference, golden = answers(get("linear"), (x, weight))
     rows = lambda mask: mask.any(1).nonzero().flatten().tolist()  # noqa: E731
     assert rows(reference[0].isnan()) == [40] and rows(reference[0].isinf()) == [15]
     assert torch.equal(reference[0].isnan(), golden[0].isnan()) and torch.equal(reference[0].isinf(), golden[0].isinf())
+
+
+def test_an_explicit_zero_in_the_config_stays_zero():
+    """verify.range_programs=0 means every program of a range case runs; it once became 2 in the code's default."""
+    zero = plan_config(compose(["verify.range_programs=0", "verify.range_whole_work=0", "verify.long_calls=0"]).verify)
+    assert zero.range_programs == 0 and zero.long_calls == 0
+    ranged = [c for c in plan(RMS, None, zero, salt=SALT) if c.source == "range"]
+    assert ranged and all(c.sample == 0 for c in ranged)
+    assert plan(RMS, None, zero, salt=SALT)[0].long == 0
+    two = plan_config(compose(["verify.range_programs=2", "verify.range_whole_work=0"]).verify)
+    assert {c.sample for c in plan(RMS, None, two, salt=SALT) if c.source == "range"} == {2}
+
+
+def test_the_plan_reads_its_presets_from_the_config_it_is_given():
+    """No file is read by the plan: presets passed in are the presets used."""
+    alone = dataclasses.replace(PLAN, presets=())
+    assert not any(source == "model" for _, source in contract_shapes(RMS, alone, SALT))
+    assert any(source == "model" for _, source in contract_shapes(RMS, PLAN, SALT))
+    odd = dataclasses.replace(PLAN, presets=({"hidden_size": 1234, "intermediate_size": 4000, "num_heads": 2,
+                                               "num_kv_heads": 2, "head_dim": 64, "rms_norm_eps": 1e-6},))
+    assert 1234 in {c.shape[-1] for c in plan(RMS, None, odd, salt=SALT)}
+
+
+def test_the_gpu_plan_runs_no_range_case_and_cuts_nothing():
+    cases = plan(RMS, None, GPU_PLAN, salt=SALT)
+    assert not any(c.source == "range" or c.sample for c in cases)
+    assert all(c.shape == c.requested_shape for c in cases)

@@ -1,6 +1,7 @@
 """The comparison gate: assert_close's rule, NaN/Inf placement, the fp64-golden fallback, evidence."""
 
 import dataclasses
+from dataclasses import replace
 
 import pytest
 
@@ -8,8 +9,10 @@ import torch
 
 from autotune.targets import get
 from autotune.targets.base import DEFAULT_TOLERANCES, Tolerance
-from autotune.verify import cases as C
-from autotune.verify.compare import compare, evidence, judge_case, same_bits
+from autotune.verify import protocol
+from autotune.verify.plan import cases as C
+from autotune.verify.plan import data as D
+from autotune.verify.judge.compare import compare, evidence, judge_case, same_bits
 
 FP32, BF16 = DEFAULT_TOLERANCES[torch.float32], DEFAULT_TOLERANCES[torch.bfloat16]
 RMS = get("rms_norm")
@@ -110,72 +113,96 @@ def test_same_bits_sees_nan_payloads_and_signed_zero():
 
 def test_degenerate_and_null_passing_cases_are_not_evidence():
     case = C.Case(0, (4, 64), torch.float32, "normal", 0, "edge", (4, 64))
-    data = C.make_data(RMS, case)
+    data = D.make_data(RMS, case)
     assert evidence(data, FP32) == (True, "")
-    constant = C.CaseData(args=(torch.ones(4, 64), torch.ones(64), 1e-5),
+    constant = D.CaseData(args=(torch.ones(4, 64), torch.ones(64), 1e-5),
                           reference=(torch.ones(4, 64),), golden=(torch.ones(4, 64, dtype=torch.float64),))
     assert not evidence(constant, FP32)[0]
     tiny = torch.full((4, 64), 1e-7)
-    zero_ok = C.CaseData(args=(tiny,), reference=(tiny * torch.linspace(0, 1, 64),),
+    zero_ok = D.CaseData(args=(tiny,), reference=(tiny * torch.linspace(0, 1, 64),),
                          golden=((tiny * torch.linspace(0, 1, 64)).double(),))
     counted, why = evidence(zero_ok, FP32)
     assert not counted and "null candidate (zeros)" in why
 
 
-def frame_for(data, outputs, **extra):
-    frame = {"outputs": outputs, "inputs_after": [a.clone() if isinstance(a, torch.Tensor) else None
-                                                  for a in data.args], "aliased": [], "launches": [1]}
-    frame.update(extra)
-    return frame
+def clones(args) -> list:
+    return [a.clone() if isinstance(a, torch.Tensor) else None for a in args]
+
+
+def evidence_for(data, outputs, repeat=None, refill=None, inputs_after=None, **fields) -> protocol.CaseEvidence:
+    """The device's evidence for a case whose calls returned `outputs` (and `repeat`/`refill`: (outputs, inputs
+    after) of those calls, or their outputs alone with the inputs left as made)."""
+    def call(given, args):
+        if given is None:
+            return None
+        outs, after = given if isinstance(given, tuple) else (given, clones(args))
+        return protocol.CallOutcome(outs, after)
+
+    plain = dict(output_types=["Tensor"] * len(outputs), launches=[1], output_strides=[], aliased=[], reused=[],
+                 clobbered=False, guards_broken=[], torch_ops={}, long_calls=0, long_differs=None)
+    return protocol.CaseEvidence(index=0, first=call((outputs, inputs_after or clones(data.args)), data.args),
+                                 repeat=call(repeat, data.args), refill=call(refill, data.refill_args),
+                                 **{**plain, **fields})
+
+
+def first(ev, **changed):
+    return replace(ev, first=replace(ev.first, **changed))
+
+
+def again(ev, **changed):
+    return replace(ev, repeat=replace(ev.repeat, **changed))
+
+
+def refilled(ev, **changed):
+    return replace(ev, refill=replace(ev.refill, **changed))
 
 
 def test_judge_case_checks_mutation_aliasing_repeat_and_refill():
     case = C.Case(0, (3, 64), torch.float32, "normal", 0, "edge", (3, 64), repeat=True, refill=True)
-    data = C.make_data(RMS, case, b"salt")
-    good = frame_for(data, list(data.reference), repeat_outputs=list(data.reference),
-                     refill_outputs=list(data.refill_reference))
+    data = D.make_data(RMS, case, b"salt")
+    good = evidence_for(data, list(data.reference), repeat=list(data.reference), refill=list(data.refill_reference))
     result, nondeterministic = judge_case(RMS, case, data, good, FP32)
     assert result.passed and not nondeterministic and result.evidence
 
-    mutated = dict(good, inputs_after=[data.args[0] * 2, data.args[1], None])
+    mutated = first(good, inputs_after=[data.args[0] * 2, data.args[1], None])
     assert "modified its input `x`" in judge_case(RMS, case, data, mutated, FP32)[0].note
-    aliased = dict(good, aliased=[(0, 0)])
+    aliased = replace(good, aliased=[[0, 0]])
     assert "shares memory with input `x`" in judge_case(RMS, case, data, aliased, FP32)[0].note
-    stale = dict(good, refill_outputs=list(data.reference))
+    stale = refilled(good, outputs=list(data.reference))
     assert "returned the previous answer" in judge_case(RMS, case, data, stale, FP32)[0].note
     wobble = data.reference[0].clone()
     wobble[0, 0] = torch.nextafter(wobble[0, 0], torch.tensor(9.0))
-    result, nondeterministic = judge_case(RMS, case, data, dict(good, repeat_outputs=[wobble]), FP32)
+    result, nondeterministic = judge_case(RMS, case, data, again(good, outputs=[wobble]), FP32)
     assert not result.passed and nondeterministic and "two calls on the same inputs differ bitwise" in result.note
     atomic = dataclasses.replace(RMS, atomic_tolerance={torch.float32: FP32})  # a split-K sum's order, declared
-    result, nondeterministic = judge_case(atomic, case, data, dict(good, repeat_outputs=[wobble]), FP32)
+    result, nondeterministic = judge_case(atomic, case, data, again(good, outputs=[wobble]), FP32)
     assert result.passed and nondeterministic and "atomic bound" in result.note
     tight = dataclasses.replace(RMS, atomic_tolerance={torch.float32: Tolerance(rtol=0.0, atol=1e-9)})
-    assert "atomic-reduction bound" in judge_case(tight, case, data, dict(good, repeat_outputs=[wobble]), FP32)[0].note
-    counted = dict(good, long_differs=2048, long_calls=3000)
+    assert "atomic-reduction bound" in judge_case(tight, case, data, again(good, outputs=[wobble]), FP32)[0].note
+    counted = replace(good, long_differs=2048, long_calls=3000)
     assert "call 2049 of 3000 on the same inputs" in judge_case(RMS, case, data, counted, FP32)[0].note
 
 
 def test_a_tensor_subclass_or_other_object_is_named_in_the_failure():
     case = C.Case(0, (3, 64), torch.float32, "normal", 0, "edge", (3, 64))
-    data = C.make_data(RMS, case, b"salt")
-    frame = frame_for(data, [None], output_types=["LazyTensor"])
-    result, _ = judge_case(RMS, case, data, frame, FP32)
+    data = D.make_data(RMS, case, b"salt")
+    ev = evidence_for(data, [None], output_types=["LazyTensor"])
+    result, _ = judge_case(RMS, case, data, ev, FP32)
     assert not result.passed and "returned a LazyTensor, not a plain torch.Tensor" in result.note
 
 
 def test_outputs_must_be_fresh_and_contiguous():
     case = C.Case(0, (3, 64), torch.float32, "normal", 0, "edge", (3, 64))
-    data = C.make_data(RMS, case, b"salt")
-    good = frame_for(data, list(data.reference), output_strides=[[64, 1]])
+    data = D.make_data(RMS, case, b"salt")
+    good = evidence_for(data, list(data.reference), output_strides=[[64, 1]])
     assert judge_case(RMS, case, data, good, FP32)[0].passed
-    ring = dict(good, reused=[(0, 0)])  # the worker saw output 0 overlap an output it still holds
+    ring = replace(good, reused=[[0, 0]])  # the worker saw output 0 overlap an output it still holds
     assert "shares memory with another output" in judge_case(RMS, case, data, ring, FP32)[0].note
-    wide = dict(good, output_strides=[[80, 1]])  # a view of a wider buffer
+    wide = replace(good, output_strides=[[80, 1]])  # a view of a wider buffer
     assert "strides [80, 1]" in judge_case(RMS, case, data, wide, FP32)[0].note
     one_row = C.Case(0, (1, 64), torch.float32, "normal", 0, "edge", (1, 64))
-    data = C.make_data(RMS, one_row, b"salt")
-    assert judge_case(RMS, one_row, data, frame_for(data, list(data.reference), output_strides=[[999, 1]]),
+    data = D.make_data(RMS, one_row, b"salt")
+    assert judge_case(RMS, one_row, data, evidence_for(data, list(data.reference), output_strides=[[999, 1]]),
                       FP32)[0].passed  # a dim of size 1 may have any stride
 
 
@@ -183,21 +210,20 @@ def test_declared_in_place_writes_are_checked_and_others_forbidden():
     from tests.verify.inplace_target import TARGET as INPLACE
 
     case = C.Case(0, (5, 96), torch.float32, "normal", 0, "edge", (5, 96), repeat=True, refill=True)
-    data = C.make_data(INPLACE, case, b"salt")
+    data = D.make_data(INPLACE, case, b"salt")
     x, residual, weight, eps = data.args
     assert torch.equal(data.written[1], (x + residual))  # the reference's in-place result, on a copy
     assert data.written[0] is None and torch.equal(residual, data.args[1])  # the inputs stay as made
     after = [x.clone(), data.written[1].clone(), weight.clone(), None]
     refill_after = [data.refill_args[0].clone(), data.refill_written[1].clone(), data.refill_args[2].clone(), None]
-    good = dict(frame_for(data, list(data.reference), repeat_outputs=list(data.reference),
-                          refill_outputs=list(data.refill_reference)),
-                inputs_after=after, repeat_inputs_after=after, refill_inputs_after=refill_after)
+    good = evidence_for(data, list(data.reference), repeat=(list(data.reference), after),
+                        refill=(list(data.refill_reference), refill_after), inputs_after=after)
     assert judge_case(INPLACE, case, data, good, FP32)[0].passed
-    forgot = dict(good, inputs_after=[x.clone(), residual.clone(), weight.clone(), None])
+    forgot = first(good, inputs_after=[x.clone(), residual.clone(), weight.clone(), None])
     assert "in-place write to `residual` is wrong" in judge_case(INPLACE, case, data, forgot, FP32)[0].note
-    stale_refill = dict(good, refill_inputs_after=after)
+    stale_refill = refilled(good, inputs_after=after)
     note = judge_case(INPLACE, case, data, stale_refill, FP32)[0].note
     assert "after a refill" in note
-    wrote_x = dict(good, repeat_inputs_after=[data.written[1].clone()] + after[1:])
+    wrote_x = again(good, inputs_after=[data.written[1].clone()] + after[1:])
     note = judge_case(INPLACE, case, data, wrote_x, FP32)[0].note
     assert "modified its input `x`" in note and "only to: `residual`" in note and "(second call)" in note

@@ -65,7 +65,7 @@ def test_kernels_in_the_style_of_liger_kernel_and_vllm_pass(target, name):
 
 ORDER_PROBE = textwrap.dedent('''
     import torch, triton, triton.language as tl
-    from autotune.verify import interp
+    from autotune.verify.interp import launch as interp
 
     @triton.jit
     def _order(counter_ptr, order_ptr):
@@ -98,7 +98,7 @@ def test_the_interpreter_runs_each_program_once_in_a_fresh_random_order():
 
 BF16_PROBE = textwrap.dedent('''
     import torch, triton, triton.language as tl
-    from autotune.verify import interp
+    from autotune.verify.interp import numerics
 
     @triton.jit
     def _cast(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
@@ -111,7 +111,7 @@ BF16_PROBE = textwrap.dedent('''
     counts = []
     for patched in (False, True):
         if patched:
-            interp.round_bf16_like_gpu()
+            numerics.round_bf16_like_gpu()
         y = torch.empty(4096, dtype=torch.bfloat16)
         _cast[(1,)](x, y, 4096, BLOCK=4096)
         counts.append(int(((y != expected) & ~(y.isnan() & expected.isnan())).sum()))

@@ -1,7 +1,7 @@
 """Issue 16, classes 3 and 6: the CPU interpreter made to compute as a GPU does, behaviour by behaviour.
 
 One fresh interpreter process (tests/verify/gpu_probe.py, ~10 s) runs each probe kernel on Triton 3.9's
-stock interpreter and again after `interp.install_gpu_semantics()`; here the GPU's answer is computed
+stock interpreter and again after `autotune.verify.interp.install.install()`; here the GPU's answer is computed
 independently (torch/numpy for the products, bit arithmetic for TF32, plain Python for PTX's cvt rules) and
 each run is compared with it. Where the stock interpreter is still wrong, the test says so: if Triton fixes
 a behaviour upstream, that assertion fails with a message naming the patch to retire.
@@ -18,7 +18,7 @@ import torch
 import triton.language as tl
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from autotune.verify.gpu_memory import CUDA_BLOCK_ALIGNMENT, aligned_empty, allocate_like_cuda
+from autotune.verify.interp.memory import CUDA_BLOCK_ALIGNMENT, aligned_empty, allocate_like_cuda
 
 PROBE = Path(__file__).parent / "gpu_probe.py"
 
@@ -198,7 +198,7 @@ def test_a_loop_counter_is_a_scalar_tensor_of_its_bounds_type(probe):
     assert patched["counter"].tolist() == [32] * 5  # every row of the grid-strided loop, by an int32 counter
     assert "has no attribute" in stock["counter"]["error"], "the stock interpreter counts in tensors now"
     assert patched["static"].tolist() == stock["static"].tolist() == [0, 2, 4, 6]
-    from autotune.verify.gpu_numerics import tensor_range
+    from autotune.verify.interp.numerics import tensor_range
 
     wide = [(int(i.handle.data[0]), i.dtype) for i in tensor_range(2**31, 2**31 + 4, 3)]
     assert wide == [(2**31, tl.int64), (2**31 + 3, tl.int64)]

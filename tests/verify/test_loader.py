@@ -1,9 +1,9 @@
-"""The device's kernel loader (autotune/verify/loader.py): the kernels and the constants they read, built from the
+"""The device's kernel loader (autotune/verify/device/loader.py): the kernels and the constants they read, built from the
 file's syntax tree without running the file."""
 
 import textwrap
 
-from autotune.verify.loader import load
+from autotune.verify.device.loader import load
 
 SOURCE = textwrap.dedent("""
     import triton

@@ -6,7 +6,6 @@ runs the quick plan (one seed, 64 rows: every dtype, kind and width, the experts
 the 8192-long context uncut), and a cheat stops at the first case it fails.
 """
 
-import re
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from autotune.config import compose
 from autotune.verify import verify
 from autotune.verify.verdict import Status
+from tests.verify.reasons import WRONG_VALUES, says
 
 CANDIDATES = Path(__file__).parent / "candidates"
 QUICK = compose(["device=cpu", "verify.shapes=default", "verify=quick"]).verify
@@ -21,18 +21,18 @@ QUICK = compose(["device=cpu", "verify.shapes=default", "verify=quick"]).verify
 # named CASES, as in test_adversarial.py: `autotune selfcheck` reads this table and checks these files on a GPU too
 CASES = [
     # ids modulo 64: right for Mixtral's 8 and the tiny preset's 16 experts, wrong for Qwen3-30B-A3B's 128
-    ("fused_moe", "fused_moe_expert_mod_64.py", Status.INCORRECT, "values differ"),
-    ("fused_moe", "fused_moe_first_slot.py", Status.INCORRECT, "values differ"),
-    ("fused_moe", "fused_moe_ignores_weights.py", Status.INCORRECT, "values differ"),
-    ("fused_moe", "fused_moe_weights_twice.py", Status.INCORRECT, "values differ"),
-    ("fused_moe", "fused_moe_renormalises.py", Status.INCORRECT, "values differ"),
+    ("fused_moe", "fused_moe_expert_mod_64.py", Status.INCORRECT, WRONG_VALUES),
+    ("fused_moe", "fused_moe_first_slot.py", Status.INCORRECT, WRONG_VALUES),
+    ("fused_moe", "fused_moe_ignores_weights.py", Status.INCORRECT, WRONG_VALUES),
+    ("fused_moe", "fused_moe_weights_twice.py", Status.INCORRECT, WRONG_VALUES),
+    ("fused_moe", "fused_moe_renormalises.py", Status.INCORRECT, WRONG_VALUES),
     # capacity factor 2: the hot expert (about 3/4 of the tokens) overflows it
-    ("fused_moe", "fused_moe_capacity.py", Status.INCORRECT, "values differ"),
+    ("fused_moe", "fused_moe_capacity.py", Status.INCORRECT, WRONG_VALUES),
     # reads the pool's blocks in order, not the table's: other sequences' values, or blocks nobody wrote (NaN)
-    ("paged_attention", "paged_attention_blocks_in_order.py", Status.INCORRECT, "values differ|NaN at"),
-    ("paged_attention", "paged_attention_no_window.py", Status.INCORRECT, "values differ"),
-    ("paged_attention", "paged_attention_kv_head_mod_4.py", Status.INCORRECT, "values differ"),
-    ("paged_attention", "paged_attention_whole_blocks.py", Status.INCORRECT, "values differ"),
+    ("paged_attention", "paged_attention_blocks_in_order.py", Status.INCORRECT, WRONG_VALUES),
+    ("paged_attention", "paged_attention_no_window.py", Status.INCORRECT, WRONG_VALUES),
+    ("paged_attention", "paged_attention_kv_head_mod_4.py", Status.INCORRECT, WRONG_VALUES),
+    ("paged_attention", "paged_attention_whole_blocks.py", Status.INCORRECT, WRONG_VALUES),
 ]
 
 
@@ -40,4 +40,4 @@ CASES = [
 def test_cheat_is_rejected_for_its_failure(target, name, status, fragment):
     v = verify(target, CANDIDATES / name, QUICK)
     assert v.status is status, v.reason
-    assert re.search(fragment, v.reason), v.reason
+    assert says(v.reason, fragment), v.reason

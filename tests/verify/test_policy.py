@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from autotune.targets import all_targets, get
-from autotune.verify.policy import parse, runtime_violations, scan
+from autotune.verify.static.policy import parse, runtime_violations, scan
 
 CANDIDATES = Path(__file__).parent / "candidates"
 RMS = get("rms_norm")
@@ -265,7 +265,7 @@ def test_every_allow_list_entry_exists_and_has_a_reason():
     import importlib
     import types
 
-    from autotune.verify import allowlist
+    from autotune.verify.static import allowlist
 
     for dotted, (use, reason) in allowlist.NAMES.items():
         module, _, name = dotted.rpartition(".")

@@ -1,9 +1,9 @@
-"""The sampled call's shadow states (autotune/verify/sampling.py): what is compared, what is good to read."""
+"""The sampled call's byte states (autotune/verify/interp/sampling.py): what is compared, what is good to read."""
 
 import numpy as np
 import torch
 
-from autotune.verify.sampling import INPUT, INVALID, WRITTEN, Sample
+from autotune.verify.interp.sampling import INPUT, INVALID, WRITTEN, Sample
 
 
 def tracked(sample: Sample, *tensors: torch.Tensor) -> None:

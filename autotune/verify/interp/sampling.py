@@ -10,7 +10,8 @@ results) runs every program, and those that read only valid bytes make valid out
 visited: the interpreter's loop stops when the sample is done.
 
 What the sampled programs wrote is then all that is compared. Every storage allocated during the call gets a
-shadow of valid bytes: a store by a program that read nothing invalid makes its bytes valid; a program that read
+map of per-byte states (INVALID, INPUT, WRITTEN): a store by a program that read nothing invalid makes its bytes
+valid; a program that read
 an invalid byte (an element some skipped program would have written) is tainted, and its stores are invalid too;
 an atomic update in a sampled launch is invalid (skipped programs would have added to it); allocations are
 invalid until written; a zero fill is good to read until a sampled launch given its storage ends (a skipped
@@ -36,10 +37,9 @@ import numpy as np
 import torch
 from triton.runtime import interpreter
 
-from autotune.verify import interp
+from autotune.verify.interp import launch as interp
 
-
-INVALID, INPUT, WRITTEN = 0, 1, 2  # a shadow byte: not (validly) written yet; as good to read as an input (the
+INVALID, INPUT, WRITTEN = 0, 1, 2  # a state byte: not (validly) written yet; as good to read as an input (the
 # judge's, or a zero fill), but not a kernel's answer; written in this call by a sampled, untainted program
 
 
@@ -55,14 +55,15 @@ class Sample:
         self.programs, self.rng = programs, rng
         self.indices: dict[int, np.ndarray] = {}  # axis length -> the indices drawn for it in this call
         self.starts: list[int] = []
-        self.shadows: list[tuple[int, int, np.ndarray]] = []  # (start, end, valid bytes)
+        self.state_maps: list[tuple[int, int, np.ndarray]] = []  # (start, end, valid bytes)
         self.tainted = False
         self.launch_sampled = False
         self.left = 0  # programs still to run in the launch under way
         self.notes: list[str] = []
 
     def __enter__(self) -> Sample:
-        _install()
+        if not getattr(interpreter.InterpreterBuilder, "_autotune_sampling", False):
+            raise RuntimeError("the interpreter is not patched: call autotune.verify.interp.install.install() first")
         _active.append(self)
         return self
 
@@ -73,18 +74,18 @@ class Sample:
     def track(self, start: int, nbytes: int, state: int = INVALID) -> None:
         """A storage allocated in this call (nothing in it is valid yet), or an input the op writes in place
         (`state` INPUT: valid to read, and what the sampled programs write in it is told apart: `written`)."""
-        self.shadows = [s for s in self.shadows if not (s[0] < start + nbytes and start < s[1])]
-        self.shadows.append((start, start + nbytes, np.full(nbytes, state, dtype=np.uint8)))
-        self.shadows.sort(key=lambda s: s[0])
-        self.starts = [s[0] for s in self.shadows]
+        self.state_maps = [s for s in self.state_maps if not (s[0] < start + nbytes and start < s[1])]
+        self.state_maps.append((start, start + nbytes, np.full(nbytes, state, dtype=np.uint8)))
+        self.state_maps.sort(key=lambda s: s[0])
+        self.starts = [s[0] for s in self.state_maps]
 
-    def _bytes(self, t: torch.Tensor) -> np.ndarray | None:
-        """The shadow bytes of a view's elements, [numel, itemsize]; None for an untracked (valid) storage."""
+    def _bytes(self, t: torch.Tensor) -> torch.Tensor | None:
+        """The state bytes of a view's elements, [numel, itemsize]; None for an untracked (valid) storage."""
         first = t.data_ptr()  # the view's first element (the device's buffers start past their storage's start)
-        for start, end, shadow in self.shadows:
+        for start, end, states in self.state_maps:
             if start <= first < end:
                 e = t.element_size()
-                return torch.from_numpy(shadow).as_strided((*t.shape, e), (*(s * e for s in t.stride()), 1),
+                return torch.from_numpy(states).as_strided((*t.shape, e), (*(s * e for s in t.stride()), 1),
                                                            first - start)
         return None
 
@@ -113,39 +114,39 @@ class Sample:
         if not self.launch_sampled:
             return
         for t in tensors:
-            for part in self._shadows_of(t):
+            for part in self._state_bytes_of(t):
                 part[part == INPUT] = INVALID
 
     def _mark(self, addrs: np.ndarray, width: int, value: int) -> None:
-        for start, end, shadow, offs in self._locate(addrs):
+        for start, end, states, offs in self._locate(addrs):
             for w in range(width):
-                shadow[np.minimum(offs + w, end - start - 1)] = value
+                states[np.minimum(offs + w, end - start - 1)] = value
 
-    def _shadows_of(self, t: torch.Tensor) -> list[np.ndarray]:
-        """The shadow bytes of `t`'s storage (views into each tracked storage it overlaps)."""
+    def _state_bytes_of(self, t: torch.Tensor) -> list[np.ndarray]:
+        """The state bytes of `t`'s storage (views into each tracked storage it overlaps)."""
         storage = t.untyped_storage()
         first, end = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
-        return [shadow[max(first, start) - start:min(end, stop) - start]
-                for start, stop, shadow in self.shadows if start < end and first < stop]
+        return [states[max(first, start) - start:min(end, stop) - start]
+                for start, stop, states in self.state_maps if start < end and first < stop]
 
     def _partly_valid(self, t: torch.Tensor) -> bool:
-        return any(0 < np.count_nonzero(part) < part.size for part in self._shadows_of(t))
+        return any(0 < np.count_nonzero(part) < part.size for part in self._state_bytes_of(t))
 
     def _invalid_read(self, addrs: np.ndarray, width: int) -> bool:
-        for start, end, shadow, offs in self._locate(addrs):
-            if not shadow[offs].all():
+        for _, _, states, offs in self._locate(addrs):
+            if not states[offs].all():
                 return True
         return False
 
     def _locate(self, addrs: np.ndarray):
-        if not self.shadows or addrs.size == 0:
+        if not self.state_maps or addrs.size == 0:
             return
         which = np.searchsorted(np.array(self.starts, dtype=np.uint64), addrs, side="right").astype(np.intp) - 1
         for k in np.unique(which[which >= 0]):
-            start, end, shadow = self.shadows[k]
+            start, end, states = self.state_maps[k]
             sel = (which == k) & (addrs < np.uint64(end))
             if sel.any():
-                yield start, end, shadow, (addrs[sel] - np.uint64(start)).astype(np.intp)
+                yield start, end, states, (addrs[sel] - np.uint64(start)).astype(np.intp)
 
     # programs ---------------------------------------------------------------------------------------
     def order(self, grid: tuple[int, int, int], args=()) -> np.ndarray | None:
@@ -177,7 +178,8 @@ def _lanes(ptrs, mask) -> np.ndarray:
     return p[np.broadcast_to(np.asarray(mask.data, dtype=bool), p.shape)]
 
 
-def _install() -> None:
+def install() -> None:
+    """Run only a sample's programs and track what they wrote (autotune.verify.interp.install)."""
     builder = interpreter.InterpreterBuilder
     if getattr(builder, "_autotune_sampling", False):
         return
@@ -193,7 +195,7 @@ def _install() -> None:
         launch = interp.current_launch()
         order = s.order((nx, ny, nz), launch.args.values() if launch is not None else ())
         s.left = nx * ny * nz if order is None else len(order)
-        if order is not None:  # the permuted loop (autotune.verify.interp) visits these first, then stops
+        if order is not None:  # the permuted loop (autotune.verify.interp.launch) visits these first, then stops
             rest = np.setdiff1d(np.arange(nx * ny * nz), order)
             self._autotune_order = np.concatenate([order, rest])
 
@@ -209,21 +211,21 @@ def _install() -> None:
     @functools.wraps(load)
     def masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
         s = _active[-1] if _active else None
-        if s is not None and not s.tainted and s.shadows:
+        if s is not None and not s.tainted and s.state_maps:
             s.tainted = s._invalid_read(_lanes(ptrs, mask), _width(ptrs))
         return load(self, ptrs, mask, other, cache_policy, is_volatile)
 
     @functools.wraps(store)
     def masked_store(self, ptrs, value, mask, cache_policy):
         s = _active[-1] if _active else None
-        if s is not None and s.shadows:
+        if s is not None and s.state_maps:
             s._mark(_lanes(ptrs, mask), _width(ptrs), INVALID if s.tainted else WRITTEN)
         return store(self, ptrs, value, mask, cache_policy)
 
     @functools.wraps(rmw)
     def atomic_rmw(self, rmw_op, ptr, val, mask, sem, scope):
         s = _active[-1] if _active else None
-        if s is not None and s.shadows:
+        if s is not None and s.state_maps:
             lanes = _lanes(ptr, mask)
             s.tainted = s.tainted or s._invalid_read(lanes, _width(ptr))
             s._mark(lanes, _width(ptr), INVALID if (s.tainted or s.launch_sampled) else WRITTEN)
@@ -232,7 +234,7 @@ def _install() -> None:
     @functools.wraps(cas)
     def atomic_cas(self, ptr, cmp, val, sem, scope):
         s = _active[-1] if _active else None
-        if s is not None and s.shadows:
+        if s is not None and s.state_maps:
             lanes = _lanes(ptr, None)
             s.tainted = s.tainted or s._invalid_read(lanes, _width(ptr))
             s._mark(lanes, _width(ptr), INVALID if (s.tainted or s.launch_sampled) else WRITTEN)

@@ -62,6 +62,7 @@ class FrontEnd:
         triton.knobs.runtime.interpret = False
         try:
             spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
+            assert spec is not None and spec.loader is not None  # a .py file's location always has a loader
             module = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(module)
         finally:
@@ -75,7 +76,7 @@ class FrontEnd:
             self._compile(name, args, kwargs)
         except CompilationError:
             raise
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - untrusted code's failure, of any kind, is reported, never raised here
             # Triton's message puts the source excerpt first and the reason last; the verdict shows the last line
             detail = str(e).strip() or type(e).__name__
             raise CompilationError(f"{detail}\nTriton's compiler (front end, {TARGET.backend} sm_{TARGET.arch}) "
@@ -118,7 +119,7 @@ def _library_owners() -> list[object]:
     """The modules of triton.language and the classes of triton.language.core: what the interpreter patches."""
     modules = [m for name, m in list(sys.modules.items()) if name.startswith("triton.language") and m is not None]
     classes = [v for v in vars(tl_core).values() if isinstance(v, type) and v.__module__ == tl_core.__name__]
-    return modules + classes
+    return [*modules, *classes]
 
 
 # Taken when the worker imports this module, before the candidate is imported or any kernel interpreted:

@@ -6,7 +6,7 @@ process, confined on its own (own uid, PID, mount and network namespaces, seccom
 holds an input value, a reference answer or the judge's pipe. What it has:
 - the candidate's source and, per case, where each input sits (shape, strides, storage offset, dtype) and the
   scalar arguments; its tensors are NaN-filled stand-ins of those shapes;
-- one pipe to the device process (autotune.verify.device), to which it reports, per call, every Triton launch
+- one pipe to the device process (autotune.verify.device.process), to which it reports, per call, every Triton launch
   (kernel, arguments as tensor references, meta-parameters, grid) and every data-moving aten op the launcher
   ran (allocations, copies, zero fills), and the tensors the call returned. The device runs those launches
   and ops on the real data and alone makes the evidence the judge sees.
@@ -39,8 +39,8 @@ from triton.runtime.jit import KernelInterface
 
 from autotune.sandbox import audit, confine
 from autotune.sandbox.runner import trim_traceback
-from autotune.verify import wire
-from autotune.verify.gpu_memory import aligned_empty, allocate_like_cuda
+from autotune.verify import protocol as wire
+from autotune.verify.interp.memory import aligned_empty, allocate_like_cuda
 
 MODULE_NAME = "candidate"
 
@@ -191,6 +191,7 @@ def load(source: str, entry: str, workdir: Path, import_ops: collections.Counter
     path = workdir / f"{MODULE_NAME}.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location(MODULE_NAME, path)
+    assert spec is not None and spec.loader is not None  # a .py file's location always has a loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[MODULE_NAME] = module
     with Recorder() as ops:
@@ -225,7 +226,8 @@ def _snapshot(module) -> dict[str, tuple]:
     found = {name: _fingerprint(value) for name, value in names.items()}
     for name, value in names.items():
         if inspect.isfunction(value):
-            found[f"{name} (default arguments)"] = (_fingerprint(value.__defaults__), _fingerprint(value.__kwdefaults__))
+            found[f"{name} (default arguments)"] = (_fingerprint(value.__defaults__),
+                                                    _fingerprint(value.__kwdefaults__))
     return found
 
 
@@ -265,13 +267,13 @@ def work(payload: dict, send, receive_fd: int) -> dict:
     the device hands over, until it says there are no more."""
     prepare()
     workdir = Path.cwd()
-    log = set() if payload.get("audit_log") else None
+    log: set[str] | None = set() if payload.get("audit_log") else None
     guard = _arm(workdir, log)
     import_ops: collections.Counter = collections.Counter()
     candidate_file = str(workdir / f"{MODULE_NAME}.py")
     try:
         module, fn = load(payload["source"], payload["entry"], workdir, import_ops)
-    except BaseException as e:
+    except BaseException as e:  # noqa: BLE001 - untrusted code's failure, of any kind, is reported, never raised here
         with guard.trusted():  # formatting a traceback reads its frames
             send("compile_error", error=trim_traceback(e, keep_files=(candidate_file,)))
         return {"cases_run": 0}
@@ -286,7 +288,7 @@ def work(payload: dict, send, receive_fd: int) -> dict:
             t._autotune_turn = getattr(t, "_autotune_turn", payload.get("autotune_turn", 0)) + 1
         try:
             _run_case(fn, case, module, globals_before, send)
-        except BaseException as e:
+        except BaseException as e:  # noqa: BLE001 - untrusted code's failure, of any kind, is reported, never raised here
             with guard.trusted():
                 send("case_error", index=case["index"], dry=bool(case.get("dry")), tampered=isinstance(e, Tampered),
                      error=trim_traceback(e, keep_files=(candidate_file,)))
@@ -311,11 +313,13 @@ def _run_case(fn, case: dict, module, globals_before: dict, send) -> None:
 
 
 # The modules of the code that reports on the candidate: sealed once it is imported (autotune.sandbox.audit).
-_SEALED = ("__main__", "autotune.verify.worker", "autotune.verify.host", "autotune.verify.device",
+_SEALED = ("__main__", "autotune.verify.worker", "autotune.verify.host.process", "autotune.verify.device.process",
+           "autotune.verify.device.replay", "autotune.verify.device.buffers", "autotune.verify.device.evidence",
+           "autotune.verify.device.coverage", "autotune.verify.device.frontend",
            "autotune.sandbox", "autotune.sandbox.runner", "autotune.sandbox.channel", "autotune.sandbox.audit",
            "autotune.sandbox.confine", "autotune.sandbox.namespaces", "autotune.sandbox.limits",
-           "autotune.verify.interp", "autotune.verify.frontend", "autotune.verify.bounds", "autotune.verify.races",
-           "autotune.verify.gpu_numerics", "autotune.verify.gpu_memory")
+           "autotune.verify.interp.launch", "autotune.verify.interp.bounds", "autotune.verify.interp.races",
+           "autotune.verify.interp.numerics", "autotune.verify.interp.memory")
 
 
 def _arm(workdir: Path, log: set[str] | None) -> audit.Guard:

@@ -33,7 +33,9 @@ import dataclasses
 import torch
 
 from autotune.targets.base import Target, Tolerance, dtype_name
-from autotune.verify.cases import Case, CaseData
+from autotune.verify.plan.cases import Case
+from autotune.verify.plan.data import CaseData
+from autotune.verify.protocol import CaseEvidence
 from autotune.verify.verdict import CaseResult
 
 GOLDEN_MULTIPLIER = {torch.float32: 2.0, torch.float16: 3.0, torch.bfloat16: 3.0, torch.float64: 2.0}
@@ -198,53 +200,57 @@ def evidence(data: CaseData, tol: Tolerance) -> tuple[bool, str]:
     return True, ""
 
 
-def judge_case(target: Target, case: Case, data: CaseData, frame: dict, tol: Tolerance) -> tuple[CaseResult, bool]:
+def judge_case(target: Target, case: Case, data: CaseData, ev: CaseEvidence,
+               tol: Tolerance) -> tuple[CaseResult, bool]:
     """(the case's result, whether the candidate was non-deterministic on it)."""
-    if frame.get("output_valid") is not None:  # a range case: only what the sampled programs wrote is compared
-        frame, data = _sampled(frame, data)
+    if ev.output_valid is not None:  # a range case: only what the sampled programs wrote is compared
+        ev, data = _sampled(ev, data)
     counted, why_not = evidence(data, tol)
     result = CaseResult(shape=list(case.shape), dtype=dtype_name(case.dtype), kind=case.kind, seed=case.seed,
                         passed=False, rtol=tol.rtol, atol=tol.atol, evidence=counted, source=case.source,
                         layout=case.layout, scalars=dict(case.scalars))
-    first = compare_all(frame.get("outputs"), data.reference, data.golden, tol)
+    first = compare_all(ev.first.outputs, data.reference, data.golden, tol)
     result.max_abs_err, result.max_rel_err = first.max_abs_err, first.max_rel_err
     failure = None if first.passed else first.note
-    odd = next((t for t in frame.get("output_types") or [] if t != "Tensor"), None)
+    odd = next((t for t in ev.output_types if t != "Tensor"), None)
     if odd is not None:  # the worker sends only plain tensors; say what the candidate really returned
         failure = f"returned a {odd}, not a plain torch.Tensor (subclasses and other objects are not accepted)"
-    failure = failure or _structure_failure(target, data, frame, tol)
+    failure = failure or _structure_failure(target, data, ev, tol)
     nondeterministic = False
     if failure is None and case.repeat:
-        again = frame.get("repeat_outputs")
-        nondeterministic = not all(same_bits(a, b) for a, b in zip(again or (), frame["outputs"]))
+        again = ev.repeat.outputs if ev.repeat is not None else None
+        nondeterministic = not all(same_bits(a, b) for a, b in zip(again or (), ev.first.outputs))
         second = compare_all(again, data.reference, data.golden, tol)
         failure = None if second.passed else f"a second call on the same inputs: {second.note}"
-        failure = failure or (_repeat_failure(target, case, again, frame["outputs"]) if nondeterministic else None)
+        failure = failure or (_repeat_failure(target, case, again, ev.first.outputs) if nondeterministic else None)
     if failure is None and case.refill:
-        failure = _refill_failure(data, frame, tol)
-    if failure is None and frame.get("long_differs") is not None:
-        failure = (f"call {frame['long_differs'] + 1} of {frame.get('long_calls')} on the same inputs launched or "
+        failure = _refill_failure(data, ev, tol)
+    if failure is None and ev.long_differs is not None:
+        failure = (f"call {ev.long_differs + 1} of {ev.long_calls} on the same inputs launched or "
                    "returned differently from the first of that run (behaviour that depends on how often it was "
                    "called: state between calls)")
     result.passed = failure is None
     notes = [failure] if failure else [first.note, "non-deterministic within the target's declared atomic bound: two "
                                        "calls on the same inputs differ bitwise" if nondeterministic else "", why_not]
-    result.note = "; ".join(n for n in [*notes, frame.get("sampled") or ""] if n)
+    result.note = "; ".join(n for n in [*notes, ev.sampled or ""] if n)
     return result, nondeterministic
 
 
-def _sampled(frame: dict, data: CaseData) -> tuple[dict, CaseData]:
-    """The frame and the answers cut to the output elements a range case's sampled programs wrote (each output
+def _sampled(ev: CaseEvidence, data: CaseData) -> tuple[CaseEvidence, CaseData]:
+    """The evidence and the answers cut to the output elements a range case's sampled programs wrote (each output
     of the reference's shape and dtype first: else it is compared whole, and fails as it should)."""
-    outs, masks = frame.get("outputs") or [], frame["output_valid"]
+    outs, masks = ev.first.outputs, ev.output_valid or []
     if len(outs) != len(data.reference) or len(masks) != len(outs) or not all(
             isinstance(o, torch.Tensor) and isinstance(m, torch.Tensor) and o.shape == r.shape == m.shape
             and o.dtype == r.dtype for o, m, r in zip(outs, masks, data.reference)):
-        return frame, data
-    masks = [m.bool() for m in masks]
-    cut = lambda ts: tuple(t[m] for t, m in zip(ts, masks))
-    frame = {**frame, "outputs": list(cut(outs)), "output_strides": None}
-    return frame, dataclasses.replace(data, reference=cut(data.reference), golden=cut(data.golden))
+        return ev, data
+    bools = [m.bool() for m in masks]
+
+    def cut(ts) -> tuple:
+        return tuple(t[m] for t, m in zip(ts, bools))
+
+    ev = dataclasses.replace(ev, first=dataclasses.replace(ev.first, outputs=list(cut(outs))), output_strides=[])
+    return ev, dataclasses.replace(data, reference=cut(data.reference), golden=cut(data.golden))
 
 
 def _repeat_failure(target: Target, case: Case, again, first) -> str | None:
@@ -263,29 +269,29 @@ def _repeat_failure(target: Target, case: Case, again, first) -> str | None:
     return None
 
 
-def _structure_failure(target: Target, data: CaseData, frame: dict, tol: Tolerance) -> str | None:
+def _structure_failure(target: Target, data: CaseData, ev: CaseEvidence, tol: Tolerance) -> str | None:
     names = target.arg_names
-    for j, i in frame.get("aliased", []):
+    for j, i in ev.aliased:
         return f"output {j} shares memory with input `{names[i]}` (outputs must be fresh tensors)"
-    for call, j in frame.get("reused") or []:
+    for call, j in ev.reused:
         return (f"output {j} of call {call + 1} shares memory with another output of this or an earlier call, all "
                 "of which the caller still holds (an output buffer kept and reused; outputs must be fresh tensors)")
-    for j, (strides, ref) in enumerate(zip(frame.get("output_strides") or [], data.reference)):
+    for j, (strides, ref) in enumerate(zip(ev.output_strides, data.reference)):
         if strides is not None and not _dense_row_major(ref.shape, strides):
             return (f"output {j} has strides {strides} for shape {list(ref.shape)}: the reference returns contiguous "
                     "tensors, and so must the kernel (torch.empty, not a view of a wider buffer)")
-    calls = (("inputs_after", data.args, data.written, data.written_golden, frame.get("inputs_written"), ""),
-             ("repeat_inputs_after", data.args, data.written, data.written_golden, None, " (second call)"),
-             ("refill_inputs_after", data.refill_args, data.refill_written, data.refill_written_golden, None,
+    calls = ((ev.first, data.args, data.written, data.written_golden, ev.inputs_written, ""),
+             (ev.repeat, data.args, data.written, data.written_golden, None, " (second call)"),
+             (ev.refill, data.refill_args, data.refill_written, data.refill_written_golden, None,
               " (after a refill)"))  # a range case's one call is sampled: only the first
-    for key, before, written, golden, sampled, when in calls:
-        if frame.get(key) is not None and before is not None:
-            failure = _inputs_failure(target, before, written, golden, frame[key], tol, sampled)
+    for call, before, written, golden, sampled, when in calls:
+        if call is not None and before is not None:
+            failure = _inputs_failure(target, before, written, golden, call.inputs_after, tol, sampled)
             if failure:
                 return failure + when
-    for i in frame.get("guards_broken") or []:
+    for i in ev.guards_broken:
         return f"wrote outside its input `{names[i]}` (an out-of-bounds store: the guard band around it changed)"
-    if frame.get("clobbered"):
+    if ev.clobbered:
         return "a later call overwrote the output of an earlier one (an output buffer reused across calls)"
     return None
 
@@ -328,12 +334,12 @@ def _dense_row_major(shape, strides) -> bool:
     return True
 
 
-def _refill_failure(data: CaseData, frame: dict, tol: Tolerance) -> str | None:
-    outs = frame.get("refill_outputs")
+def _refill_failure(data: CaseData, ev: CaseEvidence, tol: Tolerance) -> str | None:
+    outs = ev.refill.outputs if ev.refill is not None else None
     check = compare_all(outs, data.refill_reference, data.refill_golden, tol)
     if check.passed:
         return None
-    stale = outs is not None and all(same_bits(a, b) for a, b in zip(outs, frame["outputs"]))
+    stale = outs is not None and all(same_bits(a, b) for a, b in zip(outs, ev.first.outputs))
     if stale:
         return ("after its input buffers were refilled with new values it returned the previous answer "
                 "(results cached by pointer or object?)")

@@ -1,5 +1,5 @@
 """No state survives a call: the candidate's module-level values and default arguments are immutable constants,
-and no function mutates a module-level name. A static rule of the candidate policy (autotune.verify.policy calls
+and no function mutates a module-level name. A static rule of the candidate policy (autotune.verify.static.policy calls
 `findings`); at run time the host process also compares the module's globals after every call, the device
 refuses a storage kept from an earlier call, and the case plan ends a case with thousands of calls.
 
@@ -27,7 +27,7 @@ def findings(tree: ast.Module) -> list[str]:
     names = _module_names(tree)
     found: list[str] = []
     for stmt in tree.body:
-        targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+        targets: list = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
         if isinstance(stmt, (ast.Assign, ast.AnnAssign)) and stmt.value is not None and all(
                 isinstance(t, (ast.Name, ast.Tuple)) for t in targets):  # other targets: the scan refuses them
             bad = _not_constant(stmt.value, names)
@@ -108,7 +108,7 @@ def _function_findings(fn: ast.FunctionDef, names: set[str]) -> list[str]:
                          "immutable constants (a mutable default keeps state between calls)")
     local = _bound_in(fn)
     for node in ast.walk(fn):
-        base = None
+        base: ast.AST | None = None
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MUTATORS:
             base, what = node.func.value, f"calls `.{node.func.attr}()` on"
         elif isinstance(node, ast.Subscript) and not isinstance(node.ctx, ast.Load):
@@ -116,7 +116,8 @@ def _function_findings(fn: ast.FunctionDef, names: set[str]) -> list[str]:
         elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
             base, what = node.target, "updates"
         if isinstance(base, ast.Name) and base.id in names and base.id not in local:
-            found.append(f"line {node.lineno}: `{fn.name}` {what} the module-level `{base.id}`: a candidate keeps no "
+            line = getattr(node, "lineno", fn.lineno)
+            found.append(f"line {line}: `{fn.name}` {what} the module-level `{base.id}`: a candidate keeps no "
                          "state between calls")
     return found
 

@@ -49,7 +49,8 @@ def _width(handle) -> int:
     return max(1, ty.primitive_bitwidth // 8)
 
 
-def _install() -> None:
+def install() -> None:
+    """Check every load, store and atomic of an interpreted launch (autotune.verify.interp.install)."""
     builder = interpreter.InterpreterBuilder
     if getattr(builder, "_autotune_bounds", False):
         return
@@ -84,16 +85,16 @@ def _install() -> None:
 @contextlib.contextmanager
 def accesses_within(spans: list[tuple[int, int]], kernel: str):
     """While the block runs, interpreted accesses must lie inside one of `spans` ([start, end) addresses)."""
-    _install()
+    if not getattr(interpreter.InterpreterBuilder, "_autotune_bounds", False):
+        raise RuntimeError("the interpreter is not patched: call autotune.verify.interp.install.install() first")
     merged: list[list[int]] = []
     for start, end in sorted(spans):  # arguments may share a storage (q and k views of one qkv buffer)
         if merged and start <= merged[-1][1]:
             merged[-1][1] = max(merged[-1][1], end)
         else:
             merged.append([start, end])
-    spans = merged
-    starts = np.array([s for s, _ in spans], dtype=np.uint64)
-    ends = np.array([e for _, e in spans], dtype=np.uint64)
+    starts = np.array([s for s, _ in merged], dtype=np.uint64)
+    ends = np.array([e for _, e in merged], dtype=np.uint64)
     _active.append((starts, ends, kernel))
     try:
         yield

@@ -1,6 +1,6 @@
 """What a candidate file may name: the static policy's allow-list, as data, with the reason for each entry.
 
-`autotune.verify.policy` walks a candidate's syntax tree and accepts a name, an attribute or a call only
+`autotune.verify.static.policy` walks a candidate's syntax tree and accepts a name, an attribute or a call only
 if it is listed here for the place it appears in (a @triton.jit kernel or the plain-Python launcher) and
 for the way it is used (called, used as a value, as a decorator, in an annotation, or only as the module
 an attribute chain starts from). Everything not listed is a finding. The lists are exact names, never
@@ -87,7 +87,8 @@ KERNEL_TL: dict[str, tuple[Use, str]] = {
     **_group("atomic_add atomic_max atomic_min atomic_cas atomic_xchg atomic_and atomic_or atomic_xor", Use.CALL,
              "cross-program reductions (a split-K sum)"),
     **_group("zeros zeros_like full cast broadcast broadcast_to expand_dims reshape view ravel trans permute "
-             "split join interleave cat flip where gather squeeze unsqueeze", Use.CALL, "tensor construction and shape"),
+             "split join interleave cat flip where gather squeeze unsqueeze", Use.CALL,
+             "tensor construction and shape"),
     **_group("abs exp exp2 log log2 sqrt sqrt_rn rsqrt sin cos erf floor ceil sigmoid softmax fma fdiv div_rn "
              "maximum minimum clamp umulhi cdiv", Use.CALL, "elementwise math"),
     **_group("sum max min argmax argmin reduce associative_scan cumsum cumprod xor_sum reduce_or sort topk "

@@ -8,11 +8,11 @@ allowed query: vLLM's launchers check alignment) could then behave on the CPU as
 `aligned_empty(shape, dtype, stride=None)` is a plain CPU tensor at storage offset 0 whose storage starts on a
 512-byte boundary (a slice of a bytearray, or an anonymous map from 1 MB up, through torch.frombuffer),
 filled as fresh memory is under `torch.use_deterministic_algorithms` + `fill_uninitialized_memory` (NaN for
-floats, the largest value for ints, True for bools), so an output the kernel never writes still shows. `allocate_like_cuda(func, args,
-kwargs)` serves, from a TorchDispatchMode, the aten allocations a candidate's launcher makes on the CPU
-(empty, empty_strided, empty_like, new_empty, new_empty_strided, zeros, zeros_like, new_zeros, and the copies
-clone/contiguous make) from aligned storage; None where it does not apply (another device, a non-strided
-layout, pinned memory, a memory format other than contiguous or preserve).
+floats, the largest value for ints, True for bools), so an output the kernel never writes still shows.
+`allocate_like_cuda(func, args, kwargs)` serves, from a TorchDispatchMode, the aten allocations a candidate's
+launcher makes on the CPU (empty, empty_strided, empty_like, new_empty, new_empty_strided, zeros, zeros_like,
+new_zeros, and the copies clone/contiguous make) from aligned storage; None where it does not apply (another
+device, a non-strided layout, pinned memory, a memory format other than contiguous or preserve).
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ def aligned_empty(shape, dtype: torch.dtype, stride=None, fill: bool = True) -> 
     itemsize = torch.empty((), dtype=dtype).element_size()
     nbytes = max(_extent(shape, stride), 1) * itemsize  # a storage of at least one element, as CUDA's
     if nbytes >= MAPPED_BYTES:  # pages mapped on first touch: a served-size stand-in the host never reads is free
-        raw, pad = mmap.mmap(-1, nbytes), 0  # page-aligned, zero-filled by the kernel
+        raw: mmap.mmap | bytearray = mmap.mmap(-1, nbytes)  # page-aligned, zero-filled by the kernel
+        pad = 0
     else:
         raw = bytearray(nbytes + CUDA_BLOCK_ALIGNMENT)
         pad = -np.frombuffer(raw, dtype=np.uint8).ctypes.data % CUDA_BLOCK_ALIGNMENT

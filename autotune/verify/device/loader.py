@@ -1,6 +1,6 @@
 """A candidate's kernels built from its source without running the file: what the device process executes.
 
-The device process (autotune.verify.device) holds the real case data and runs the candidate's kernels under
+The device process (autotune.verify.device.process) holds the real case data and runs the candidate's kernels under
 the interpreter, so it must never run the candidate's Python: no module-level statement, no launcher, no
 decorator argument. It builds the kernels from the syntax tree instead:
 
@@ -13,7 +13,7 @@ decorator argument. It builds the kernels from the syntax tree instead:
   `@triton.heuristics` are the host's business (it sends the final meta-parameters with every launch).
 
 Before anything is compiled, every kernel body is checked against the kernel half of the allow-list
-(autotune.verify.policy.kernel_findings): Triton's front end calls Python callables it reaches through a
+(autotune.verify.static.policy.kernel_findings): Triton's front end calls Python callables it reaches through a
 module at compile time, so a kernel that reached `tl.core.builtins.open` would run it here. The names a
 kernel may reach are the allow-listed ones, whatever the judge's own scan said.
 
@@ -29,7 +29,9 @@ import builtins
 import dataclasses
 import math
 import operator
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 import triton
@@ -37,7 +39,7 @@ import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
-from autotune.verify import policy
+from autotune.verify.static import policy
 
 _MODULES = {"torch": torch, "triton": triton, "triton.language": tl, "math": math}
 # What a kernel body may name beyond its file's own constants and kernels (Triton's front end has its own
@@ -45,11 +47,12 @@ _MODULES = {"torch": torch, "triton": triton, "triton.language": tl, "math": mat
 _KERNEL_BUILTINS = {name: getattr(builtins, name) for name in
                     ("range", "len", "min", "max", "int", "float", "bool", "abs", "isinstance", "getattr",
                      "hasattr", "list", "tuple", "print", "ValueError", "AssertionError", "TypeError")}
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
-           ast.LShift: operator.lshift, ast.RShift: operator.rshift, ast.BitOr: operator.or_,
-           ast.BitAnd: operator.and_, ast.BitXor: operator.xor}
-_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_, ast.Invert: operator.invert}
+_BINARY: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow, ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift, ast.BitOr: operator.or_, ast.BitAnd: operator.and_, ast.BitXor: operator.xor}
+_UNARY: dict[type, Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_,
+                                            ast.Invert: operator.invert}
 _CONSTANT_TYPES = (int, float, bool, str, type(None), tl.constexpr, tl.dtype, torch.dtype)
 
 
@@ -60,7 +63,7 @@ class KernelSourceError(Exception):
 @dataclasses.dataclass
 class Kernels:
     interpreted: dict[str, InterpretedFunction]  # run under TRITON_INTERPRET=1
-    compiled: dict[str, JITFunction]  # the same functions for Triton's front end (autotune.verify.frontend)
+    compiled: dict[str, JITFunction]  # the same functions for Triton's front end (autotune.verify.device.frontend)
     constexpr_args: dict[str, tuple[str, ...]]  # kernel -> its tl.constexpr parameters
 
 
@@ -141,7 +144,7 @@ def _kernel(fn: ast.FunctionDef, path: Path, ns: dict, interpreted: bool):
     """One kernel compiled alone (decorators removed) into `ns`; `@triton.jit(...)`'s constant keyword
     arguments (do_not_specialize, debug ...) kept."""
     jit = fn.decorator_list[-1]
-    options = {k.arg: constant(k.value, ns) for k in jit.keywords} if isinstance(jit, ast.Call) else {}
+    options = {str(k.arg): constant(k.value, ns) for k in jit.keywords} if isinstance(jit, ast.Call) else {}
     bare = ast.FunctionDef(name=fn.name, args=fn.args, body=fn.body, decorator_list=[], returns=fn.returns,
                            type_comment=None, lineno=fn.lineno, col_offset=fn.col_offset,
                            end_lineno=fn.end_lineno, end_col_offset=fn.end_col_offset)
@@ -159,7 +162,7 @@ class _NotConstant(Exception):
     pass
 
 
-def constant(node: ast.AST, ns: dict):
+def constant(node: ast.AST | None, ns: dict) -> Any:
     """The value of a constant expression (see the module docstring), or _NotConstant."""
     if node is None:
         raise _NotConstant

@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from triton.runtime import interpreter
 
-from autotune.verify.interp import current_launch  # bound: the worker seals that module
+from autotune.verify.interp.launch import current_launch  # bound: the worker seals that module
 
 READ_SHADOW_MAX_ELEMENTS = 1 << 24  # 2 x 64 MiB of int32 at most; a CPU case holds far fewer
 READ_LOG_MAX_ELEMENTS = 1 << 24  # addresses kept per storage until its first store (8 bytes each)
@@ -116,7 +116,8 @@ def _shadow_reads(storage: _Storage, idx: np.ndarray, me: int) -> None:
 
 class _LaunchState:
     def __init__(self, kernel: str, grid: tuple, args: dict):
-        self.kernel, self.grid, self.programs = kernel, grid, []
+        self.kernel, self.grid = kernel, grid
+        self.programs: list = []
         by_base: dict[int, _Storage] = {}
         for name, t in args.items():
             if not isinstance(t, torch.Tensor) or t.numel() == 0:

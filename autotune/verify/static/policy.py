@@ -3,7 +3,7 @@ the run-time op rule.
 
 A candidate is one file: imports, constants, `@triton.jit` kernels (optionally under @triton.autotune /
 @triton.heuristics) and plain-Python launchers. Every name, attribute and call in it must be listed in
-`autotune.verify.allowlist` for where it appears (kernel or launcher) and how it is used. On top of that:
+`autotune.verify.static.allowlist` for where it appears (kernel or launcher) and how it is used. On top of that:
 no dunder names or attributes at all; no attribute assignment (patching a library, or a tensor's
 `.data`); no aliasing of listed functions or modules (`f = torch.empty`, `t = torch`), so that every call
 the scan accepts is one it saw; no try/with/global/class/nested def; no string formatting outside error
@@ -17,7 +17,7 @@ reported; the first is the verdict's reason.
 The scan cannot see through operators (`x * w` on tensors): the run-time rule catches those, from the
 aten ops the worker records during each call (`runtime_violations`). What Triton's compiler would
 reject (a module-level float in a kernel, a non-jit helper called from one) is left to the compiler,
-which the worker runs on every kernel before the interpreter (autotune.verify.frontend).
+which the worker runs on every kernel before the interpreter (autotune.verify.device.frontend).
 """
 
 from __future__ import annotations
@@ -26,10 +26,20 @@ import ast
 import builtins
 import threading
 from typing import TYPE_CHECKING
-from autotune.verify import statics
-from autotune.verify.allowlist import (ALLOWED_IMPORTS, ATTRIBUTES, BUILTINS, CONVERSIONS, IMPORTS,
-                                       KERNEL_ATTRIBUTES, KERNEL_BUILTINS, KERNEL_MATH, KERNEL_TL, METHODS, NAMES,
-                                       Use)
+
+from autotune.verify.static import names, statics
+from autotune.verify.static.allowlist import (
+    ALLOWED_IMPORTS,
+    ATTRIBUTES,
+    BUILTINS,
+    CONVERSIONS,
+    IMPORTS,
+    KERNEL_ATTRIBUTES,
+    KERNEL_BUILTINS,
+    METHODS,
+    NAMES,
+    Use,
+)
 
 if TYPE_CHECKING:  # the worker imports this module and must not hold the targets (their references)
     from autotune.targets.base import Target
@@ -54,7 +64,7 @@ _BODY_STATEMENTS = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.If
                     ast.Continue, ast.Pass, ast.Expr, ast.Assert, ast.Raise, ast.Delete)
 _PYTHON_BUILTINS = frozenset(dir(builtins))
 _ANNOTATION_TYPES = frozenset({"int", "float", "bool", "str", "tuple", "list", "dict"})
-_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+_COMPREHENSIONS = names.COMPREHENSIONS
 
 
 def runtime_violations(ops: dict[str, int]) -> list[str]:
@@ -86,8 +96,8 @@ def scan(tree: ast.Module, target: Target) -> list[str]:
 def kernel_findings(tree: ast.Module) -> list[str]:
     """The findings of the scan in the file's @triton.jit kernels alone (their decorators but the jit one left
     out; the imports only bind the names the kernels use): what the device process checks before it compiles
-    a kernel, whatever the judge's own scan said (autotune.verify.loader)."""
-    kept = []
+    a kernel, whatever the judge's own scan said (autotune.verify.device.loader)."""
+    kept: list[ast.stmt] = []
     for stmt in tree.body:
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             kept.append(stmt)
@@ -146,11 +156,11 @@ class _Scanner:
             if isinstance(stmt, (ast.Import, ast.ImportFrom)):
                 self.imports(stmt)
             elif isinstance(stmt, ast.FunctionDef):
-                jit = bool(stmt.decorator_list) and self.dotted(_callee(stmt.decorator_list[-1])) == "triton.jit"
+                jit = bool(stmt.decorator_list) and self.dotted(names.callee(stmt.decorator_list[-1])) == "triton.jit"
                 self.shadows(stmt, {stmt.name: None})
                 (self.kernels if jit else self.functions).add(stmt.name)
             elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
-                self.globals |= _stored_names(stmt)  # a name only read in a target (`d[exec] = 1`) is a use
+                self.globals |= names.stored_names(stmt)  # a name only read in a target (`d[exec] = 1`) is a use
         for stmt in self.tree.body:
             if isinstance(stmt, ast.FunctionDef):
                 self.function(stmt)
@@ -200,7 +210,8 @@ class _Scanner:
         for name, dotted in names.items():
             if name in _PYTHON_BUILTINS:
                 self.flag(node, f"rebinds the builtin name `{name}`")
-            elif (name in self.aliases and self.aliases[name] != dotted) or name in self.kernels or name in self.functions:
+            elif ((name in self.aliases and self.aliases[name] != dotted) or name in self.kernels
+                  or name in self.functions):
                 self.flag(node, f"rebinds the top-level name `{name}`: give each import and function its own name")
 
     # functions ---------------------------------------------------------------------------------
@@ -208,24 +219,25 @@ class _Scanner:
         self.decorators(node)
         for default in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
             self.walk(default, "launcher")
-        for arg in _all_args(node.args):
+        for arg in names.all_args(node.args):
             if arg.annotation is not None:
                 self.walk(arg.annotation, "annotation")
         if node.returns is not None:
             self.walk(node.returns, "annotation")
         mode = "kernel" if node.name in self.kernels else "launcher"
-        self.scopes.append(_param_names(node.args) | _locals(node))
+        self.scopes.append(names.param_names(node.args) | names.locals(node))
         for stmt in node.body:
             self.statement(stmt, mode)
         self.scopes.pop()
 
     def decorators(self, node: ast.FunctionDef) -> None:
-        for i, d in enumerate(node.decorator_list):
-            name = self.dotted(_callee(d))
+        for d in node.decorator_list:
+            name = self.dotted(names.callee(d))
             if name not in _KERNEL_DECORATORS:
-                self.flag(d, f"decorator `{ast.unparse(_callee(d))}` (allowed: @triton.jit, under @triton.autotune or "
+                callee = ast.unparse(names.callee(d))
+                self.flag(d, f"decorator `{callee}` (allowed: @triton.jit, under @triton.autotune or "
                              "@triton.heuristics)")
-            elif name != "triton.jit" and self.dotted(_callee(node.decorator_list[-1])) != "triton.jit":
+            elif name != "triton.jit" and self.dotted(names.callee(node.decorator_list[-1])) != "triton.jit":
                 self.flag(d, f"`@{name}` wraps a function that is not @triton.jit: put @triton.jit innermost")
             if isinstance(d, ast.Call):
                 for arg in [*d.args, *(k.value for k in d.keywords)]:
@@ -259,7 +271,7 @@ class _Scanner:
             elif isinstance(node, ast.Lambda):
                 for default in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
                     self.walk(default, mode)  # evaluated where the lambda is written, in the enclosing scope
-                self.scopes.append(_param_names(node.args) | _locals(node))
+                self.scopes.append(names.param_names(node.args) | names.locals(node))
                 self.walk(node.body, "launcher")
                 self.scopes.pop()
             elif isinstance(node, _COMPREHENSIONS):
@@ -272,7 +284,7 @@ class _Scanner:
         if isinstance(root, ast.stmt):
             self.stored(root)
 
-    def comprehension(self, node: ast.AST, mode: str) -> None:
+    def comprehension(self, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp, mode: str) -> None:
         """A comprehension is a scope of its own: its variables do not leak into the function's (`open` after
         `[0 for open in ()]` is Python's open). Its first iterable is evaluated outside that scope."""
         first, *rest = node.generators
@@ -301,7 +313,7 @@ class _Scanner:
             self.flag(node, f"uses `{type(node).__name__}`: a launcher is a plain function")
 
     def name(self, node: ast.Name, mode: str) -> None:
-        if _dunder(node.id):
+        if names.dunder(node.id):
             self.flag(node, f"uses `{node.id}` (no interpreter internals)")
             return
         if not isinstance(node.ctx, ast.Load) or any(node.id in s for s in self.scopes):
@@ -321,7 +333,7 @@ class _Scanner:
     def kernel_use(self, node: ast.Name, mode: str) -> None:
         parent = self.parents.get(node)
         launched = isinstance(parent, ast.Subscript) and isinstance(self.parents.get(parent), ast.Call) \
-            and self.parents[parent].func is parent
+            and getattr(self.parents[parent], "func", None) is parent
         called = isinstance(parent, ast.Call) and parent.func is node
         if mode == "kernel" and called:
             return  # a @triton.jit helper called from a kernel
@@ -329,7 +341,7 @@ class _Scanner:
             self.flag(node, f"uses the kernel `{node.id}` other than launching it: write `{node.id}[grid](...)`")
 
     def attribute(self, node: ast.Attribute, mode: str) -> None:
-        if _dunder(node.attr):
+        if names.dunder(node.attr):
             self.flag(node, f"accesses `.{node.attr}` (introspection of objects and modules is not allowed)")
             return
         if not isinstance(node.ctx, ast.Load):
@@ -342,7 +354,7 @@ class _Scanner:
         elif mode == "kernel":
             self.use(node, node.attr, KERNEL_ATTRIBUTES.get(node.attr), f"`.{node.attr}` in a kernel",
                      "Triton tensor members")
-        elif node.attr in CONVERSIONS or (node.attr == "to" and not _device_only(self.parents.get(node))):
+        elif node.attr in CONVERSIONS or (node.attr == "to" and not names.device_only(self.parents.get(node))):
             self.flag(node, f"converts a dtype with `.{node.attr}{'(...)' if node.attr == 'to' else '()'}` outside "
                             "a kernel: load and convert inside the kernel")
         elif node.attr == "device" and not self.passed_on(node):
@@ -350,9 +362,10 @@ class _Scanner:
                             "device it runs on")
         else:
             entry = METHODS.get(node.attr) or ATTRIBUTES.get(node.attr)
-            called = isinstance(self.parents.get(node), ast.Call) and self.parents[node].func is node
+            called = isinstance(self.parents.get(node), ast.Call) and getattr(self.parents[node], "func", None) is node
             self.use(node, node.attr, entry, f"`.{node.attr}{'()' if called else ''}` outside a kernel",
-                     "allocation, views/reshapes, contiguity and shape/stride/dtype queries; the math goes in the kernel")
+                     "allocation, views/reshapes, contiguity and shape/stride/dtype queries; the math goes in the "
+                     "kernel")
 
     def dotted_use(self, node: ast.AST, dotted: str, mode: str) -> None:
         if mode == "kernel" and dotted.split(".")[0] == "torch":
@@ -360,12 +373,12 @@ class _Scanner:
             return
         entry = NAMES.get(dotted)
         if entry is None and mode == "kernel" and dotted.startswith("triton.language."):
-            entry = _kernel_tl(dotted)
-            if entry is None and not _exists(dotted):
+            entry = names.kernel_tl(dotted)
+            if entry is None and not names.exists(dotted):
                 return  # a typo like tl.lod: Triton's compiler reports it (compile_error)
         if mode == "annotation" and entry is not None and entry[0] in (Use.ANNOTATION, Use.VALUE, Use.MODULE):
             return
-        self.use(node, dotted, entry, f"`{dotted}`", "see autotune/verify/allowlist.py")
+        self.use(node, dotted, entry, f"`{dotted}`", "see autotune/verify/static/allowlist.py")
 
     def use(self, node: ast.AST, name: str, entry: tuple[Use, str] | None, what: str, allowed: str) -> None:
         """Whether a listed name is used the way its entry allows."""
@@ -397,7 +410,7 @@ class _Scanner:
             self.flag(node, f"calls `{ast.unparse(func)}`: the only computed call is a launch, `kernel[grid](...)`")
 
     def stored(self, stmt: ast.stmt) -> None:
-        for target in _targets(stmt):
+        for target in names.targets(stmt):
             for n in ast.walk(target):
                 if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load) and (
                         n.id in self.aliases or n.id in _PYTHON_BUILTINS):
@@ -450,82 +463,3 @@ class _Scanner:
                 return True
             node = parent
         return False
-
-
-def _kernel_tl(dotted: str) -> tuple[Use, str] | None:
-    parts = dotted.split(".")[2:]
-    if len(parts) == 1:
-        return KERNEL_TL.get(parts[0])
-    if len(parts) == 2 and parts[0] == "math":
-        return KERNEL_MATH.get(parts[1])
-    return None
-
-
-def _exists(dotted: str) -> bool:
-    """Whether triton.language has this attribute chain (imported only for names off the allow-list)."""
-    import importlib
-
-    missing = object()
-    obj = importlib.import_module("triton.language")
-    for part in dotted.split(".")[2:]:
-        obj = getattr(obj, part, missing)
-        if obj is missing:
-            return False
-    return True
-
-
-def _callee(node: ast.AST) -> ast.AST:
-    return node.func if isinstance(node, ast.Call) else node
-
-
-def _all_args(args: ast.arguments) -> list[ast.arg]:
-    return [a for a in [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg] if a is not None]
-
-
-def _param_names(args: ast.arguments) -> set[str]:
-    return {a.arg for a in _all_args(args)}
-
-
-def _locals(fn: ast.AST) -> set[str]:
-    """Names a function or lambda binds (assignments, loop targets), not in nested scopes (functions, lambdas,
-    classes, comprehensions: `Scanner.comprehension` gives those their own)."""
-    found: set[str] = set()
-    stack = list(ast.iter_child_nodes(fn))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, *_COMPREHENSIONS)):
-            continue
-        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-            found.add(node.id)
-        stack.extend(ast.iter_child_nodes(node))
-    return found
-
-
-def _stored_names(stmt: ast.stmt) -> set[str]:
-    """The names a statement binds: Name nodes in Store context in its targets, not those a target reads (a
-    subscript's key, an attribute's base)."""
-    return {n.id for t in _targets(stmt) for n in ast.walk(t) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-
-
-def _targets(stmt: ast.stmt) -> list[ast.AST]:
-    if isinstance(stmt, ast.Assign):
-        return list(stmt.targets)
-    if isinstance(stmt, (ast.AugAssign, ast.AnnAssign, ast.For)):
-        return [stmt.target]
-    if isinstance(stmt, ast.Delete):
-        return list(stmt.targets)
-    return []
-
-
-def _dunder(name: str) -> bool:
-    return name.startswith("__") and name.endswith("__")
-
-
-def _device_only(call: ast.AST | None) -> bool:
-    """`.to(x.device)`, `.to("cuda")`, `.to(device=...)`: a move, not a conversion."""
-    if not isinstance(call, ast.Call):
-        return False
-    if any(k.arg not in ("device", "non_blocking") for k in call.keywords):
-        return False
-    return all((isinstance(a, ast.Attribute) and a.attr == "device")
-               or (isinstance(a, ast.Constant) and isinstance(a.value, str)) for a in call.args)

@@ -1,6 +1,6 @@
 """Arithmetic as an NVIDIA GPU does it where Triton 3.9's CPU interpreter does it otherwise: `tl.dot`, casts,
 and the types of scalar launch arguments. Each `install_*` patches the interpreter once (a second call does
-nothing); `autotune.verify.interp.install_gpu_semantics` installs them all. Tested against numpy/torch
+nothing); `autotune.verify.interp.install` installs them all. Tested against numpy/torch
 computations of the GPU's rules in tests/verify/test_gpu_semantics.py.
 
 `tl.dot` (InterpreterBuilder.create_dot; 3.9 calls np.matmul on the operands' storage arrays):
@@ -37,7 +37,7 @@ specialises an int argument equal to 1 into a constexpr (3.9: `specialize_impl` 
 unless the parameter is in `do_not_specialize`); the interpreter is handed such a 1 as a plain constant too,
 so it promotes with other operands as a literal does on the GPU (int8 * 1 stays int8). Divisibility by 16
 changes only alignment hints, not values: nothing to do. (Triton's front end compiles every launch with
-these rules first, `autotune.verify.frontend`, so `n.to(...)` on an n of 1 is a compile error on both.)
+these rules first, `autotune.verify.device.frontend`, so `n.to(...)` on an n of 1 is a compile error on both.)
 
 Loop counters (the interpreter's `tl.range` is Python's `range`, so `row.to(tl.int64)` on the counter of a
 persistent kernel's row loop failed on the CPU only): a `tl.range` counter is a scalar tensor, int32, or int64
@@ -56,13 +56,37 @@ import triton.language as tl
 from triton._C.libtriton import ir
 from triton.runtime import interpreter
 
-# bound here, not read through the module: the worker seals autotune.verify.interp (sandbox.audit)
-from autotune.verify.interp import _fp32_to_bf16_rtne, current_launch
+# bound here, not read through the module: the worker seals autotune.verify.interp.launch (sandbox.audit)
+from autotune.verify.interp.launch import current_launch
 
 _P = ir.INPUT_PRECISION
 _F32_SPECIAL = np.uint32(0x7F800000)
 _TF32_LOW = np.uint32(0x1FFF)  # the 13 mantissa bits an fp32 has and a TF32 lacks
 MMA_K_F16_ACC = 16  # K of one m16n8k16 MMA: an fp16 accumulator is rounded once per slice this deep
+
+
+def _fp32_to_bf16_rtne(data: np.ndarray) -> np.ndarray:
+    """fp32 values -> bf16 bits (uint16), rounded to nearest even; NaN stays a (quiet) NaN."""
+    bits = np.ascontiguousarray(data, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(data)
+    return np.where(nan, ((bits >> 16) | 0x40).astype(np.uint16), rounded) if nan.any() else rounded
+
+
+def round_bf16_like_gpu() -> None:
+    """From now on, the interpreter's fp32 -> bf16 casts round to nearest even, as the GPU's do."""
+    if getattr(interpreter, "_autotune_bf16_rtne", False):
+        return
+    convert = interpreter._convert_float
+
+    def convert_float(data, input_dtype, output_dtype, rounding_mode):
+        to_nearest = rounding_mode in (None, interpreter._ir.ROUNDING_MODE.RTNE)
+        if input_dtype == interpreter.tl.float32 and output_dtype == interpreter.tl.bfloat16 and to_nearest:
+            return _fp32_to_bf16_rtne(data)
+        return convert(data, input_dtype, output_dtype, rounding_mode)
+
+    interpreter._convert_float = convert_float
+    interpreter._autotune_bf16_rtne = True
 
 
 def _installed(owner, flag: str) -> bool:
@@ -199,10 +223,10 @@ def toward_zero(x: np.ndarray, dst: type) -> np.ndarray:
     """x (fp32/fp64) rounded toward zero to fp16/fp32: to nearest, then one step back where that went outward
     (an overflow to Inf becomes the largest finite value, as cvt.rz does)."""
     with np.errstate(over="ignore"):
-        y = np.asarray(x).astype(dst)
+        y: np.ndarray = np.asarray(x).astype(dst)
     wide = np.asarray(x, dtype=np.float64)
     outward = np.isfinite(wide) & (np.abs(y.astype(np.float64)) > np.abs(wide))
-    bits = y.view(_uint_of(dst)).copy()
+    bits: np.ndarray = y.view(_uint_of(np.dtype(dst))).copy()
     bits[outward] -= 1  # sign-magnitude: one ulp less magnitude, for either sign
     return bits.view(dst)
 
@@ -328,7 +352,7 @@ def install_loop_counters() -> None:
 
     def _patch_lang(fn):
         scope = patch_lang(fn)
-        if hasattr(scope, "set_attr"):  # not a library function inside a launch (autotune.verify.fastpatch)
+        if hasattr(scope, "set_attr"):  # not a library function inside a launch (autotune.verify.interp.fastpatch)
             for lang in {id(v): v for v in fn.__globals__.values() if v is tl or v is tl.core}.values():
                 scope.set_attr(lang, "range", tensor_range)
         return scope

@@ -1,0 +1,272 @@
+"""Replaying the host's calls on the real data: each reported launch is compiled by Triton's front end for sm_90
+(autotune.verify.device.frontend), then interpreted with every access checked to lie inside its launch's tensor
+arguments, and counted here, where the candidate cannot reach the count; allocations, copies and zero fills are
+repeated; any other aten op is torch math, not run (its result is the host's NaN stand-in). A case's long run of
+calls is compared by its events, not run: on a deterministic device the same events give the same outputs."""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from typing import Any
+
+import numpy as np
+import torch
+import triton.language as tl
+
+from autotune.verify import protocol
+from autotune.verify.device.buffers import Buffers, Placed, Refused, place, storage_span
+from autotune.verify.device.coverage import Account
+from autotune.verify.device.evidence import CaseRecord, aliased, outputs, reused, same_bits, trace
+from autotune.verify.device.frontend import FrontEnd
+from autotune.verify.interp import bounds
+from autotune.verify.interp.sampling import INPUT, Sample, ended_by_sample
+
+MAX_EVENTS_PER_CALL = 100_000
+_TL_DTYPES = {str(getattr(tl, n)): getattr(tl, n) for n in dir(tl) if isinstance(getattr(tl, n), tl.dtype)}
+ALLOCATING = frozenset({"aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty",
+                        "aten.new_empty_strided", "aten.zeros", "aten.zeros_like", "aten.new_zeros", "aten.clone",
+                        "aten.contiguous", "aten._to_copy"})
+ZEROING = frozenset({"aten.zeros", "aten.zeros_like", "aten.new_zeros"})
+COPYING = frozenset({"aten.clone", "aten.contiguous", "aten._to_copy"})
+
+
+@dataclasses.dataclass
+class Launch:
+    kernel: str
+    args: list
+    kwargs: dict
+    grid: tuple[int, ...]
+
+
+class Device:
+    """Repeats the host's calls on the real data (see the module docstring)."""
+
+    def __init__(self, kernels, send, on_gpu: bool):
+        self.kernels, self.send, self.on_gpu = kernels, send, on_gpu
+        self.front = None if on_gpu else FrontEnd(kernels.compiled)
+        self.cases: dict[int, dict] = {}  # the case the judge sent last (one at a time)
+        self.buffers = Buffers()
+        self.kept: list[tuple[torch.Tensor, torch.Tensor]] = []  # every output of the run and its first bits
+        self.placed: list[Placed | None] = []
+        self.case: Any = None  # the judge's record of the case under way (a dict), None between cases
+        self.record = CaseRecord(-1, [])
+        self.first_outs: list = []
+        self.long_trace: list | None = None  # the first long call's (autotune.verify.judge: Case.long)
+        self.account = Account(kernels, self.value)
+
+    # ------------------------------------------------------------------------------------------ calls
+    def on_call(self, msg: dict) -> bool:
+        """One call reported by the host; True when the case is finished (its result sent, or a dry call noted)."""
+        events = msg.get("events")
+        if not isinstance(events, list) or len(events) > MAX_EVENTS_PER_CALL:
+            raise protocol.ProtocolError("a call with a malformed event list")
+        if msg.get("dry"):
+            for ev in events:
+                if isinstance(ev, dict) and "launch" in ev:
+                    self.account.seen_dry(self.parse_launch(ev, resolve=False), msg.get("index"))
+            return True
+        index, k = msg.get("index"), msg.get("call")
+        if k == 0:
+            self.start_case(index, msg.get("inputs"))
+        elif self.case is None or index != self.case["index"] or k != self.record.calls_seen:
+            raise protocol.ProtocolError(f"call {k!r} of case {index!r} out of order")
+        self.record.calls_seen += 1
+        kind = self.case["sequence"][k] if k < len(self.case["sequence"]) else "long"
+        if kind == "long":
+            self.compare_trace(k, events, msg.get("outputs"))
+        else:
+            self.run_call(kind, events, msg)
+        if self.record.calls_seen == self.case["calls"]:
+            self.finish_case()
+            return True
+        return False
+
+    def start_case(self, index, inputs) -> None:
+        case = self.cases.get(index)
+        if case is None or not isinstance(inputs, list) or len(inputs) != len(case["args"]):
+            raise protocol.ProtocolError(f"a call for an unknown case {index!r}")
+        protocol.CaseStart(index).send(self.send)
+        self.case, self.long_trace = case, None
+        self.buffers.now = ("call", index, 0)
+        self.placed = [place(a, case["front_guard"], index) if isinstance(a, torch.Tensor) else None
+                       for a in case["args"]]
+        for value, p in zip(inputs, self.placed):
+            if p is None:
+                continue
+            ref = protocol.check_ref(value)
+            want = protocol.TensorRef(ref.ptr, p.buffer.nbytes, p.place.layout()[1], p.place.shape, p.place.stride,
+                                  p.place.dtype)
+            if ref != want:
+                raise protocol.ProtocolError(f"the host's input {ref} is not where the case put it ({want})")
+            self.buffers.bind(ref, p.buffer)
+        self.record = CaseRecord(index, inputs)
+
+    def args_now(self) -> list:
+        return [p.inner if p is not None else a for p, a in zip(self.placed, self.case["args"])]
+
+    def restore(self, values: list) -> None:
+        for p, new in zip(self.placed, values):
+            if p is not None:
+                p.inner.copy_(new)
+
+    def run_call(self, kind: str, events: list, msg: dict) -> None:
+        k = self.record.calls_seen - 1
+        self.buffers.now = ("call", self.case["index"], k)
+        if kind == "repeat":
+            self.restore(self.case["args"])
+        elif kind == "refill":
+            self.restore(self.case["refill_args"])
+        launches, outs, types = self.repeat_sampled(events, msg) if self.case.get("sample") else (
+            self.repeat_events(events), *outputs(self.buffers, msg.get("outputs")))
+        r = self.record
+        r.record_ops(msg.get("torch_ops"))
+        snapshot = [o.detach().clone() if o is not None else None for o in outs]
+        r.calls[kind] = protocol.CallOutcome(
+            snapshot, [p.inner.detach().clone() if p is not None else None for p in self.placed])
+        r.launches.append(launches)
+        r.aliased += aliased(outs, self.placed)
+        r.reused += reused(outs, k, self.kept)
+        if kind == "first":
+            r.output_types = types
+            r.output_strides = [list(o.stride()) if o is not None else None for o in outs]
+            self.first_outs = list(zip(outs, snapshot))
+
+    def repeat_sampled(self, events: list, msg: dict) -> tuple[int, list, list[str]]:
+        """A range case's call (its only one: range cases make no repeat or refill): each launch runs a drawn
+        sample of its programs (autotune.verify.interp.sampling), and only what they wrote is compared (of an input
+        the op
+        writes in place: what they wrote there); when nothing they wrote can be (a split-K sum with atomics spread
+        over every program of the longest axis), the call runs again whole."""
+        rng = np.random.default_rng(secrets.randbits(64))
+        in_place = [(i, self.placed[i]) for i in self.case.get("mutates") or () if self.placed[i] is not None]
+        before = [(p, p.inner.clone()) for _, p in in_place]
+        with Sample(int(self.case["sample"]), rng) as sample:
+            self.buffers.sample = sample
+            try:
+                for _, p in in_place:
+                    sample.track(p.buffer.start, p.buffer.nbytes, INPUT)
+                launches = self.repeat_events(events)
+                outs, types = outputs(self.buffers, msg.get("outputs"))
+                valid = [sample.written(o) if o is not None else None for o in outs]
+                written = {i: sample.written(p.inner) for i, p in in_place}
+            finally:
+                self.buffers.sample = None
+        if outs and not any(v is not None and bool(v.any()) for v in valid):
+            self.record.sampled = "nothing the sampled programs wrote could be compared alone: run whole"
+            for p, value in before:
+                p.inner.copy_(value)
+            return self.repeat_events(events), *outputs(self.buffers, msg.get("outputs"))
+        compared = sum(int(v.sum()) for v in valid if v is not None)
+        total = sum(v.numel() for v in valid if v is not None)
+        self.record.sampled = (f"programs sampled ({'; '.join(dict.fromkeys(sample.notes)) or 'none needed'}): "
+                                 f"{compared} of {total} output values compared")
+        self.record.output_valid = valid
+        self.record.inputs_written = [written.get(i) for i in range(len(self.placed))]
+        return launches, outs, types
+
+    def finish_case(self) -> None:
+        clobbered = not all(c is None or same_bits(o, c) for o, c in self.first_outs)
+        broken = [i for i, p in enumerate(self.placed) if p is not None and not p.intact()]
+        self.record.evidence(self.case.get("long", 0), clobbered, broken).send(self.send)
+        self.case = None
+
+    # ------------------------------------------------------------------------------------------ events
+    def repeat_events(self, events: list) -> int:
+        """Run the call's launches and data ops in order; the number of launches."""
+        launches = 0
+        for ev in events:
+            if not isinstance(ev, dict):
+                raise protocol.ProtocolError("an event that is not a record")
+            if "launch" in ev:
+                self.launch(self.parse_launch(ev, resolve=True))
+                launches += 1
+            elif "op" in ev:
+                self.data_op(ev)
+            else:
+                raise protocol.ProtocolError("an event that is neither a launch nor an op")
+        return launches
+
+    def data_op(self, ev: dict) -> None:
+        name, args, out = ev.get("op"), ev.get("args") or [], ev.get("out")
+        if not isinstance(name, str) or not isinstance(args, list):
+            raise protocol.ProtocolError("a malformed op")
+        if name in ALLOCATING:
+            result = self.buffers.view(out, fresh=True)
+            if name in ZEROING:
+                self._write(result, None)
+            elif name in COPYING:
+                self._write(result, self.buffers.view(args[0]))
+        elif name == "aten.zero_":
+            self._write(self.buffers.view(args[0]), None)
+        elif name == "aten.copy_":
+            self._write(self.buffers.view(args[0]), self.buffers.view(args[1]))
+        elif protocol.is_ref(out):  # math in torch (the host's record of the call names it): not run here, so its
+            self.buffers.view(out, fresh=True)  # result is unwritten memory, as the host's NaN stand-ins made it
+
+    def _write(self, target: torch.Tensor, source: torch.Tensor | None) -> None:
+        """A zero fill (no source) or a copy, with its validity carried along in a range case's call."""
+        if source is None:
+            target.zero_()
+        else:
+            target.copy_(source)
+        sample = self.buffers.sample
+        if sample is not None:
+            sample.carry(target, source)
+
+    def parse_launch(self, ev: dict, resolve: bool) -> Launch:
+        name = ev.get("launch")
+        if name not in self.kernels.interpreted:
+            raise Refused(f"a launch of `{name}`, which is not a top-level @triton.jit kernel of the file")
+        grid = ev.get("grid")
+        if not (isinstance(grid, list) and 1 <= len(grid) <= 3 and all(type(g) is int and 0 <= g < protocol.MAX_GRID
+                                                                      for g in grid)):
+            raise protocol.ProtocolError("a launch with a malformed grid")
+        args, kwargs = ev.get("args"), ev.get("kwargs")
+        if not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise protocol.ProtocolError("a launch with malformed arguments")
+        value = self.value if resolve else self.value_for_signature
+        return Launch(str(name), [value(a) for a in args], {str(k): value(v) for k, v in kwargs.items()}, tuple(grid))
+
+    def value(self, v):
+        if protocol.is_ref(v):
+            return self.buffers.view(v)
+        if isinstance(v, dict) and "tl_dtype" in v and v["tl_dtype"] in _TL_DTYPES:
+            return _TL_DTYPES[v["tl_dtype"]]
+        if isinstance(v, list) and protocol.scalar_ok(v):
+            return tuple(self.value(x) for x in v)
+        if protocol.scalar_ok(v):
+            return v
+        raise protocol.ProtocolError(f"a launch argument the checker cannot pass: {str(v)[:80]}")
+
+    def value_for_signature(self, v):
+        if protocol.is_ref(v):
+            ref = protocol.check_ref(v)
+            return ("tensor", ref.dtype)
+        if isinstance(v, list):
+            return tuple(self.value_for_signature(x) for x in v)
+        return self.value(v)
+
+    def launch(self, launch: Launch) -> None:
+        fn = self.kernels.interpreted[launch.kernel]
+        self.account.ran(launch)
+        if self.front is not None:
+            self.front.check(launch.kernel, tuple(launch.args), dict(launch.kwargs))
+        tensors = [a for a in [*launch.args, *launch.kwargs.values()] if isinstance(a, torch.Tensor)]
+        with bounds.accesses_within([storage_span(t) for t in tensors], launch.kernel):
+            try:
+                fn.run(*launch.args, grid=launch.grid, warmup=False, **launch.kwargs)
+            except Exception as e:
+                if not ended_by_sample(e):  # the sample had run: the launch stopped there, on purpose
+                    raise
+        if self.buffers.sample is not None:
+            self.buffers.sample.after_launch(tensors)
+
+    def compare_trace(self, k: int, events: list, outputs) -> None:
+        """A call of the case's long run, compared with that run's first (not with the case's first call, which
+        may tune an autotuned kernel: its benchmark launches happen once per key, as on a GPU)."""
+        found = trace(events, outputs, self.record.inputs)
+        if self.long_trace is None:
+            self.long_trace = found
+        elif self.record.long_differs is None and found != self.long_trace:
+            self.record.long_differs = k

@@ -1,0 +1,1 @@
+"""Triton's CPU interpreter made to compute as a GPU does; every patch is applied by `install.install()`."""

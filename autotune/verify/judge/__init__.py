@@ -1,0 +1,197 @@
+"""The judging process: parse and scan a candidate, run it isolated on every case, compare, time it on a GPU.
+
+It never imports the candidate. It makes the inputs, the reference and the fp64 golden itself, streams the cases
+to a fresh worker (`autotune.verify.worker`) and judges each case's evidence as it comes back (judge.session,
+judge.compare); the first failing case stops the worker. Which failure wins is one table (judge.status). A
+correct candidate is `unmeasured` on the interpreter; on a GPU, timing decides between `accepted` and `slower`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import secrets
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+from autotune import config
+from autotune.errors import UserError
+from autotune.records import ProfiledShape
+from autotune.sandbox import Limits, SandboxResult, run_isolated
+from autotune.targets.base import Target, dtype_name
+from autotune.verify import protocol
+from autotune.verify.judge.session import Session
+from autotune.verify.judge.status import Ended, conclude
+from autotune.verify.plan import cases as case_plan
+from autotune.verify.plan.config import PlanConfig
+from autotune.verify.plan.data import make_data
+from autotune.verify.protocol import Placement
+from autotune.verify.static import policy
+from autotune.verify.verdict import Status, Verdict
+
+
+def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, device: str = "cpu",
+          environment: dict | None = None, scan: bool = True, salt: bytes | None = None,
+          whole: bool | None = None) -> Verdict:
+    """The whole judgement of one candidate. shapes: the profile's `ProfiledShape`s (or `(shape, dtype, calls)`
+    tuples), None for the target's defaults. `scan=False` skips the static policy (tests of the deeper
+    defences use it; the CLI and the loop never do). `salt`: the secret the case inputs and the run's random
+    sizes are drawn with, new for every run unless given (to replay a verdict's `inputs_salt`). `whole`: the
+    GPU's plan (shapes whole, no range cases, no sampling, no dry calls); None: on a GPU only. With
+    device="cpu" and whole=True the GPU's plan runs on the interpreter (tests do, on small served shapes)."""
+    started = time.monotonic()
+    shapes = [ProfiledShape.of(s) for s in shapes] if shapes else None
+    verdict = Verdict(status=Status.RUNTIME_ERROR, reason="", target=target.name, candidate=str(path),
+                      candidate_sha256=hashlib.sha256(source.encode()).hexdigest(), environment=environment or {})
+    try:
+        tree = policy.parse(source, filename=str(path))
+    except SyntaxError as e:
+        return _finish(verdict, Status.COMPILE_ERROR, f"does not parse: {e.msg} (line {e.lineno})", started)
+    if scan:
+        verdict.policy = policy.scan(tree, target)
+        if verdict.policy:
+            return _finish(verdict, Status.POLICY_VIOLATION, verdict.policy[0], started)
+    on_gpu = device == "cuda"
+    plan_config = PlanConfig.from_config(cfg_verify, presets=config.model_presets(), served_rows=config.served_rows(),
+                                         whole=on_gpu if whole is None else whole)
+    limits = Limits.from_config(cfg_verify)
+    salt = salt or secrets.token_bytes(16)  # never sent to the candidate's process: it gets tensors, not seeds
+    plan = case_plan.plan(target, shapes, plan_config, salt)
+    with _one_thread():
+        session = Session(target, plan, {})
+        interpreted = not plan_config.whole
+        reach = case_plan.coverage_cases(target, case_plan.served_calls(target, shapes, plan_config), plan_config,
+                                         len(plan)) if interpreted else []  # what may follow the plan
+        run = _run_worker(target, source, plan, limits, device, session, salt,
+                          case_plan.dry_calls(target, shapes, plan_config) if interpreted else [], plan_config,
+                          _largest_frame(target, plan + reach))
+        session.answered.set()  # a stream still waiting for the device's answer (the worker died first) ends
+    if session.setup_error:
+        raise UserError(f"the isolated worker could not start its work: {session.setup_error}")
+    status, reason = conclude(Ended(session, run, limits))
+    # Recorded only now that the candidate's process is gone: a salt is drawn for one run and useless for the
+    # next, and with it a failing case can be made again (judge(..., salt=bytes.fromhex(inputs_salt))).
+    verdict.inputs_salt = salt.hex()
+    _record(verdict, session, run, case_plan.cut_note(target, shapes, plan_config, salt),
+            bool(cfg_verify.nsight))
+    if status is Status.UNMEASURED and on_gpu:
+        from autotune.verify.timing import measure
+
+        return _finish(verdict, *measure(target, source, shapes, cfg_verify, verdict), started)
+    if status is Status.UNMEASURED:
+        reason += "; timing: not measured (no GPU)"
+    return _finish(verdict, status, reason, started)
+
+
+def _record(verdict: Verdict, session: Session, run: SandboxResult, cut_note: str, nsight: bool) -> None:
+    """The evidence of the isolated run, into the verdict."""
+    verdict.cases = [session.results[i] for i in sorted(session.results)]
+    verdict.nondeterministic = session.nondeterministic
+    verdict.sandbox = run.isolation
+    verdict.stderr_tail = (session.compile_error or (session.case_error.error if session.case_error else "")
+                           or run.stderr_tail)
+    verdict.notes = [n for n in (cut_note, "non-deterministic: two calls on the same inputs differed bitwise"
+                                 if session.nondeterministic else "") if n]
+    if nsight:
+        verdict.notes.append("verify.nsight: Nsight Compute metrics of candidates are not collected yet (the "
+                             "candidate runs unprivileged and ncu needs counter access); `autotune profile` has them "
+                             "for the references")
+
+
+def _run_worker(target: Target, source: str, plan: list[case_plan.Case], limits: Limits, device: str,
+                session: Session, salt: bytes, dry, plan_config: PlanConfig, frame_bytes: int) -> SandboxResult:
+    """The worker's two processes (autotune.verify.worker). First the dry calls (`dry`: (shape, dtype, arguments
+    without values) at every served shape: the launches they make must each run in some case), then each case
+    goes to the device as it is made (the pipe keeps this process a case or two ahead, so neither side holds
+    every case's data): its data for the device, and where each input sits, without its values, for the host.
+    Last, the device names the served shapes whose launches no case ran, and a range case at each of those
+    shapes follows (`plan` grows by them)."""
+    served: list[tuple] = []  # dry call index -> (shape, dtype)
+
+    def cases():
+        for i, (shape, dtype, args) in enumerate(dry):  # the launcher at served shapes: launches noted, not run
+            served.append((shape, dtype))
+            session.dry_labels[i] = f"the served shape {list(shape)} in {dtype_name(dtype)}"
+            yield {"dry": {"index": i, "host": {"index": i, "calls": 1, "dry": True, "args": [
+                {"place": Placement.of(a, True).to_wire()} if isinstance(a, torch.Tensor) else a for a in args]}}}
+        yield from map(frame, plan)
+        if not served:
+            return
+        yield {"coverage_check": {}}  # a launch only some served shapes make: a range case at one of those shapes
+        if session.answered.wait(limits.total_s) and session.uncovered:
+            extra = case_plan.coverage_cases(target, [served[i] for i in session.uncovered if 0 <= i < len(served)],
+                                             plan_config, len(plan))
+            plan.extend(extra)
+            yield from map(frame, extra)
+
+    mutates = [i for i, name in enumerate(target.arg_names) if name in target.mutates]  # inputs written in place
+
+    def frame(c: case_plan.Case) -> dict:
+        d = session.data[c.index] = make_data(target, c, salt)
+        host = {"index": c.index, "calls": len(_calls(c)) + c.long, "args": [
+            {"place": Placement.of(a, c.front_guard).to_wire()} if isinstance(a, torch.Tensor) else a
+            for a in d.args]}
+        return {"case": {"index": c.index, "args": list(d.args), "front_guard": c.front_guard,
+                         "sequence": _calls(c), "calls": len(_calls(c)) + c.long, "long": c.long, "sample": c.sample,
+                         "mutates": mutates,
+                         "refill_args": list(d.refill_args) if d.refill_args is not None else None, "host": host}}
+
+    host = {"source": source, "entry": target.name, "autotune_turn": secrets.randbelow(1 << 16)}
+    with tempfile.TemporaryDirectory(prefix="autotune-verify-", ignore_cleanup_errors=True) as tmp:
+        return run_isolated("autotune.verify.worker", {"source": source, "device": device}, limits=limits,
+                            host=host, stream=cases, workdir=Path(tmp) / "work", gpu=device == "cuda",
+                            on_event=session.on_frame, max_frame_bytes=frame_bytes,
+                            schemas=protocol.device_schemas(),
+                            progress=lambda frame: frame.get("kind") == "case_result")
+
+
+def _calls(case: case_plan.Case) -> list[str]:
+    """The calls of a case, in order: the first, a repeat on the same inputs, one after a refill (and then
+    `case.long` more on the first inputs, which the device compares with the first rather than runs)."""
+    return ["first", *["repeat"] * case.repeat, *["refill"] * case.refill]
+
+
+def _largest_frame(target: Target, plan) -> int:
+    """A bound on an honest case_result frame: the inputs as each of three calls left them and three calls'
+    outputs (each bounded by the target's declared `Target.io_elements`), twice over, plus room for the
+    framing."""
+    def frame_bytes(case) -> int:
+        inputs, outputs = target.io_elements(case.shape)
+        return 3 * (inputs + outputs) * torch.empty((), dtype=case.dtype).element_size()
+
+    return 2 * max(frame_bytes(c) for c in plan) + (1 << 20)
+
+
+_threads_lock = threading.Lock()
+_threads_users = [0, 0]  # [judges inside _one_thread, torch's thread count before the first of them]
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """torch on one thread while judging: the comparisons are small, and with two threads on a busy 2-core
+    machine each op waits on the other thread (measured: isnan().any() on 1M fp64, 49 ms vs 3.5 ms).
+    Counted, so that judges running in parallel threads restore the setting once, when the last leaves."""
+    with _threads_lock:
+        if _threads_users[0] == 0:
+            _threads_users[1] = torch.get_num_threads()
+            torch.set_num_threads(1)
+        _threads_users[0] += 1
+    try:
+        yield
+    finally:
+        with _threads_lock:
+            _threads_users[0] -= 1
+            if _threads_users[0] == 0:
+                torch.set_num_threads(_threads_users[1])
+
+
+def _finish(verdict: Verdict, status: Status, reason: str, started: float) -> Verdict:
+    verdict.status, verdict.reason = status, reason
+    verdict.seal()
+    verdict.duration_s = round(time.monotonic() - started, 3)
+    return verdict
+

@@ -1,0 +1,374 @@
+"""The case plan: which shapes, dtypes, input kinds, layouts, scalar values and seeds a candidate is checked on.
+
+A pure function of the target, the served shapes and a `PlanConfig` (the `verify` settings, the model presets'
+sizes, the served rows): the profile's shapes (or the target's defaults), its edge shapes, every preset's shapes
+and shapes drawn for this run (keyed by the judge's secret salt), each in every dtype with realistic inputs,
+with a repeat (races show) and a refill (caching by pointer shows) rotating over the dtypes; large inputs in the
+half dtypes, NaN/Inf and further seeds in every dtype; the target's layouts and scalar values take turns.
+
+On the interpreter (not `PlanConfig.whole`) rows are cut, never a width: the interpreter runs about 0.8 ms per
+program in fp32 (measured, one row per program: [64, 4096] 54 ms, [1024, 64] 0.76 s). Range cases then keep
+every dim a kernel indexes whole at served shapes (`Target.range_cuts`), run whole where cheap and on a sample
+of each launch's programs otherwise (autotune.verify.interp.sampling); `coverage_cases` adds a case at each
+served shape whose launches no case ran. With the defaults the example RMSNorm runs 146 cases for 21 s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import random
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from autotune.errors import UserError
+from autotune.records import ProfiledShape
+from autotune.targets.base import Shape, Target, cut_rows, dtype_name, numel, parse_dtype, random_rows
+from autotune.verify.plan.config import PlanConfig
+
+__all__ = ["Case", "PlanConfig", "cut_rows", "plan"]  # cut_rows: the default cut, from base
+
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+AT_OFFSET_ZERO = ("offset0", "qkv_q")  # layouts whose inputs start at storage offset 0
+# Shapes the model presets and the run's draw add: on CPU they run normal inputs in every dtype and NaN/Inf
+# in one, all cut as the extra cases are (what they test is widths, row tails and masks; the other kinds run
+# on the default and edge shapes), which keeps a one-row-per-program RMSNorm at 126 cases instead of 168.
+CONTRACT_SOURCES = ("model", "random")
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    index: int
+    shape: Shape  # as run (rows cut on CPU)
+    dtype: torch.dtype
+    kind: str  # normal | large | special
+    seed: int
+    source: str  # profile | default | edge
+    requested_shape: Shape  # before the cut
+    calls: int = 0
+    repeat: bool = False  # call twice on the same inputs: outputs must agree bitwise
+    refill: bool = False  # refill the same buffers with new values and call again
+    layout: str = "contiguous"  # a name from targets.base.LAYOUTS
+    scalars: tuple[tuple[str, float], ...] = ()  # (argument, value) set instead of make_inputs' choice
+    long: int = 0  # further calls on the same inputs after the others: each must launch as the first did
+    sample: int = 0  # a range case: run this many indices of each launch's longest grid axis (0: every program)
+
+    @property
+    def shape_numel(self) -> int:
+        return numel(self.shape)
+
+    @property
+    def label(self) -> str:
+        cut = f" (cut from {list(self.requested_shape)})" if self.shape != self.requested_shape else ""
+        extra = "".join(f" {name}={value:g}" for name, value in self.scalars)
+        extra += f" {self.layout}" if self.layout != "contiguous" else ""
+        return f"{list(self.shape)}{cut} {dtype_name(self.dtype)} {self.kind} seed {self.seed}{extra}"
+
+    @property
+    def front_guard(self) -> bool:
+        """Whether the worker puts a guard band in front of the inputs (a storage offset > 0)."""
+        return self.layout not in AT_OFFSET_ZERO
+
+
+def select_profile_shapes(shapes, limit: int) -> list:
+    """At most `limit` of the profile's shapes (ProfiledShape): the smallest and the largest, then the most
+    called. A served model's profile holds a shape per batch size and prefill length (16 for rms_norm in the
+    default tiny run), which checks the same code paths again and again at a cost per shape."""
+    shapes = [ProfiledShape.of(s) for s in shapes]  # (shape, dtype, calls) tuples are read too
+    if limit <= 0 or len(shapes) <= limit:
+        return shapes
+    by_size = sorted(shapes, key=lambda s: numel(s.shape))
+    chosen = [by_size[0], by_size[-1]]
+    for s in sorted(shapes, key=lambda s: -s.calls):
+        if len(chosen) >= limit:
+            break
+        if s not in chosen:
+            chosen.append(s)
+    return [s for s in shapes if s in chosen]
+
+
+def selection_note(shapes, limit: int) -> str:
+    """One line saying which profile shapes were checked, when not all of them were."""
+    shapes = [ProfiledShape.of(s) for s in shapes or []]
+    chosen = select_profile_shapes(shapes, limit)
+    if len(chosen) == len(shapes):
+        return ""
+    total = sum(s.calls for s in shapes) or 1
+    covered = sum(s.calls for s in chosen) / total
+    return (f"profile shapes: {len(chosen)} of {len(shapes)} checked (the smallest, the largest and the most "
+            f"called; {covered:.0%} of the profiled calls; verify.max_profile_shapes={limit})")
+
+
+def run_rng(target: Target, salt: bytes) -> random.Random:
+    """The run's own draw of sizes: secret (keyed by the salt), the same for the whole run."""
+    return random.Random(hashlib.blake2b(f"shapes|{target.name}".encode(), key=salt).digest())
+
+
+def contract_shapes(target: Target, config: PlanConfig, salt: bytes) -> list[tuple[Shape, str]]:
+    """The shapes every model preset passes this op (at a drawn row count) and the run's random shapes."""
+    rng = run_rng(target, salt)
+    found = []
+    if target.model_shapes is not None:
+        rows = random_rows(rng)
+        found += [(s, "model") for preset in config.presets for s in target.model_shapes(preset, rows)]
+    if target.random_shapes is not None:
+        found += [(s, "random") for s in target.random_shapes(rng)]
+    return found
+
+
+def scalar_variants(target: Target, config: PlanConfig) -> list[tuple[tuple[str, float], ...]]:
+    """Every combination of the target's scalar argument values (its own and the presets')."""
+    values = {name: list(v) for name, v in target.scalar_values.items()}
+    for name, key in target.scalar_from_model.items():
+        values.setdefault(name, []).extend(float(p[key]) for p in config.presets if key in p)
+    combos: list[tuple[tuple[str, float], ...]] = [()]
+    for name, options in values.items():
+        combos = [c + ((name, float(v)),) for c in combos for v in sorted(set(options))]
+    return combos
+
+
+def primary_shapes(target: Target, shapes, config: PlanConfig,
+                   salt: bytes = b"") -> list[tuple[Shape, str, int, torch.dtype | None]]:
+    """(shape, source, calls, profile dtype) for the profile's shapes (at most `verify.max_profile_shapes`) or the
+    defaults, then the edges, the model presets' shapes and the run's random ones."""
+    found: list[tuple[Shape, str, int, torch.dtype | None]] = []
+    if shapes:
+        for s in select_profile_shapes(shapes, config.max_profile_shapes):
+            try:
+                found.append((s.shape, "profile", s.calls, parse_dtype(s.dtype)))
+            except ValueError:
+                raise UserError(f"profile shape {list(s.shape)} has dtype '{s.dtype}', which the checker does not know "
+                                "(re-profile, or run with verify.shapes=default)") from None
+    else:
+        found += [(tuple(s), "default", 0, None) for s in target.default_shapes]
+    found += [(tuple(s), "edge", 0, None) for s in target.edge_shapes]
+    found += [(tuple(s), source, 0, None) for s, source in contract_shapes(target, config, salt)]
+    first: dict[Shape, tuple[Shape, str, int, torch.dtype | None]] = {}
+    for f in found:
+        first.setdefault(f[0], f)  # each shape once, at its first place
+    return list(first.values())
+
+
+@dataclasses.dataclass(frozen=True)
+class _Planned:
+    """A case before its turn in the layouts and scalar values is known."""
+
+    requested: Shape  # before the cut
+    shape: Shape  # as run
+    dtype: torch.dtype
+    kind: str
+    seed: int
+    source: str
+    calls: int = 0
+    checks: bool = False  # a repeat and a refill
+    sample: int = 0
+
+
+def _planned(target: Target, shapes, config: PlanConfig, salt: bytes) -> list[_Planned]:
+    """Every (shape, dtype, kind, seed) of the plan: each primary shape in every dtype with normal inputs, large
+    inputs in the half dtypes, NaN/Inf, further seeds (the presets' and drawn shapes: normal, and NaN/Inf in one
+    dtype); on the interpreter, then the range cases."""
+    dtypes = target_dtypes(target, config)
+    cut = target.cut_shape  # the target's own CPU cut; the default cuts leading dims (base.cut_rows)
+    elements = config.max_interpreter_elements
+    main = (None, None) if config.whole else (config.max_interpreter_rows, elements)
+    extra = (None, None) if config.whole else (config.max_interpreter_rows_extra, elements // 4)
+    found: list[_Planned] = []
+    for n, (requested, source, calls, profile_dtype) in enumerate(primary_shapes(target, shapes, config, salt)):
+        for d, dtype in enumerate(t for t in dict.fromkeys([profile_dtype, *dtypes]) if t is not None):
+            contract = source in CONTRACT_SOURCES and not config.whole
+            small = cut(requested, *extra)
+
+            def add(shape: Shape, kind: str, seed: int = 0, checks: bool = False) -> None:
+                found.append(_Planned(requested, shape, dtype, kind, seed, source, calls, checks))  # noqa: B023
+
+            checks = config.whole or d == n % len(dtypes)
+            add(cut(requested, *(extra if contract else main)), "normal", checks=checks)
+            if contract:  # sizes and layouts: normal inputs (and NaN/Inf in one dtype)
+                if checks:
+                    add(small, "special")
+                continue
+            if dtype in HALF_DTYPES:
+                add(small, "large")
+            add(small, "special")
+            for seed in range(1, config.seeds):
+                add(small, "normal", seed)
+    if not config.whole:
+        found += [_Planned(requested, shape, dtype, "normal", 0, "range", sample=range_sample(target, shape, config))
+                  for requested, shape in range_shapes(target, shapes, config) for dtype in dtypes]
+    return found
+
+
+def plan(target: Target, shapes, config: PlanConfig, salt: bytes = b"") -> list[Case]:
+    """Every case to run, cheapest shapes first (a candidate that crashes, crashes early). The layouts and
+    scalar values the target declares take turns over the cases, so each is met many times."""
+    cases: list[Case] = []
+    seen: set = set()
+    layouts, scalars = target.layouts, scalar_variants(target, config)
+    for p in sorted(_planned(target, shapes, config, salt), key=lambda p: numel(p.shape)):
+        key = (p.shape, p.dtype, p.kind, p.seed, p.sample)
+        if key in seen:
+            continue
+        seen.add(key)
+        i = len(cases)
+        ranged = p.source == "range"
+        layout = "contiguous" if ranged else layouts[i % len(layouts)]
+        if layout == "padded" and len(p.shape) < 2:  # a 1-D input has no rows to pad
+            layout = "contiguous"
+        cases.append(Case(index=i, shape=p.shape, dtype=p.dtype, kind=p.kind, seed=p.seed, source=p.source,
+                          requested_shape=p.requested, calls=p.calls, repeat=p.checks, refill=p.checks, layout=layout,
+                          scalars=() if ranged else scalars[(i // len(layouts)) % len(scalars)], sample=p.sample))
+    if cases:  # the cheapest case ends with a long run of calls: a count kept between calls shows there
+        cases[0] = dataclasses.replace(cases[0], long=long_calls(target, config, salt))
+    return cases
+
+
+def served_shapes(target: Target, shapes, config: PlanConfig) -> list[Shape]:
+    """Every shape the op is served at: the profile's (all of them), or the defaults without one, and every
+    preset's at the most rows the engine serves in a step."""
+    served = [tuple(ProfiledShape.of(s).shape) for s in shapes] if shapes else [tuple(s) for s in
+                                                                                 target.default_shapes]
+    if target.model_shapes is not None:
+        served += [tuple(s) for p in config.presets for s in target.model_shapes(p, config.served_rows)]
+    return list(dict.fromkeys(served))
+
+
+class _NoLargeValues(TorchDispatchMode):
+    """make_inputs at a served shape for its layout alone: an op that makes or reads a large tensor gives an unfilled
+    tensor of the shape, dtype and strides the op would give (worked out on the meta device); views run as usual,
+    and so do ops on small tensors, which may decide shapes (prefill's chunk lengths)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        tensors = [a for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+        size = tuple(next((a for a in args if isinstance(a, (list, tuple))), ())) if not tensors else ()
+        large = any(t.numel() > 1 << 16 for t in tensors) or (size and numel(size) > 1 << 16)
+        if not large or torch.Tag.view_copy in func.tags or func.is_view:
+            return func(*args, **kwargs)
+        meta = torch.utils._pytree.tree_map(
+            lambda a: a.to("meta") if isinstance(a, torch.Tensor) else a, (args, kwargs))
+        out = func(*meta[0], **{**meta[1], **({"device": "meta"} if "device" in kwargs or not tensors else {})})
+        return torch.utils._pytree.tree_map(
+            lambda o: torch.empty_strided(o.shape, o.stride(), dtype=o.dtype) if isinstance(o, torch.Tensor) else o,
+            out)
+
+
+def layout_of(target: Target, shape: Shape, dtype: torch.dtype) -> tuple:
+    """The arguments a call at this shape gets, their values aside (large random tensors are left unfilled)."""
+    gen = torch.Generator().manual_seed(0)
+    with _NoLargeValues():
+        return tuple(target.make_inputs(shape, dtype, gen, "normal"))
+
+
+def served_calls(target: Target, shapes, config: PlanConfig) -> list[tuple[Shape, torch.dtype]]:
+    """(shape, dtype): each served shape in each of the target's dtypes."""
+    dtypes = target_dtypes(target, config)
+    return [(shape, dtype) for shape in served_shapes(target, shapes, config) for dtype in dtypes]
+
+
+def dry_calls(target: Target, shapes, config: PlanConfig):
+    """(shape, dtype, arguments without values) for each served call, made as they are needed."""
+    for shape, dtype in served_calls(target, shapes, config):
+        yield shape, dtype, layout_of(target, shape, dtype)
+
+
+def range_shapes(target: Target, shapes, config: PlanConfig) -> list[tuple[Shape, Shape]]:
+    """(served shape, a shape its range cases run) for the target's served shapes (every profile shape, or the
+    defaults; every preset's at the most rows served). For each of the target's range cuts (`Target.range_cuts`:
+    the i-th shape of each served shape's cuts), at most `verify.max_range_shapes` of them (0: all), chosen so that
+    every value each dim takes in any of them is in at least one (a greedy cover, largest first on ties); then each
+    of the target's `range_relax` dims takes its smallest value in every case but one per value."""
+    families: list[dict[Shape, Shape]] = []
+    for s in served_shapes(target, shapes, config):
+        for i, run in enumerate(target.range_cuts(tuple(s))):
+            if i == len(families):
+                families.append({})
+            families[i].setdefault(tuple(run), tuple(s))
+    chosen: dict[Shape, Shape] = {}  # each shape once
+    for i, runs in enumerate(families):
+        for served, run in _cover(target, runs, config.max_range_shapes, relax=i == 0):
+            chosen.setdefault(run, served)
+    return [(served, run) for run, served in chosen.items()]
+
+
+def _cover(target: Target, runs: dict[Shape, Shape], limit: int, relax: bool) -> list[tuple[Shape, Shape]]:
+    left = list(runs)
+    wanted = {(d, v) for r in left for d, v in enumerate(r)}
+    chosen: list[Shape] = []
+    while left and wanted and (limit <= 0 or len(chosen) < limit):
+        best = max(left, key=lambda r: (len(wanted & set(enumerate(r))), numel(r)))
+        if not wanted & set(enumerate(best)):
+            break
+        chosen.append(best)
+        left.remove(best)
+        wanted -= set(enumerate(best))
+    cases = [(runs[r], r) for r in chosen]
+    for d in target.range_relax if relax else ():  # a value another case keeps need not make this one dear
+        low = min(r[d] for r in runs)
+        for i, (served, r) in enumerate(cases):
+            if any(other[d] == r[d] for j, (_, other) in enumerate(cases) if j != i):
+                cases[i] = (served, tuple(target.range_cuts((*r[:d], low, *r[d + 1:]))[0]))  # kept valid by the cut
+    return cases
+
+
+def range_sample(target: Target, shape: Shape, config: PlanConfig) -> int:
+    """How many indices of each launch's longest grid axis a range case at `shape` runs: 0, every program, where
+    its inputs and outputs hold at most `verify.range_whole_work` values and it takes at most as many FLOPs in
+    fp32 (every output is then compared, so a grid that leaves some rows unwritten shows, as a persistent kernel's
+    rounded-down share of rows does); else `verify.range_programs` (a sample compares only what its programs
+    wrote)."""
+    work = max(sum(target.io_elements(shape)), target.flops(shape, torch.float32))
+    return 0 if work <= config.range_whole_work else config.range_programs
+
+
+def coverage_cases(target: Target, served, config: PlanConfig, start: int) -> list[Case]:
+    """Cases for served shapes whose launches no planned case ran (`served`: (shape, dtype) of the dry calls that
+    made them; a kernel that specialises on a combination of sizes, as vLLM's decode kernel does on the query
+    group and head_dim, makes one signature per preset), numbered from `start`: the range cases of each and its
+    ordinary cut, one per distinct shape."""
+    rows, elements = config.max_interpreter_rows, config.max_interpreter_elements
+    cases: list[Case] = []
+    seen: set = set()
+    for shape, dtype in served:
+        shape = tuple(shape)
+        runs = [(tuple(r), range_sample(target, tuple(r), config), "range") for r in target.range_cuts(shape)]
+        for run, sample, source in [*runs, (tuple(target.cut_shape(shape, rows, elements)), 0, "coverage")]:
+            if (run, dtype) not in seen:
+                seen.add((run, dtype))
+                cases.append(Case(index=start + len(cases), shape=run, dtype=dtype, kind="normal", seed=0,
+                                  source=source, requested_shape=shape, sample=sample))
+    return cases
+
+
+def long_calls(target: Target, config: PlanConfig, salt: bytes) -> int:
+    """How many calls end the cheapest case: `verify.long_calls`, and up to half as many again, drawn per run (a
+    counter that waits for a known number of calls would wait one more)."""
+    n = config.long_calls
+    return n + run_rng(target, salt + b"long").randrange(n // 2 + 1) if n > 0 else 0
+
+
+def target_dtypes(target: Target, config) -> list[torch.dtype]:
+    """The target's own dtypes, narrowed to `verify.dtypes` when that is set (null: all of the target's).
+    `config`: a PlanConfig or the `verify` config node."""
+    wanted = config.dtypes
+    if not wanted:
+        return list(target.dtypes)
+    narrowed = [d for d in target.dtypes if d in {parse_dtype(str(w)) for w in wanted}]
+    if not narrowed:
+        raise UserError(f"verify.dtypes={list(wanted)} leaves no dtype of {target.name}, which runs in "
+                        f"{', '.join(dtype_name(d) for d in target.dtypes)}: name one of those, or verify.dtypes=null")
+    return narrowed
+
+
+def cut_note(target: Target, shapes, config: PlanConfig, salt: bytes = b"") -> str:
+    """What was left out of the plan: profile shapes not checked, shapes cut for the interpreter; or ''."""
+    notes = [selection_note(shapes, config.max_profile_shapes)]
+    limits = (config.max_interpreter_rows, config.max_interpreter_elements)
+    cut = [(s, target.cut_shape(s, *limits)) for s, *_ in primary_shapes(target, shapes, config, salt)]
+    cut = list(dict.fromkeys((a, b) for a, b in cut if a != b))
+    if cut and not config.whole:
+        pairs = ", ".join(f"{list(a)} -> {list(b)}" for a, b in cut)
+        notes.append(f"shapes cut for the CPU interpreter (at most {limits[0]} rows, {limits[1]} elements; extra "
+                     f"cases {config.max_interpreter_rows_extra} rows and a quarter of the elements): {pairs}")
+    return "; ".join(n for n in notes if n)

@@ -1,0 +1,47 @@
+"""What the case plan is given: the `verify` settings it reads, the model presets' sizes and the served rows, and
+whether the plan is the GPU's (whole shapes) or the interpreter's (cut shapes, range cases, dry calls)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanConfig:
+    seeds: int  # seeds per (shape, dtype)
+    dtypes: tuple[str, ...] | None  # narrows each target's own dtypes; None: all of them
+    max_profile_shapes: int  # 0: every profile shape
+    max_interpreter_rows: int
+    max_interpreter_rows_extra: int
+    max_interpreter_elements: int
+    max_range_shapes: int  # 0: every range shape the cover picks
+    range_whole_work: int  # values and FLOPs up to which a range case runs every program
+    range_programs: int  # indices of a launch's longest grid axis a sampled range case runs
+    long_calls: int  # calls that end the cheapest case (0: none)
+    presets: tuple[Mapping[str, Any], ...] = ()  # every model preset's sizes (conf/model/*.yaml), as plain dicts
+    served_rows: int = 0  # the most tokens served in one step: the rows of the presets' served shapes
+    whole: bool = False  # the GPU's plan: shapes whole, no range cases, no sampling, no dry calls
+
+    def __post_init__(self) -> None:
+        for name in ("seeds", "max_interpreter_rows", "max_interpreter_rows_extra", "max_interpreter_elements"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"verify.{name} must be at least 1, not {getattr(self, name)}")
+        for name in ("max_profile_shapes", "max_range_shapes", "range_whole_work", "range_programs", "long_calls"):
+            if int(getattr(self, name)) < 0:
+                raise ValueError(f"verify.{name} must be 0 or more, not {getattr(self, name)}")
+
+    @classmethod
+    def from_config(cls, cfg_verify: Any, *, presets: tuple[Mapping[str, Any], ...] = (), served_rows: int = 0,
+                    whole: bool = False) -> PlanConfig:
+        """From the `verify` config node: every setting read as it is given (a value of 0 stays 0)."""
+        dtypes = cfg_verify.dtypes
+        return cls(seeds=int(cfg_verify.seeds), dtypes=tuple(str(d) for d in dtypes) if dtypes else None,
+                   max_profile_shapes=int(cfg_verify.max_profile_shapes),
+                   max_interpreter_rows=int(cfg_verify.max_interpreter_rows),
+                   max_interpreter_rows_extra=int(cfg_verify.max_interpreter_rows_extra),
+                   max_interpreter_elements=int(cfg_verify.max_interpreter_elements),
+                   max_range_shapes=int(cfg_verify.max_range_shapes), range_whole_work=int(cfg_verify.range_whole_work),
+                   range_programs=int(cfg_verify.range_programs), long_calls=int(cfg_verify.long_calls),
+                   presets=tuple(presets), served_rows=int(served_rows), whole=whole)

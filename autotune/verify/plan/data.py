@@ -1,0 +1,128 @@
+"""A case's data: its inputs, drawn from generators keyed by the run's secret salt, and the judge's own answers
+(the reference and the fp64 golden). Made in the judging process; the candidate's process never gets the salt."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+import torch
+
+from autotune.targets.base import Shape, Target, dtype_name
+from autotune.verify.plan.cases import Case
+
+PAD_ELEMENTS = 16  # "padded" rows: stride(-2) = width + 16 (32 bytes in fp16/bf16, 64 in fp32: aligned)
+
+
+@dataclasses.dataclass
+class CaseData:
+    """The case's inputs and the judge's own answers for them (never sent to the candidate's process)."""
+
+    args: tuple
+    reference: tuple[torch.Tensor, ...]
+    golden: tuple[torch.Tensor, ...]  # the reference on fp64 inputs, in fp64
+    # per argument: the value the reference left in it when the target declares it `mutates`, else None
+    written: tuple = ()
+    written_golden: tuple = ()
+    refill_args: tuple | None = None
+    refill_reference: tuple[torch.Tensor, ...] | None = None
+    refill_golden: tuple[torch.Tensor, ...] | None = None
+    refill_written: tuple = ()
+    refill_written_golden: tuple = ()
+
+
+def generator(target: Target, shape: Shape, dtype: torch.dtype, kind: str, seed: int, salt: bytes) -> torch.Generator:
+    """A generator for one case's inputs, keyed by the run's secret salt: the same case of the same run always
+    gets the same inputs, and nobody without the salt (the candidate's process never gets it) can make them."""
+    text = f"{target.name}|{list(shape)}|{dtype_name(dtype)}|{kind}|{seed}".encode()
+    digest = hashlib.blake2b(text, key=salt, digest_size=8).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest, "little"))
+
+
+def as_tuple(out) -> tuple[torch.Tensor, ...]:
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+@dataclasses.dataclass(frozen=True)
+class Answers:
+    reference: tuple[torch.Tensor, ...]
+    golden: tuple[torch.Tensor, ...]  # the reference on fp64 inputs, in fp64
+    written: tuple  # per argument: what the reference wrote into it (declared `mutates`), else None
+    written_golden: tuple
+
+
+def expected(target: Target, args: tuple) -> Answers:
+    """The reference's outputs and in-place writes for these inputs, and the same in fp64. The reference
+    runs on copies: the inputs the candidate gets stay as they were made."""
+    names = target.arg_names
+
+    def run(inputs: tuple) -> tuple[tuple, tuple]:
+        out = as_tuple(target.reference(*inputs))
+        return out, tuple(a if names[i] in target.mutates else None for i, a in enumerate(inputs))
+
+    own = tuple(a.clone() if isinstance(a, torch.Tensor) and names[i] in target.mutates else a
+                for i, a in enumerate(args))
+    wide = tuple(a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
+    with _aten_gemms():
+        (reference, written), (golden, written_golden) = run(own), run(wide)
+    return Answers(reference, golden, written, written_golden)
+
+
+def _aten_gemms():
+    """The reference's GEMMs on the CPU by ATen's own code, not oneDNN's: oneDNN's bf16 GEMM (torch 2.13 on an
+    AVX-512 CPU, K not a multiple of its block) puts NaN in every output of the row before one whose input holds
+    an Inf or NaN, where a GPU's GEMM and ATen's keep them to their own row. About 50 ms for a 2048 x 583 x 583
+    range case, a few ms for the others; CUDA tensors do not use these flags."""
+    return torch.backends.mkldnn.flags(enabled=False, deterministic=False, allow_tf32=None, fp32_precision=None)
+
+
+def answers(target: Target, args: tuple) -> tuple[tuple, tuple]:
+    """(reference outputs, fp64 golden outputs) for these inputs."""
+    a = expected(target, args)
+    return a.reference, a.golden
+
+
+def with_scalars(target: Target, args: tuple, scalars) -> tuple:
+    """make_inputs' arguments with the case's scalar values put in by name."""
+    values, names = list(args), target.arg_names
+    for name, value in scalars:
+        values[names.index(name)] = value
+    return tuple(values)
+
+
+def lay_out(args: tuple, layout: str) -> tuple:
+    """The arguments in the case's memory layout (targets.base.LAYOUTS). Gaps are NaN: a kernel that reads a
+    padding element or the other heads of the qkv row gets NaN in its output. "offset0" and "contiguous"
+    differ only in where the worker puts them (Case.front_guard)."""
+    x = args[0]
+    if layout == "padded" and x.dim() >= 2:
+        wide = torch.full((*x.shape[:-1], x.shape[-1] + PAD_ELEMENTS), float("nan"), dtype=x.dtype)
+        view = wide[..., :x.shape[-1]]
+    elif layout in ("qkv_q", "qkv_k"):
+        tokens, heads, head_dim = x.shape
+        fused = torch.full((tokens, 3 * heads * head_dim), float("nan"), dtype=x.dtype)
+        start = 0 if layout == "qkv_q" else heads * head_dim  # as_strided: the token stride even for 1 token
+        view = fused.as_strided((tokens, heads, head_dim), (3 * heads * head_dim, head_dim, 1), start)
+    else:
+        return args
+    view.copy_(x)
+    return (view, *args[1:])
+
+
+def make_data(target: Target, case: Case, salt: bytes = b"") -> CaseData:
+    def inputs(kind: str, seed_kind: str) -> tuple:
+        gen = generator(target, case.shape, case.dtype, seed_kind, case.seed, salt)
+        return with_scalars(target, tuple(target.make_inputs(case.shape, case.dtype, gen, kind)), case.scalars)
+
+    args = inputs(case.kind, case.kind)
+    a = expected(target, args)
+    data = CaseData(args=lay_out(args, case.layout), reference=a.reference, golden=a.golden, written=a.written,
+                    written_golden=a.written_golden)
+    if case.refill:
+        data.refill_args = inputs("normal", "refill")
+        r = expected(target, data.refill_args)
+        data.refill_reference, data.refill_golden = r.reference, r.golden
+        data.refill_written, data.refill_written_golden = r.written, r.written_golden
+    return data
+
+
