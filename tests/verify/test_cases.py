@@ -228,7 +228,7 @@ def test_a_non_finite_input_reaches_only_its_own_row_of_the_reference(dtype):
     x, weight = torch.randn(67, 71, generator=gen).to(dtype), torch.randn(69, 71, generator=gen).to(dtype)
     x[15, 6], x[40, 3] = float("inf"), float("nan")
     reference, golden = answers(get("linear"), (x, weight))
-    rows = lambda mask: mask.any(1).nonzero().flatten().tolist()  # noqa: E731
+    rows = lambda mask: mask.any(1).nonzero().flatten().tolist()
     assert rows(reference[0].isnan()) == [40] and rows(reference[0].isinf()) == [15]
     assert torch.equal(reference[0].isnan(), golden[0].isnan()) and torch.equal(reference[0].isinf(), golden[0].isinf())
 

@@ -4,15 +4,14 @@ import dataclasses
 from dataclasses import replace
 
 import pytest
-
 import torch
 
 from autotune.targets import get
 from autotune.targets.base import DEFAULT_TOLERANCES, Tolerance
 from autotune.verify import protocol
+from autotune.verify.judge.compare import compare, evidence, judge_case, same_bits
 from autotune.verify.plan import cases as C
 from autotune.verify.plan import data as D
-from autotune.verify.judge.compare import compare, evidence, judge_case, same_bits
 
 FP32, BF16 = DEFAULT_TOLERANCES[torch.float32], DEFAULT_TOLERANCES[torch.bfloat16]
 RMS = get("rms_norm")
