@@ -122,7 +122,7 @@ def to_yaml(cfg: DictConfig) -> str:
 def model_presets() -> tuple[dict, ...]:
     """Every model preset in conf/model/ as a plain dict: the sizes and scalars each model is served with (the
     checker runs an op at every preset's shapes)."""
-    return tuple(OmegaConf.to_container(OmegaConf.load(p)) for p in sorted((conf_dir() / "model").glob("*.yaml")))
+    return tuple(as_dict(cast(DictConfig, OmegaConf.load(p))) for p in sorted((conf_dir() / "model").glob("*.yaml")))
 
 
 @functools.lru_cache(maxsize=1)

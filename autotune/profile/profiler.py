@@ -97,7 +97,6 @@ def _serve_profiled(cfg: DictConfig, trace_path: Path, enabled: dict[str, str]) 
     from torch.profiler import ProfilerActivity, profile, record_function
 
     from autotune import accel
-
     from autotune.serve import build_model, make_requests, serve
 
     device = env.resolve_device(cfg.device)

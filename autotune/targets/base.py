@@ -153,7 +153,8 @@ class Target:
     # far beyond it (kv heads, the query group, head_dim, the longest context, M over many row blocks, the rows a
     # persistent grid loops over, a row-wise op's rows times its width), what the ordinary cases keep whole may be
     # cut (a row-wise op's width, in one of its two); a case too dear to run whole runs a drawn sample of each
-    # launch's programs (autotune.verify.plan.cases.range_sample, autotune.verify.interp.sampling). The default: range_rows.
+    # launch's programs (autotune.verify.plan.cases.range_sample, autotune.verify.interp.sampling).
+    # The default: range_rows.
     range_cuts: Callable[[Shape], tuple[Shape, ...]] = lambda shape: range_rows(shape)
     # dims of a range case whose value may drop to the smallest any range case has, in a case where another range
     # case of the plan keeps that value (the longest context: in one case, not in every one; every value still

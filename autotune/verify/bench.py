@@ -121,7 +121,7 @@ def _arm(dev: accel.Accelerator) -> audit.Guard:
     import triton.experimental.gluon._runtime
     import triton.language.extra.libdevice  # noqa: F401
 
-    from autotune.verify import host  # noqa: F401
+    from autotune.verify.host import process  # noqa: F401
 
     workdir = str(Path.cwd())
     guard = audit.Guard(read=[workdir, *confine.python_paths()], write=[workdir], gpu=dev.sandbox_gpu)
@@ -139,7 +139,7 @@ def _candidate(payload: dict) -> dict[str, Callable]:
     worth hiding from it. What is worth guarding is the timer, which shares this process: `_arm` runs first;
     the static allow-list already kept torch.cuda.*, monkey-patching and the like out of the source, and a
     time below the roofline floor is not believed."""
-    from autotune.verify.host import load
+    from autotune.verify.host.process import load
 
     _, fn = load(payload["source"], payload["entry"], Path.cwd(), collections.Counter())
     return {"candidate": fn}

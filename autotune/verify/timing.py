@@ -31,8 +31,9 @@ from autotune.records import ProfiledShape
 from autotune.sandbox import Limits, SandboxResult, run_isolated
 from autotune.targets.base import Target, dtype_name, parse_dtype
 from autotune.verify.bench import SETS
-from autotune.verify.cases import answers, generator, target_dtypes
-from autotune.verify.compare import compare_all
+from autotune.verify.judge.compare import compare_all
+from autotune.verify.plan.cases import target_dtypes
+from autotune.verify.plan.data import answers, generator
 from autotune.verify.verdict import ShapeTiming, Status, Verdict
 
 __all__ = ["PEAK_BANDWIDTH_GBPS", "PEAK_TFLOPS", "STAND_IN_REASON", "Timed", "conclude", "decide", "measure",

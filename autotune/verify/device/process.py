@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from autotune import accel
 from autotune.sandbox.channel import write_all
 from autotune.sandbox.runner import trim_traceback
 from autotune.verify import protocol
@@ -38,8 +39,8 @@ def work(payload: dict, send, links) -> dict:
     (without its data) to the host, and repeat what the host reports on the data."""
     torch._C._set_deterministic_algorithms(True)
     torch.utils.deterministic.fill_uninitialized_memory = True  # type: ignore[attr-defined]
-    on_gpu = payload["device"] == "cuda"
-    if on_gpu and not torch.cuda.is_available():
+    dev = accel.get(payload["device"])
+    if not dev.available():
         protocol.SetupError("no GPU is visible inside the isolated process (check /dev/nvidia* permissions for an "
                             "unprivileged uid, or run with device=cpu)").send(send)
         return {"cases_run": 0}
@@ -51,7 +52,7 @@ def work(payload: dict, send, links) -> dict:
     except Exception as e:  # noqa: BLE001 - untrusted code's failure, of any kind, is reported, never raised here
         protocol.CompileError(trim_traceback(e)).send(send)
         return {"cases_run": 0}
-    device = Device(kernels, send, on_gpu)
+    device = Device(kernels, send, on_gpu=not dev.interprets_triton)
     done = 0
     while (frame := links.receive()) is not None:
         if "coverage_check" in frame:  # every case before it is done: which dry calls made a launch none ran

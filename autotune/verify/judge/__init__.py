@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from autotune import config
+from autotune import accel, config
 from autotune.errors import UserError
 from autotune.records import ProfiledShape
 from autotune.sandbox import Limits, SandboxResult, run_isolated
@@ -78,10 +78,11 @@ def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, de
     verdict.inputs_salt = salt.hex()
     _record(verdict, session, run, case_plan.cut_note(target, shapes, plan_config, salt),
             bool(cfg_verify.nsight))
-    if status is Status.UNMEASURED and on_gpu:
+    if status is Status.UNMEASURED and plan_config.whole:  # the GPU's plan: time it (on the CPU, a stand-in)
         from autotune.verify.timing import measure
 
-        return _finish(verdict, *measure(target, source, shapes, cfg_verify, verdict), started)
+        return _finish(verdict, *measure(target, source, shapes, cfg_verify, verdict, accel=accel.get(device)),
+                       started)
     if status is Status.UNMEASURED:
         reason += "; timing: not measured (no GPU)"
     return _finish(verdict, status, reason, started)
@@ -143,7 +144,7 @@ def _run_worker(target: Target, source: str, plan: list[case_plan.Case], limits:
     host = {"source": source, "entry": target.name, "autotune_turn": secrets.randbelow(1 << 16)}
     with tempfile.TemporaryDirectory(prefix="autotune-verify-", ignore_cleanup_errors=True) as tmp:
         return run_isolated("autotune.verify.worker", {"source": source, "device": device}, limits=limits,
-                            host=host, stream=cases, workdir=Path(tmp) / "work", gpu=device == "cuda",
+                            host=host, stream=cases, workdir=Path(tmp) / "work", gpu=accel.get(device).sandbox_gpu,
                             on_event=session.on_frame, max_frame_bytes=frame_bytes,
                             schemas=protocol.device_schemas(),
                             progress=lambda frame: frame.get("kind") == "case_result")
