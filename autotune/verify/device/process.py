@@ -27,11 +27,7 @@ from autotune.verify.interp.launch import caused_by
 from autotune.verify.interp.races import race_in
 
 HOST_FRAME_BYTES = 64 << 20  # a call's events and references: a few KB; a compile error's traceback: a few KB
-TEXT_LIMIT = 4000  # characters of a host's error text passed on to the judge
-
-
-def _text(value) -> str:
-    return str(value)[-TEXT_LIMIT:] if value is not None else ""
+TEXT_LIMIT = protocol.HOST_TEXT  # characters of a host's error text passed on to the judge
 
 
 def work(payload: dict, send, links) -> dict:
@@ -54,29 +50,30 @@ def work(payload: dict, send, links) -> dict:
         return {"cases_run": 0}
     device = Device(kernels, send, on_gpu=not dev.interprets_triton)
     done = 0
-    while (frame := links.receive()) is not None:
-        if "coverage_check" in frame:  # every case before it is done: which dry calls made a launch none ran
-            device.account.dry_uncovered().send(send)
+    while (raw := links.receive()) is not None:
+        frame = protocol.parse_stream(raw)
+        if isinstance(frame, protocol.CoverageCheck):  # every case before it is done: which dry calls made a
+            device.account.dry_uncovered().send(send)  # launch none ran
             continue
-        item = frame.get("case") or frame.get("dry")
-        if "case" in frame:
-            device.cases = {item["index"]: item}
-        if not _tell_host(links, {"kind": "case", **item["host"]}):
+        assert isinstance(frame, (protocol.CaseItem, protocol.DryItem))
+        if isinstance(frame, protocol.CaseItem):
+            device.cases = {frame.index: frame}
+        if not _tell_host(links, frame.host):
             follow(device, links.from_host, send)  # the host is gone: what it said last says why
             return {"cases_run": done}
         ended = follow(device, links.from_host, send)
         if ended != "case":
             return {"cases_run": done}
-        done += "case" in frame
-    _tell_host(links, {"kind": "end"})
+        done += isinstance(frame, protocol.CaseItem)
+    _tell_host(links, protocol.End())
     follow(device, links.from_host, send)
     return {"cases_run": done}
 
 
-def _tell_host(links, msg: dict) -> bool:
+def _tell_host(links, msg: protocol.Message) -> bool:
     """Hand the host a message; False when it is gone."""
     try:
-        write_all(links.to_host, protocol.encode(msg))
+        write_all(links.to_host, protocol.encode(msg.to_wire()))
         return True
     except BrokenPipeError:
         return False
@@ -100,10 +97,10 @@ def follow(device: Device, host_fd: int, send) -> str:
             protocol.HostProtocol(str(e)[:TEXT_LIMIT]).send(send)
             return "stop"
         except Refused as e:
-            protocol.CaseError(device.case["index"] if device.case else None, str(e), refused=True).send(send)
+            protocol.CaseError(device.case.index if device.case else None, str(e), refused=True).send(send)
             return "stop"
         except BaseException as e:  # noqa: BLE001 - untrusted code's failure, of any kind, is reported, never raised here
-            protocol.CaseError(device.case["index"] if device.case else None,
+            protocol.CaseError(device.case.index if device.case else None,
                                trim_traceback(e, keep_files=("kernels.py",)), compile=_is_compile_error(e),
                                out_of_bounds=caused_by(e, bounds.OutOfBounds), race=race_in(e)).send(send)
             return "stop"
@@ -111,44 +108,33 @@ def follow(device: Device, host_fd: int, send) -> str:
             return ended
 
 
-def _on_host_frame(device: Device, msg: dict, send) -> str:
-    """One frame of the host's, relayed (bounded) or repeated; what it ended ('' for nothing)."""
-    kind = msg.get("kind")
-    if kind == "call":
+def _on_host_frame(device: Device, frame: dict, send) -> str:
+    """One frame of the host's, read into its record (protocol.parse_host_frame: ProtocolError for a frame that
+    does not fit), then relayed or repeated; what it ended ('' for nothing)."""
+    msg = protocol.parse_host_frame(frame)
+    if isinstance(msg, protocol.Call):
         return "case" if device.on_call(msg) else ""
-    if kind == "isolation":
-        report = msg["report"] if isinstance(msg.get("report"), dict) else {}
-        protocol.HostIsolation({str(k)[:40]: _text(v)[:300] for k, v in list(report.items())[:20]}).send(send)
-    elif kind == "import_ops":
-        device.account.configs = _configs(msg.get("autotune"))
-        ops = msg["torch_ops"] if isinstance(msg.get("torch_ops"), dict) else {}
-        protocol.ImportOps({str(k)[:120]: v for k, v in list(ops.items())[:200] if type(v) is int}).send(send)
-    elif kind in ("compile_error", "case_error", "error"):
-        index = msg.get("index")
-        if type(index) is int and index in device.cases and not msg.get("dry") and (
-                device.case is None or device.case["index"] != index):
+    if isinstance(msg, protocol.Isolation):
+        protocol.HostIsolation(msg.report).send(send)
+    elif isinstance(msg, protocol.HostImportOps):
+        device.account.configs = msg.autotune
+        protocol.ImportOps(msg.torch_ops).send(send)
+    elif isinstance(msg, (protocol.HostCompileError, protocol.HostCaseError, protocol.HostError)):
+        index = msg.index
+        if index is not None and index in device.cases and not msg.dry and (
+                device.case is None or device.case.index != index):
             protocol.CaseStart(index).send(send)  # the host failed before its first report of the case
-        if kind == "compile_error":
-            protocol.CompileError(_text(msg.get("error"))).send(send)
+        if isinstance(msg, protocol.HostCompileError):
+            protocol.CompileError(msg.error).send(send)
         else:
-            protocol.CaseError(index if type(index) is int else None, _text(msg.get("error")), dry=bool(msg.get("dry")),
-                               tampered=bool(msg.get("tampered"))).send(send)
+            protocol.CaseError(index, msg.error, dry=msg.dry, tampered=msg.tampered).send(send)
         return "stop"
-    elif kind == "host_done":
+    elif isinstance(msg, protocol.HostDone):
         device.account.report().send(send)
         return "done"
-    elif kind == "audit_log":
-        protocol.AuditLog([_text(d)[:200] for d in (msg.get("denied") or [])[:200]]).send(send)
-    elif kind != "result":
-        raise protocol.ProtocolError(f"an unknown frame kind {str(kind)[:40]!r}")
+    elif isinstance(msg, protocol.HostAuditLog):
+        protocol.AuditLog(msg.denied).send(send)
     return ""
-
-
-def _configs(value) -> dict[str, list[dict]]:
-    if not isinstance(value, dict):
-        return {}
-    return {str(k)[:100]: [c for c in v[:256] if isinstance(c, dict)] for k, v in list(value.items())[:64]
-            if isinstance(v, list)}
 
 
 # What Triton's compiler rejects shows up under the interpreter as an InterpreterError caused by one of these

@@ -22,7 +22,7 @@ from autotune.verify.device.frontend import FrontEnd
 from autotune.verify.interp import bounds
 from autotune.verify.interp.sampling import INPUT, Sample, ended_by_sample
 
-MAX_EVENTS_PER_CALL = 100_000
+MAX_EVENTS_PER_CALL = protocol.MAX_EVENTS_PER_CALL
 _TL_DTYPES = {str(getattr(tl, n)): getattr(tl, n) for n in dir(tl) if isinstance(getattr(tl, n), tl.dtype)}
 ALLOCATING = frozenset({"aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty",
                         "aten.new_empty_strided", "aten.zeros", "aten.zeros_like", "aten.new_zeros", "aten.clone",
@@ -45,52 +45,51 @@ class Device:
     def __init__(self, kernels, send, on_gpu: bool):
         self.kernels, self.send, self.on_gpu = kernels, send, on_gpu
         self.front = None if on_gpu else FrontEnd(kernels.compiled)
-        self.cases: dict[int, dict] = {}  # the case the judge sent last (one at a time)
+        self.cases: dict[int, protocol.CaseItem] = {}  # the case the judge sent last (one at a time)
         self.buffers = Buffers()
         self.kept: list[tuple[torch.Tensor, torch.Tensor]] = []  # every output of the run and its first bits
         self.placed: list[Placed | None] = []
-        self.case: Any = None  # the judge's record of the case under way (a dict), None between cases
+        self.case: Any = None  # the judge's record of the case under way (protocol.CaseItem), None between cases
         self.record = CaseRecord(-1, [])
         self.first_outs: list = []
         self.long_trace: list | None = None  # the first long call's (autotune.verify.judge: Case.long)
         self.account = Account(kernels, self.value)
 
     # ------------------------------------------------------------------------------------------ calls
-    def on_call(self, msg: dict) -> bool:
-        """One call reported by the host; True when the case is finished (its result sent, or a dry call noted)."""
-        events = msg.get("events")
-        if not isinstance(events, list) or len(events) > MAX_EVENTS_PER_CALL:
-            raise protocol.ProtocolError("a call with a malformed event list")
-        if msg.get("dry"):
+    def on_call(self, msg: protocol.Call) -> bool:
+        """One call reported by the host (its envelope checked by protocol.parse_host_frame, its events and
+        references here); True when the case is finished (its result sent, or a dry call noted)."""
+        events = msg.events
+        if msg.dry:
             for ev in events:
                 if isinstance(ev, dict) and "launch" in ev:
-                    self.account.seen_dry(self.parse_launch(ev, resolve=False), msg.get("index"))
+                    self.account.seen_dry(self.parse_launch(ev, resolve=False), msg.index)
             return True
-        index, k = msg.get("index"), msg.get("call")
+        index, k = msg.index, msg.call
         if k == 0:
-            self.start_case(index, msg.get("inputs"))
-        elif self.case is None or index != self.case["index"] or k != self.record.calls_seen:
+            self.start_case(index, msg.inputs)
+        elif self.case is None or index != self.case.index or k != self.record.calls_seen:
             raise protocol.ProtocolError(f"call {k!r} of case {index!r} out of order")
         self.record.calls_seen += 1
-        kind = self.case["sequence"][k] if k < len(self.case["sequence"]) else "long"
+        kind = self.case.sequence[k] if k < len(self.case.sequence) else "long"
         if kind == "long":
-            self.compare_trace(k, events, msg.get("outputs"))
+            self.compare_trace(k, events, msg.outputs)
         else:
             self.run_call(kind, events, msg)
-        if self.record.calls_seen == self.case["calls"]:
+        if self.record.calls_seen == self.case.calls:
             self.finish_case()
             return True
         return False
 
     def start_case(self, index, inputs) -> None:
         case = self.cases.get(index)
-        if case is None or not isinstance(inputs, list) or len(inputs) != len(case["args"]):
+        if case is None or not isinstance(inputs, list) or len(inputs) != len(case.args):
             raise protocol.ProtocolError(f"a call for an unknown case {index!r}")
         protocol.CaseStart(index).send(self.send)
         self.case, self.long_trace = case, None
         self.buffers.now = ("call", index, 0)
-        self.placed = [place(a, case["front_guard"], index) if isinstance(a, torch.Tensor) else None
-                       for a in case["args"]]
+        self.placed = [place(a, case.front_guard, index) if isinstance(a, torch.Tensor) else None
+                       for a in case.args]
         for value, p in zip(inputs, self.placed):
             if p is None:
                 continue
@@ -103,24 +102,24 @@ class Device:
         self.record = CaseRecord(index, inputs)
 
     def args_now(self) -> list:
-        return [p.inner if p is not None else a for p, a in zip(self.placed, self.case["args"])]
+        return [p.inner if p is not None else a for p, a in zip(self.placed, self.case.args)]
 
     def restore(self, values: list) -> None:
         for p, new in zip(self.placed, values):
             if p is not None:
                 p.inner.copy_(new)
 
-    def run_call(self, kind: str, events: list, msg: dict) -> None:
+    def run_call(self, kind: str, events: list, msg: protocol.Call) -> None:
         k = self.record.calls_seen - 1
-        self.buffers.now = ("call", self.case["index"], k)
+        self.buffers.now = ("call", self.case.index, k)
         if kind == "repeat":
-            self.restore(self.case["args"])
+            self.restore(self.case.args)
         elif kind == "refill":
-            self.restore(self.case["refill_args"])
-        launches, outs, types = self.repeat_sampled(events, msg) if self.case.get("sample") else (
-            self.repeat_events(events), *outputs(self.buffers, msg.get("outputs")))
+            self.restore(self.case.refill_args)
+        launches, outs, types = self.repeat_sampled(events, msg) if self.case.sample else (
+            self.repeat_events(events), *outputs(self.buffers, msg.outputs))
         r = self.record
-        r.record_ops(msg.get("torch_ops"))
+        r.record_ops(msg.torch_ops)
         snapshot = [o.detach().clone() if o is not None else None for o in outs]
         r.calls[kind] = protocol.CallOutcome(
             snapshot, [p.inner.detach().clone() if p is not None else None for p in self.placed])
@@ -132,22 +131,22 @@ class Device:
             r.output_strides = [list(o.stride()) if o is not None else None for o in outs]
             self.first_outs = list(zip(outs, snapshot))
 
-    def repeat_sampled(self, events: list, msg: dict) -> tuple[int, list, list[str]]:
+    def repeat_sampled(self, events: list, msg: protocol.Call) -> tuple[int, list, list[str]]:
         """A range case's call (its only one: range cases make no repeat or refill): each launch runs a drawn
         sample of its programs (autotune.verify.interp.sampling), and only what they wrote is compared (of an input
         the op
         writes in place: what they wrote there); when nothing they wrote can be (a split-K sum with atomics spread
         over every program of the longest axis), the call runs again whole."""
         rng = np.random.default_rng(secrets.randbits(64))
-        in_place = [(i, self.placed[i]) for i in self.case.get("mutates") or () if self.placed[i] is not None]
+        in_place = [(i, self.placed[i]) for i in self.case.mutates if self.placed[i] is not None]
         before = [(p, p.inner.clone()) for _, p in in_place]
-        with Sample(int(self.case["sample"]), rng) as sample:
+        with Sample(self.case.sample, rng) as sample:
             self.buffers.sample = sample
             try:
                 for _, p in in_place:
                     sample.track(p.buffer.start, p.buffer.nbytes, INPUT)
                 launches = self.repeat_events(events)
-                outs, types = outputs(self.buffers, msg.get("outputs"))
+                outs, types = outputs(self.buffers, msg.outputs)
                 valid = [sample.written(o) if o is not None else None for o in outs]
                 written = {i: sample.written(p.inner) for i, p in in_place}
             finally:
@@ -156,7 +155,7 @@ class Device:
             self.record.sampled = "nothing the sampled programs wrote could be compared alone: run whole"
             for p, value in before:
                 p.inner.copy_(value)
-            return self.repeat_events(events), *outputs(self.buffers, msg.get("outputs"))
+            return self.repeat_events(events), *outputs(self.buffers, msg.outputs)
         compared = sum(int(v.sum()) for v in valid if v is not None)
         total = sum(v.numel() for v in valid if v is not None)
         self.record.sampled = (f"programs sampled ({'; '.join(dict.fromkeys(sample.notes)) or 'none needed'}): "
@@ -168,7 +167,7 @@ class Device:
     def finish_case(self) -> None:
         clobbered = not all(c is None or same_bits(o, c) for o, c in self.first_outs)
         broken = [i for i, p in enumerate(self.placed) if p is not None and not p.intact()]
-        self.record.evidence(self.case.get("long", 0), clobbered, broken).send(self.send)
+        self.record.evidence(self.case.long, clobbered, broken).send(self.send)
         self.case = None
 
     # ------------------------------------------------------------------------------------------ events

@@ -210,9 +210,9 @@ def stand_in(place: wire.Placement) -> torch.Tensor:
     return aligned_empty((total,), wire.DTYPES[place.dtype], fill=False).as_strided(place.shape, place.stride, offset)
 
 
-def case_args(case: dict) -> list:
+def case_args(case: wire.HostCase) -> list:
     return [stand_in(wire.Placement.from_wire(a["place"])) if isinstance(a, dict) and "place" in a else a
-            for a in case["args"]]
+            for a in case.args]
 
 
 class Tampered(RuntimeError):
@@ -275,14 +275,15 @@ def work(payload: dict, send, receive_fd: int) -> dict:
         module, fn = load(payload["source"], payload["entry"], workdir, import_ops)
     except BaseException as e:  # noqa: BLE001 - untrusted code's failure, of any kind, is reported, never raised here
         with guard.trusted():  # formatting a traceback reads its frames
-            send("compile_error", error=trim_traceback(e, keep_files=(candidate_file,)))
+            wire.HostCompileError(trim_traceback(e, keep_files=(candidate_file,))).send(send)
         return {"cases_run": 0}
     tuners = autotuners(module)
-    send("import_ops", torch_ops=dict(import_ops),
-         autotune={name: [config_wire(c) for c in t.configs] for name, t in tuners.items()})
+    wire.HostImportOps(dict(import_ops), {name: [config_wire(c) for c in t.configs] for name, t in tuners.items()}
+                       ).send(send)
     globals_before = _snapshot(module)
     done = 0
-    while (case := wire.read(receive_fd, limit=1 << 30)) is not None and case.get("kind") == "case":
+    while (frame := wire.read(receive_fd, limit=1 << 30)) is not None and isinstance(
+            case := wire.parse_to_host(frame), wire.HostCase):
         for t in tuners.values():  # a fresh tuning per case, the next configuration in turn
             t.cache.clear()
             t._autotune_turn = getattr(t, "_autotune_turn", payload.get("autotune_turn", 0)) + 1
@@ -290,25 +291,25 @@ def work(payload: dict, send, receive_fd: int) -> dict:
             _run_case(fn, case, module, globals_before, send)
         except BaseException as e:  # noqa: BLE001 - untrusted code's failure, of any kind, is reported, never raised here
             with guard.trusted():
-                send("case_error", index=case["index"], dry=bool(case.get("dry")), tampered=isinstance(e, Tampered),
-                     error=trim_traceback(e, keep_files=(candidate_file,)))
+                wire.HostCaseError(trim_traceback(e, keep_files=(candidate_file,)), index=case.index, dry=case.dry,
+                                   tampered=isinstance(e, Tampered)).send(send)
             return {"cases_run": done}
         done += 1
     if log is not None:
-        send("audit_log", denied=sorted(log))
-    send("host_done")
+        wire.HostAuditLog(sorted(log)).send(send)
+    wire.HostDone().send(send)
     return {"cases_run": done}
 
 
-def _run_case(fn, case: dict, module, globals_before: dict, send) -> None:
+def _run_case(fn, case: wire.HostCase, module, globals_before: dict, send) -> None:
     args = case_args(case)
     inputs = [wire.ref_of(a) if isinstance(a, torch.Tensor) else None for a in args]
     kept = []  # every output of the case stays alive, as a caller holds them: no two calls share an address
-    for k in range(int(case["calls"])):
+    for k in range(case.calls):
         events: list = []
         outs, ops = call(fn, args, module, globals_before, events)
-        send("call", index=case["index"], call=k, dry=bool(case.get("dry")), inputs=inputs, events=events,
-             outputs=output_refs(outs), torch_ops=dict(ops))
+        wire.Call(case.index, k, events, inputs=inputs, outputs=output_refs(outs), torch_ops=dict(ops),
+                  dry=case.dry).send(send)
         kept.append(outs)
 
 

@@ -117,12 +117,14 @@ def _run_worker(target: Target, source: str, plan: list[case_plan.Case], limits:
         for i, (shape, dtype, args) in enumerate(dry):  # the launcher at served shapes: launches noted, not run
             served.append((shape, dtype))
             session.dry_labels[i] = f"the served shape {list(shape)} in {dtype_name(dtype)}"
-            yield {"dry": {"index": i, "host": {"index": i, "calls": 1, "dry": True, "args": [
-                {"place": Placement.of(a, True).to_wire()} if isinstance(a, torch.Tensor) else a for a in args]}}}
+            yield protocol.DryItem(i, protocol.HostCase(i, 1, [
+                {"place": Placement.of(a, True).to_wire()} if isinstance(a, torch.Tensor) else a for a in args],
+                dry=True)).to_wire()
         yield from map(frame, plan)
         if not served:
             return
-        yield {"coverage_check": {}}  # a launch only some served shapes make: a range case at one of those shapes
+        # a launch only some served shapes make: a range case at one of those shapes
+        yield protocol.CoverageCheck().to_wire()
         if session.answered.wait(limits.total_s) and session.uncovered:
             extra = case_plan.coverage_cases(target, [served[i] for i in session.uncovered if 0 <= i < len(served)],
                                              plan_config, len(plan))
@@ -133,13 +135,12 @@ def _run_worker(target: Target, source: str, plan: list[case_plan.Case], limits:
 
     def frame(c: case_plan.Case) -> dict:
         d = session.data[c.index] = make_data(target, c, salt)
-        host = {"index": c.index, "calls": len(_calls(c)) + c.long, "args": [
+        host = protocol.HostCase(c.index, len(_calls(c)) + c.long, [
             {"place": Placement.of(a, c.front_guard).to_wire()} if isinstance(a, torch.Tensor) else a
-            for a in d.args]}
-        return {"case": {"index": c.index, "args": list(d.args), "front_guard": c.front_guard,
-                         "sequence": _calls(c), "calls": len(_calls(c)) + c.long, "long": c.long, "sample": c.sample,
-                         "mutates": mutates,
-                         "refill_args": list(d.refill_args) if d.refill_args is not None else None, "host": host}}
+            for a in d.args])
+        return protocol.CaseItem(c.index, list(d.args), c.front_guard, _calls(c), len(_calls(c)) + c.long, host,
+                                 long=c.long, sample=c.sample, mutates=mutates,
+                                 refill_args=list(d.refill_args) if d.refill_args is not None else None).to_wire()
 
     host = {"source": source, "entry": target.name, "autotune_turn": secrets.randbelow(1 << 16)}
     with tempfile.TemporaryDirectory(prefix="autotune-verify-", ignore_cleanup_errors=True) as tmp:

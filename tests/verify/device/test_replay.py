@@ -28,9 +28,13 @@ def input_ref(x: torch.Tensor, ptr: int = 0x1000) -> dict:
     return TensorRef(ptr, total * x.element_size(), offset, tuple(x.shape), tuple(x.stride()), "float32").to_wire()
 
 
-def a_case(x: torch.Tensor, calls: int = 1) -> dict:
-    return {"index": 0, "args": [x], "front_guard": True, "sequence": ["first", "repeat"][:calls], "calls": calls,
-            "long": 0, "sample": 0, "mutates": [], "refill_args": None}
+def a_case(x: torch.Tensor, calls: int = 1) -> protocol.CaseItem:
+    return protocol.CaseItem(0, [x], True, ["first", "repeat"][:calls], calls, protocol.HostCase(0, calls, []))
+
+
+def a_call(**frame) -> protocol.Call:
+    """A host's call frame as the device reads it (protocol.parse_host_frame)."""
+    return protocol.parse_host_frame({"kind": "call", **frame})
 
 
 def a_device():
@@ -44,8 +48,8 @@ def test_a_call_is_replayed_on_the_data_and_its_evidence_sent_as_one_typed_frame
     device, sent = a_device()
     device.cases = {0: a_case(x)}
     out = ref(0x9000)
-    call = {"kind": "call", "index": 0, "call": 0, "inputs": [input_ref(x)], "outputs": [out], "torch_ops": {},
-            "events": [{"op": "aten.zeros", "args": [], "out": out}]}
+    call = a_call(index=0, call=0, inputs=[input_ref(x)], outputs=[out], torch_ops={},
+                  events=[{"op": "aten.zeros", "args": [], "out": out}])
     assert device.on_call(call)  # the case's only call: finished
     assert [kind for kind, _ in sent] == ["case_start", "case_result"]
     frame = protocol.CaseEvidence.schema().check({"kind": "case_result", **sent[1][1]})  # what the judge checks
@@ -61,11 +65,11 @@ def test_calls_out_of_order_or_inputs_not_where_the_case_put_them_break_the_prot
     device, _ = a_device()
     device.cases = {0: a_case(x, calls=2)}
     with pytest.raises(ProtocolError, match="out of order"):
-        device.on_call({"kind": "call", "index": 0, "call": 1, "events": [], "outputs": []})
+        device.on_call(a_call(index=0, call=1, events=[], outputs=[]))
     moved = input_ref(x)
     moved["ref"][2] += 1  # one element further into its storage than the placement puts it
     with pytest.raises(ProtocolError, match="not where the case put it"):
-        device.on_call({"kind": "call", "index": 0, "call": 0, "inputs": [moved], "events": [], "outputs": []})
+        device.on_call(a_call(index=0, call=0, inputs=[moved], events=[], outputs=[]))
 
 
 def test_a_torch_op_that_is_not_a_data_move_is_not_run_its_result_is_unwritten_memory():
@@ -73,9 +77,8 @@ def test_a_torch_op_that_is_not_a_data_move_is_not_run_its_result_is_unwritten_m
     device, sent = a_device()
     device.cases = {0: a_case(x)}
     out = ref(0x9000)
-    device.on_call({"kind": "call", "index": 0, "call": 0, "inputs": [input_ref(x)], "outputs": [out],
-                    "torch_ops": {"aten.rsqrt": 1}, "events": [{"op": "aten.rsqrt", "args": [input_ref(x)],
-                                                                  "out": out}]})
+    device.on_call(a_call(index=0, call=0, inputs=[input_ref(x)], outputs=[out], torch_ops={"aten.rsqrt": 1},
+                          events=[{"op": "aten.rsqrt", "args": [input_ref(x)], "out": out}]))
     ev = protocol.parse({"kind": "case_result", **sent[-1][1]})
     assert ev.first.outputs[0].isnan().all()  # fresh memory under deterministic mode: NaN, never the rsqrt
     assert ev.torch_ops == {"aten.rsqrt": 1}  # for the judge's run-time policy

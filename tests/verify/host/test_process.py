@@ -14,7 +14,7 @@ from autotune.verify.host import process as host
 def test_a_stand_in_sits_where_the_devices_copy_of_the_input_sits_without_its_values():
     x = torch.randn(6, 10)[:, :7]  # a strided view: placement keeps its strides
     placement = protocol.Placement.of(x, True)
-    stand_in = host.case_args({"args": [{"place": placement.to_wire()}, 1e-6]})
+    stand_in = host.case_args(protocol.HostCase(0, 1, [{"place": placement.to_wire()}, 1e-6]))
     assert stand_in[1] == 1e-6
     sent = protocol.check_ref(protocol.ref_of(stand_in[0]))  # what the host names it by on the wire
     placed = place(x, True, 0)
