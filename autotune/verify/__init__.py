@@ -6,7 +6,7 @@
 
 The checker is carved by process (the README's "What the checker guarantees" has the design and the folder map):
 judge/ (this process), plan/, host/ and device/ (the sandboxed worker's two processes), static/, interp/, and
-protocol.py for every frame between them. Importing this package imports nothing heavy: the worker imports parts
+protocol/ for every frame between them. Importing this package imports nothing heavy: the worker imports parts
 of it and must not pull in the judge.
 """
 
