@@ -75,17 +75,9 @@ def _gpu() -> tuple[str | None, str | None, int]:
 
 
 def _driver() -> str | None:
-    try:
-        import pynvml  # shipped with nsight-python as nvidia-ml-py
+    from autotune import accel
 
-        pynvml.nvmlInit()
-        try:
-            v = pynvml.nvmlSystemGetDriverVersion()
-            return v.decode() if isinstance(v, bytes) else v
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001 (a probe: no driver library, no GPU, an old driver)
-        return None
+    return accel.get("cuda").driver_version()
 
 
 def _commit() -> tuple[str | None, bool | None]:

@@ -68,6 +68,10 @@ class Accelerator(abc.ABC):
     def runtime_version(self) -> str | None:
         """The device runtime's version (CUDA's), for the environment record; None on the CPU."""
 
+    def driver_version(self) -> str | None:
+        """The device driver's version, for the environment record; None where there is none."""
+        return None
+
     @abc.abstractmethod
     def synchronize(self) -> None:
         """Wait until every queued kernel has finished."""

@@ -54,6 +54,19 @@ class Cuda(Accelerator):
     def runtime_version(self) -> str | None:
         return torch.version.cuda
 
+    def driver_version(self) -> str | None:
+        try:
+            import pynvml  # shipped with nsight-python as nvidia-ml-py
+
+            pynvml.nvmlInit()
+            try:
+                v = pynvml.nvmlSystemGetDriverVersion()
+                return v.decode() if isinstance(v, bytes) else v
+            finally:
+                pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001 (a probe: no driver library, no GPU, an old driver)
+            return None
+
     def synchronize(self) -> None:
         torch.cuda.synchronize()
 
