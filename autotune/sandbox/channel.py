@@ -196,15 +196,22 @@ def encode_json(obj: dict) -> bytes:
     return _HEADER.pack(len(data)) + data
 
 
-def read_json(fd: int, limit: int) -> dict | None:
-    """The next data-only frame, None at the end of the stream; ProtocolError for anything malformed."""
+def _read_body(fd: int, limit: int, too_big) -> bytes | None:
+    """The body of the next length-prefixed frame, None at the end of the stream; `too_big(size)` is raised for a
+    frame over `limit` bytes, before any of its body is read."""
     header = read_exact(fd, _HEADER.size)
     if header is None:
         return None
     (size,) = _HEADER.unpack(header)
     if size > limit:
-        raise ProtocolError(f"a frame of {size} bytes from the candidate's process, over the {limit}-byte limit")
-    data = read_exact(fd, size)
+        raise too_big(size)
+    return read_exact(fd, size)
+
+
+def read_json(fd: int, limit: int) -> dict | None:
+    """The next data-only frame, None at the end of the stream; ProtocolError for anything malformed."""
+    data = _read_body(fd, limit, lambda size: ProtocolError(
+        f"a frame of {size} bytes from the candidate's process, over the {limit}-byte limit"))
     if data is None:
         return None
     try:
@@ -220,13 +227,7 @@ def read_frame(fd: int, limit: int = MAX_FRAME_BYTES) -> dict | None:
     """The child's side: its payload, from the parent (trusted: loaded without the checks)."""
     import torch
 
-    header = read_exact(fd, _HEADER.size)
-    if header is None:
-        return None
-    (size,) = _HEADER.unpack(header)
-    if size > limit:
-        raise ValueError(f"frame of {size} bytes is over the {limit}-byte limit")
-    data = read_exact(fd, size)
+    data = _read_body(fd, limit, lambda size: ValueError(f"frame of {size} bytes is over the {limit}-byte limit"))
     if data is None:
         return None
     return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")

@@ -119,7 +119,7 @@ def _on_host_frame(device: Device, frame: dict, send) -> str:
     elif isinstance(msg, protocol.HostImportOps):
         device.account.configs = msg.autotune
         protocol.ImportOps(msg.torch_ops).send(send)
-    elif isinstance(msg, (protocol.HostCompileError, protocol.HostCaseError, protocol.HostError)):
+    elif isinstance(msg, protocol.HostFailure):
         index = msg.index
         if index is not None and index in device.cases and not msg.dry and (
                 device.case is None or device.case.index != index):

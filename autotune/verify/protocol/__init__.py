@@ -47,6 +47,7 @@ from autotune.verify.protocol.messages import (
     HostCompileError,
     HostDone,
     HostError,
+    HostFailure,
     HostImportOps,
     HostResult,
     Isolation,
@@ -71,9 +72,9 @@ from autotune.verify.protocol.tensors import (
 __all__ = [
     "DTYPES", "AuditLog", "Call", "CallOutcome", "CaseError", "CaseEvidence", "CaseItem", "CaseStart", "CompileError",
     "Coverage", "CoverageCheck", "DryItem", "DryUncovered", "End", "Frame", "HOST_TEXT", "HostAuditLog",
-    "HostCase", "HostCaseError", "HostCompileError", "HostDone", "HostError", "HostGone", "HostImportOps",
-    "HostIsolation", "HostProtocol", "HostResult", "ImportOps", "Isolation", "MAX_EVENTS_PER_CALL", "MAX_GRID",
-    "Message", "Placement", "PolicyError", "ProtocolError", "SetupError", "TensorRef", "check_ref",
+    "HostCase", "HostCaseError", "HostCompileError", "HostDone", "HostError", "HostFailure", "HostGone",
+    "HostImportOps", "HostIsolation", "HostProtocol", "HostResult", "ImportOps", "Isolation", "MAX_EVENTS_PER_CALL",
+    "MAX_GRID", "Message", "Placement", "PolicyError", "ProtocolError", "SetupError", "TensorRef", "check_ref",
     "device_schemas", "encode", "is_ref", "parse", "parse_host_frame", "parse_stream", "parse_to_host", "read",
     "ref_of", "scalar_ok",
 ]

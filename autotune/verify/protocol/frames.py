@@ -97,28 +97,32 @@ class CaseError(Frame):
 
 
 @dataclasses.dataclass(frozen=True)
-class SetupError(Frame):
+class FirstError(Frame):
+    """A failure that ends the worker's run: only the first frame of its kind is kept."""
+
+    keep: ClassVar[str] = "first"
+    error: str = spec(_ERROR)
+
+
+@dataclasses.dataclass(frozen=True)
+class SetupError(FirstError):
     """The worker could not set up (no GPU inside the sandbox): not the candidate's fault."""
 
     kind: ClassVar[str] = "setup_error"
-    keep: ClassVar[str] = "first"
-    error: str = spec(_ERROR)
 
 
 @dataclasses.dataclass(frozen=True)
-class PolicyError(Frame):
+class PolicyError(FirstError):
     """The device refused to build a kernel (the kernel half of the allow-list)."""
 
     kind: ClassVar[str] = "policy_error"
-    keep: ClassVar[str] = "first"
-    error: str = spec(_ERROR)
 
 
 @dataclasses.dataclass(frozen=True)
-class HostProtocol(Frame):
+class HostProtocol(FirstError):
+    """The host broke the protocol (a malformed or unknown frame)."""
+
     kind: ClassVar[str] = "host_protocol"
-    keep: ClassVar[str] = "first"
-    error: str = spec(_ERROR)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -177,36 +177,35 @@ class HostImportOps(Message):
 
 
 @dataclasses.dataclass(frozen=True)
-class HostCompileError(Message):
+class HostFailure(Message):
+    """What the host reports of a failure: its text, the case it was in, and whether it was a dry call or a
+    defence switched off. The three kinds below carry the same fields."""
+
+    error: str = spec(Tail(HOST_TEXT), "")
+    index: int | None = spec(MaybeIndex(), None)
+    dry: bool = spec(Flag(), False)
+    tampered: bool = spec(Flag(), False)
+
+
+@dataclasses.dataclass(frozen=True)
+class HostCompileError(HostFailure):
     """The candidate did not import."""
 
     kind: ClassVar[str] = "compile_error"
-    error: str = spec(Tail(HOST_TEXT), "")
-    index: int | None = spec(MaybeIndex(), None)
-    dry: bool = spec(Flag(), False)
-    tampered: bool = spec(Flag(), False)
 
 
 @dataclasses.dataclass(frozen=True)
-class HostCaseError(Message):
+class HostCaseError(HostFailure):
     """A call of a case raised (or a defence was switched off: `tampered`)."""
 
     kind: ClassVar[str] = "case_error"
-    error: str = spec(Tail(HOST_TEXT), "")
-    index: int | None = spec(MaybeIndex(), None)
-    dry: bool = spec(Flag(), False)
-    tampered: bool = spec(Flag(), False)
 
 
 @dataclasses.dataclass(frozen=True)
-class HostError(Message):
+class HostError(HostFailure):
     """The sandbox runner's report of the host handler's exception."""
 
     kind: ClassVar[str] = "error"
-    error: str = spec(Tail(HOST_TEXT), "")
-    index: int | None = spec(MaybeIndex(), None)
-    dry: bool = spec(Flag(), False)
-    tampered: bool = spec(Flag(), False)
 
 
 @dataclasses.dataclass(frozen=True)
