@@ -8,6 +8,7 @@ The tables are read by autotune.selfcheck too, which runs the same files on a GP
 start-up and its first failing case).
 """
 
+import re
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,10 @@ def test_tensor_core_kernels_in_the_styles_people_write_them_are_accepted(target
     v = verify(target, CANDIDATES / name, QUICK)
     assert v.status is Status.UNMEASURED, v.reason
     assert {c.dtype for c in v.cases} == {"float32", "bfloat16", "float16"} and all(c.passed for c in v.cases)
+    sampled = [re.search(r"(\d+) of \d+ output values compared", c.note) for c in v.cases if "sampled" in c.note]
+    assert sampled and all(m and int(m[1]) > 0 for m in sampled), [c.note for c in v.cases]  # a range case compares
+    if name == "int8_linear_splitk.py":  # stage 2 reads stage 1's sampled partials on its own grid: it runs whole
+        assert all("a launch that read partial results ran whole" in c.note for c in v.cases if "sampled" in c.note)
 
 
 def test_a_kernel_may_cast_its_float_scalar_argument():

@@ -4,10 +4,12 @@ the CPU without the interpreter running all of it.
 A case at a served shape keeps every dimension a kernel indexes whole (every kv head, the longest context, M over
 many row blocks) and cuts only independent work; where that is still too slow for the interpreter, each launch
 of the call runs only some of its programs: along the grid's longest axis, `programs` indices drawn per call
-(the same indices for every launch of the call whose axis has that length), every index of the other axes; a
+(the same indices for every launch of the call whose axis has that length), every index of the other axes. A
 launch given a storage that sampled programs left partly written (a second kernel reading the first's partial
-results) runs every program, and those that read only valid bytes make valid output. The rest of the grid is never
-visited: the interpreter's loop stops when the sample is done.
+results, or the autotuner's benchmark run and then the real one) starts as a sample too; the first of its programs
+that reads a byte nothing valid wrote turns it into a whole launch (it runs every program, and those that read only
+valid bytes make valid output), so a launch that only writes such a storage stays cheap. The rest of the grid is
+never visited: the interpreter's loop stops when the sample is done.
 
 What the sampled programs wrote is then all that is compared. Every storage allocated during the call gets a
 map of per-byte states (INVALID, INPUT, WRITTEN): a store by a program that read nothing invalid makes its bytes
@@ -59,6 +61,8 @@ class Sample:
         self.tainted = False
         self.launch_sampled = False
         self.left = 0  # programs still to run in the launch under way
+        self.unvisited = 0  # programs of the launch under way outside its sample (0: it runs whole)
+        self.may_widen = False  # the launch was given a partly written storage: a tainted read runs it whole
         self.notes: list[str] = []
 
     def __enter__(self) -> Sample:
@@ -117,6 +121,16 @@ class Sample:
             for part in self._state_bytes_of(t):
                 part[part == INPUT] = INVALID
 
+    def widen(self) -> None:
+        """A program of a launch given a partly written storage read an invalid byte (a second kernel summing the
+        first's partial results, on another grid): the launch runs every program from here on, and each that reads
+        only valid bytes makes valid output, so the sampled rows come through whatever the grids. What the sampled
+        part's atomics marked invalid stays so (fewer values compared, never a wrong one)."""
+        self.left += self.unvisited
+        self.unvisited = 0
+        self.may_widen = self.launch_sampled = False
+        self.notes.append("a launch that read partial results ran whole")
+
     def _mark(self, addrs: np.ndarray, width: int, value: int) -> None:
         for start, end, states, offs in self._locate(addrs):
             for w in range(width):
@@ -150,13 +164,13 @@ class Sample:
 
     # programs ---------------------------------------------------------------------------------------
     def order(self, grid: tuple[int, int, int], args=()) -> np.ndarray | None:
-        """The linear ids of the programs to run, in a random order; None to run the whole grid: a grid no
-        longer than the sample, or a launch given a storage that sampled programs left partly written (a second
-        kernel summing the first's partial results: each of its programs that reads only valid bytes makes
-        valid output, the others are tainted, so the sampled rows come through whatever the grids)."""
+        """The linear ids of the programs to run, in a random order; None to run the whole grid (a grid no
+        longer than the sample). A launch given a storage that sampled programs left partly written may widen to
+        the whole grid (`widen`)."""
         axis = int(np.argmax(grid))
         n = grid[axis]
-        if n <= self.programs or any(self._partly_valid(a) for a in args if isinstance(a, torch.Tensor)):
+        self.may_widen = any(self._partly_valid(a) for a in args if isinstance(a, torch.Tensor))
+        if n <= self.programs:
             self.launch_sampled = False
             return None
         chosen = self.indices.setdefault(n, np.sort(self.rng.choice(n, self.programs, replace=False)))
@@ -195,8 +209,9 @@ def install() -> None:
         launch = interp.current_launch()
         order = s.order((nx, ny, nz), launch.args.values() if launch is not None else ())
         s.left = nx * ny * nz if order is None else len(order)
+        s.unvisited = nx * ny * nz - s.left
         if order is not None:  # the permuted loop (autotune.verify.interp.launch) visits these first, then stops
-            rest = np.setdiff1d(np.arange(nx * ny * nz), order)
+            rest = s.rng.permutation(np.setdiff1d(np.arange(nx * ny * nz), order))  # run only if it widens
             self._autotune_order = np.concatenate([order, rest])
 
     def set_grid_idx(self, x, y, z):
@@ -213,6 +228,8 @@ def install() -> None:
         s = _active[-1] if _active else None
         if s is not None and not s.tainted and s.state_maps:
             s.tainted = s._invalid_read(_lanes(ptrs, mask), _width(ptrs))
+            if s.tainted and s.may_widen and s.unvisited:
+                s.widen()
         return load(self, ptrs, mask, other, cache_policy, is_volatile)
 
     @functools.wraps(store)
@@ -228,6 +245,8 @@ def install() -> None:
         if s is not None and s.state_maps:
             lanes = _lanes(ptr, mask)
             s.tainted = s.tainted or s._invalid_read(lanes, _width(ptr))
+            if s.tainted and s.may_widen and s.unvisited:
+                s.widen()
             s._mark(lanes, _width(ptr), INVALID if (s.tainted or s.launch_sampled) else WRITTEN)
         return rmw(self, rmw_op, ptr, val, mask, sem, scope)
 
@@ -237,6 +256,8 @@ def install() -> None:
         if s is not None and s.state_maps:
             lanes = _lanes(ptr, None)
             s.tainted = s.tainted or s._invalid_read(lanes, _width(ptr))
+            if s.tainted and s.may_widen and s.unvisited:
+                s.widen()
             s._mark(lanes, _width(ptr), INVALID if (s.tainted or s.launch_sampled) else WRITTEN)
         return cas(self, ptr, cmp, val, sem, scope)
 
