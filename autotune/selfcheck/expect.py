@@ -42,7 +42,8 @@ class Expectation:
 
 
 def expectations(root: Path) -> list[Expectation]:
-    """Every candidate file, with the status the test suite expects of it (first table entry wins)."""
+    """Each target's own example kernel, then every candidate file, with the status the test suite expects of it
+    (first table entry wins): `--max-candidates N` keeps the examples, the kernels a GPU run times first."""
     listed: dict[str, tuple[str | None, str | None]] = {}
     for test in sorted((root / "tests" / "verify").glob("test_*.py")):
         for name, expected, target in _table_rows(test):
@@ -51,7 +52,7 @@ def expectations(root: Path) -> list[Expectation]:
     for path in sorted((root / CANDIDATES).glob("*.py")):
         named, status = listed.get(path.name, (None, None))
         found.append(Expectation(named or entry_target(path), str(CANDIDATES / path.name), status))
-    return found + _examples(root)
+    return _examples(root) + found
 
 
 def _examples(root: Path) -> list[Expectation]:

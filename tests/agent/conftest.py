@@ -19,6 +19,8 @@ from typing import Callable
 
 import pytest
 
+from tests.quick import PIPELINE_CHECK
+
 BLOCK_TOKENS = 16
 CHARS_PER_TOKEN = 4
 
@@ -185,9 +187,7 @@ def fence():
     return fenced
 
 
-# The real checker, kept small: one seed, float32, at most 64 rows per case under the interpreter
-# (about 5-10 s a file on 2 cores instead of ~70 s with the defaults). The judged files are real.
-FAST_VERIFY = ["verify.seeds=1", "verify.dtypes=[float32]", "verify.max_interpreter_rows=64"]
+FAST_VERIFY = PIPELINE_CHECK  # the real checker, kept small (tests/quick.py)
 _verdicts: dict = {}
 
 

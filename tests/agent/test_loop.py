@@ -12,12 +12,13 @@ from autotune.errors import UserError
 from autotune.ledger import Ledger
 from autotune.records import Hotspot, ProfiledShape
 from autotune.verify.verdict import Status, Verdict
+from tests.quick import PIPELINE_CHECK
 
 KEY_ENV = "AUTOTUNE_TEST_LLM_KEY"
 KEY = "sk-test-9f8e7d6c5b4a39281706"
 HOTSPOT = Hotspot("rms_norm", share=0.08, calls=200, total_us=900.0, projected_gain=0.04,
                   shapes=(ProfiledShape((7, 1000), "float32", 200, 900.0),))
-FAST_VERIFY = ["verify.seeds=1", "verify.dtypes=[float32]", "verify.max_interpreter_rows=64"]  # as conftest's
+FAST_VERIFY = PIPELINE_CHECK
 PRICE = ["agent.price.input_per_mtok=2.0", "agent.price.cached_input_per_mtok=0.5", "agent.price.output_per_mtok=8.0"]
 
 

@@ -9,10 +9,11 @@ import subprocess
 import sys
 
 from autotune import kernels, publish
+from tests.quick import PIPELINE_CHECK
 
 STORE = "tl.store(y_row + offs, (x * inv_rms * w).to(y_ptr.dtype.element_ty), mask=mask)"
-FAST = ["verify.seeds=1", "verify.dtypes=[float32]", "verify.max_interpreter_rows=16",
-        "verify.max_interpreter_elements=16384", "verify.max_interpreter_rows_extra=8"]
+FAST = [*PIPELINE_CHECK, "verify.max_interpreter_rows=16", "verify.max_interpreter_elements=16384",
+        "verify.max_interpreter_rows_extra=8"]
 
 
 def test_regress_names_the_kernel_an_upgrade_broke_and_passes_the_others(project, make_request, cfg_of, git, tmp_path):

@@ -19,9 +19,11 @@ import git
 import pytest
 
 from autotune import ledger
+from tests.quick import PIPELINE_CHECK
+from tests.shared import once
 
 # Small but real: 4 requests, one candidate, one seed in fp32 keeps a run near 30 s on 2 cores.
-FAST = ["workload.num_requests=4", "agent.candidates=1", "verify=quick", "verify.dtypes=[float32]",
+FAST = ["workload.num_requests=4", "agent.candidates=1", *PIPELINE_CHECK,
         "run.check_prompts=2", "run.check_new_tokens=4"]
 
 
@@ -39,15 +41,20 @@ def new_repo(path: Path) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def proposed(tmp_path_factory) -> dict:
-    """One finished run that proposed an rms_norm kernel into a fresh repository."""
-    root = tmp_path_factory.mktemp("run")
-    repo, run_dir = new_repo(root / "repo"), root / "run"
-    done = autotune("run", f"publish.repo={repo}", f"hydra.run.dir={run_dir}", "targets=[rms_norm]", *FAST)
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads((run_dir / "summary.json").read_text())
-    return {"root": root, "repo": repo, "run_dir": run_dir, "stdout": done.stdout, "summary": summary}
+@pytest.fixture
+def proposed(tmp_path_factory, worker_id) -> dict:
+    """One finished run that proposed an rms_norm kernel into a fresh repository (once for the session: the tests
+    that change the repository work on copies)."""
+    def make(root: Path) -> dict:
+        repo, run_dir = new_repo(root / "repo"), root / "run"
+        done = autotune("run", f"publish.repo={repo}", f"hydra.run.dir={run_dir}", "targets=[rms_norm]", *FAST)
+        assert done.returncode == 0, done.stderr[-3000:]
+        summary = json.loads((run_dir / "summary.json").read_text())
+        return {"root": str(root), "repo": str(repo), "run_dir": str(run_dir), "stdout": done.stdout,
+                "summary": summary}
+
+    run = once(tmp_path_factory, worker_id, "proposed_run", make)
+    return {**run, **{k: Path(run[k]) for k in ("root", "repo", "run_dir")}}
 
 
 def test_run_ends_with_a_proposal_the_checker_passes(proposed, tmp_path):
@@ -61,7 +68,7 @@ def test_run_ends_with_a_proposal_the_checker_passes(proposed, tmp_path):
     kernel = branch.commit.tree / f"kernels/rms_norm/{pid.split('-')[-1]}/kernel.py"
     path = tmp_path / "kernel.py"
     path.write_bytes(kernel.data_stream.read())
-    judged = autotune("verify", "rms_norm", str(path), "--json", "verify.seeds=1", "verify.dtypes=[float32]",
+    judged = autotune("verify", "rms_norm", str(path), "--json", *PIPELINE_CHECK,
                       "verify.shapes=default")
     assert judged.returncode == 0, judged.stdout[-2000:] + judged.stderr[-2000:]
     assert json.loads(judged.stdout)["status"] == "unmeasured"

@@ -15,23 +15,28 @@ import pytest
 from autotune.selfcheck import SECTIONS, Clock, Plan, _run_section, page
 from autotune.selfcheck.expect import Expectation, entry_target, expectations
 from autotune.verify.timing import STAND_IN_REASON
+from tests.shared import once
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def dry_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("benchmarks")
-    proc = subprocess.run([sys.executable, "-m", "autotune.selfcheck", "--dry-run", "--out", str(out),
-                           "--max-candidates", "1"], cwd=ROOT, capture_output=True, text=True, timeout=900)
-    return proc, out
+@pytest.fixture
+def dry_run(tmp_path_factory, worker_id):
+    """One dry run for the session: (its exit status and output, its benchmarks folder)."""
+    def make(out: Path) -> dict:
+        proc = subprocess.run([sys.executable, "-m", "autotune.selfcheck", "--dry-run", "--out", str(out),
+                               "--max-candidates", "1"], cwd=ROOT, capture_output=True, text=True, timeout=900)
+        return {"returncode": proc.returncode, "output": proc.stdout + proc.stderr, "out": str(out)}
+
+    run = once(tmp_path_factory, worker_id, "selfcheck_dry_run", make)
+    return run, Path(run["out"])
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_dry_run_passes_every_section_and_writes_the_page(dry_run):
-    proc, out = dry_run
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    run, out = dry_run
+    assert run["returncode"] == 0, run["output"]
     [md] = out.glob("*-cpu-dry-run.md")
     text = md.read_text()
     for title in page.TITLES.values():
