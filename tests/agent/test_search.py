@@ -165,8 +165,8 @@ def _inputs(target, shape, params, dtype):
 def _run_configuration(name: str, params: dict, workdir: Path) -> list[str]:
     import torch
 
-    from autotune.verify.judge.compare import compare_all
     from autotune.verify.plan.data import answers, as_tuple
+    from autotune.verify.judge.compare import compare_all
 
     target, label = targets.get(name), search.label(name, params)
     path = workdir / f"{name}_{label.replace(',', '_').replace('=', '')}.py"

@@ -8,7 +8,7 @@ import pytest
 
 from autotune import cli
 from autotune.config import compose
-from autotune.engine.bench import SetupRun, compare, setups
+from autotune.engine.bench import compare, setups, SetupRun
 from autotune.engine.settings import EngineSettings
 from autotune.engine.stats import LoadReport, RequestResult
 from autotune.errors import UserError

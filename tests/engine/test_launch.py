@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.engine.launch import server_command, serving
+from autotune.engine.launch import serving, server_command
 from autotune.engine.settings import EngineSettings
 from autotune.errors import UserError
 

@@ -17,6 +17,7 @@ import pytest
 from autotune import cli
 
 
+
 def _vllm_python() -> str | None:
     if os.environ.get("VLLM_PYTHON"):
         return os.environ["VLLM_PYTHON"]

@@ -10,17 +10,11 @@ import torch
 from autotune.config import compose
 from autotune.errors import UserError
 from autotune.profile import nsight
-from autotune.profile.hotspots import (
-    amdahl_gain,
-    hotspot_for,
-    hotspots_record,
-    latest_hotspots,
-    rank_hotspots,
-    shapes_for,
-)
+from autotune.profile.hotspots import (amdahl_gain, hotspot_for, hotspots_record, latest_hotspots, rank_hotspots,
+                                       shapes_for)
+from autotune.records import Hotspot, ProfiledShape
 from autotune.profile.optable import op_table, read_trace, serving_time_us
 from autotune.profile.profiler import building
-from autotune.records import Hotspot, ProfiledShape
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from autotune.publish import evidence
 from autotune.records import ProfiledShape
+from autotune.publish import evidence
 from autotune.verify.verdict import ShapeTiming, Status
 
 

@@ -4,10 +4,12 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from autotune.config import compose, groups
+from autotune.config import compose
 from autotune.errors import UserError
-from autotune.serve import build_model, check_prompts, dispatch, greedy_generate, moe, quant
+from autotune.serve import build_model, check_prompts, dispatch, greedy_generate
 from autotune.serve.attention import Segment
+from autotune.config import groups
+from autotune.serve import moe, quant
 from autotune.serve.model import FAMILIES
 from autotune.serve.quant import PROJECTIONS
 

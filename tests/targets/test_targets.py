@@ -19,9 +19,10 @@ import autotune.targets
 from autotune import config, targets
 from autotune.agent import prompts, search
 from autotune.serve import dispatch
+from autotune.verify.plan import cases
 from autotune.targets.base import OpClass, Target, numel
-from autotune.verify.plan.data import as_tuple, generator
 from autotune.verify.static import policy
+from autotune.verify.plan.data import as_tuple, generator
 
 SALT = b"tests/targets"  # the case generators are keyed by a salt; any fixed one makes these inputs
 

@@ -15,18 +15,8 @@ import torch
 
 from autotune.sandbox import channel
 from autotune.sandbox.channel import Reader, encode
-from autotune.sandbox.schema import (
-    ERROR_CHARS,
-    DictOf,
-    Either,
-    Int,
-    ListOf,
-    ProtocolError,
-    Schema,
-    Text,
-    check_frame,
-    runner_schemas,
-)
+from autotune.sandbox.schema import (ERROR_CHARS, DictOf, Either, Int, ListOf, ProtocolError, Schema, Text,
+                                     check_frame, runner_schemas)
 
 
 def read_all(frames: list[bytes], on_event=None, schemas=None) -> Reader:

@@ -8,16 +8,8 @@ Tolerances: torch.testing's per-dtype defaults (base.DEFAULT_TOLERANCES), no ove
 
 import torch
 
-from autotune.targets.base import (
-    Target,
-    activations,
-    norm_weight,
-    random_rows,
-    random_widths,
-    rows_and_width,
-    rowwise_shapes,
-    upcast,
-)
+from autotune.targets.base import (Target, activations, norm_weight, random_rows, random_widths, rows_and_width,
+                                   rowwise_shapes, upcast)
 from autotune.targets.space import row_space
 
 
