@@ -37,6 +37,8 @@ def _copy(dest: Path) -> None:
     shutil.copytree(ROOT / "autotune", dest / "autotune", ignore=ignore)
     for part in ("conf", "prompts", "tests/targets", "tests/verify", "tests/agent"):  # conf, prompts: beside autotune/
         shutil.copytree(ROOT / part, dest / part, ignore=ignore)
+    for shared in (ROOT / "tests").glob("*.py"):  # the suite's shared settings (tests/quick.py, tests/shared.py)
+        shutil.copy(shared, dest / "tests" / shared.name)
     shutil.copy(ROOT / "pyproject.toml", dest / "pyproject.toml")
     for name, where in FILES.items():
         assert not (dest / where).exists(), f"{where} already exists: the throwaway target's name is taken"
