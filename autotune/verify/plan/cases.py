@@ -201,8 +201,8 @@ def _planned(target: Target, shapes, config: PlanConfig, salt: bytes) -> list[_P
 
 
 def plan(target: Target, shapes, config: PlanConfig, salt: bytes = b"") -> list[Case]:
-    """Every case to run, cheapest shapes first (a candidate that crashes, crashes early). The layouts and
-    scalar values the target declares take turns over the cases, so each is met many times."""
+    """Every case to run, cheapest shapes first (a candidate that crashes, crashes early), then the long run. The
+    layouts and scalar values the target declares take turns over the cases, so each is met many times."""
     cases: list[Case] = []
     seen: set = set()
     layouts, scalars = target.layouts, scalar_variants(target, config)
@@ -219,8 +219,10 @@ def plan(target: Target, shapes, config: PlanConfig, salt: bytes = b"") -> list[
         cases.append(Case(index=i, shape=p.shape, dtype=p.dtype, kind=p.kind, seed=p.seed, source=p.source,
                           requested_shape=p.requested, calls=p.calls, repeat=p.checks, refill=p.checks, layout=layout,
                           scalars=() if ranged else scalars[(i // len(layouts)) % len(scalars)], sample=p.sample))
-    if cases:  # the cheapest case ends with a long run of calls: a count kept between calls shows there
-        cases[0] = dataclasses.replace(cases[0], long=long_calls(target, config, salt))
+    if cases:  # the cheapest case ends with a long run of calls (a count kept between calls shows there), run last:
+        # a wrong kernel fails on the others first, without paying for thousands of calls
+        moved = [*cases[1:], dataclasses.replace(cases[0], long=long_calls(target, config, salt))]
+        cases = [dataclasses.replace(c, index=i) for i, c in enumerate(moved)]
     return cases
 
 
