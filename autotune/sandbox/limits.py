@@ -29,10 +29,10 @@ class Limits:
     def from_config(cls, node) -> Limits:
         """From a `verify` config node (or any mapping with timeout_s, memory_mb and max_file_mb; max_dir_mb and
         total_timeout_s when set)."""
-        total = _positive(node, "total_timeout_s", float) if node.get("total_timeout_s") is not None else None
-        dir_mb = _positive(node, "max_dir_mb", int) if node.get("max_dir_mb") is not None else cls.dir_mb
-        return cls(timeout_s=_positive(node, "timeout_s", float), memory_mb=_positive(node, "memory_mb", int),
-                   file_mb=_positive(node, "max_file_mb", int), total_timeout_s=total, dir_mb=dir_mb)
+        total = positive(node, "total_timeout_s", float) if node.get("total_timeout_s") is not None else None
+        dir_mb = positive(node, "max_dir_mb", int) if node.get("max_dir_mb") is not None else cls.dir_mb
+        return cls(timeout_s=positive(node, "timeout_s", float), memory_mb=positive(node, "memory_mb", int),
+                   file_mb=positive(node, "max_file_mb", int), total_timeout_s=total, dir_mb=dir_mb)
 
     def scaled(self, *, time: float = 1, memory: float = 1) -> Limits:
         """These limits with the time and memory multiplied (a whole model needs more than one kernel)."""
@@ -45,7 +45,8 @@ class Limits:
         return self.total_timeout_s if self.total_timeout_s is not None else self.timeout_s
 
 
-def _positive(node, key: str, kind):
+def positive(node, key: str, kind):
+    """`node[key]` as a positive `kind`; a UserError naming the setting otherwise."""
     value = node.get(key) if hasattr(node, "get") else None
     try:
         number = kind(value)

@@ -30,7 +30,7 @@ from autotune.verify.plan import cases as case_plan
 from autotune.verify.plan.config import PlanConfig
 from autotune.verify.plan.data import make_data
 from autotune.verify.protocol import Placement
-from autotune.verify.static import policy
+from autotune.verify.static import policy, size
 from autotune.verify.verdict import Status, Verdict
 
 
@@ -44,23 +44,59 @@ def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, de
     GPU's plan (shapes whole, no range cases, no sampling, no dry calls); None: on a GPU only. With
     device="cpu" and whole=True the GPU's plan runs on the interpreter (tests do, on small served shapes)."""
     started = time.monotonic()
-    shapes = [ProfiledShape.of(s) for s in shapes] if shapes else None
     verdict = Verdict(status=Status.RUNTIME_ERROR, reason="", target=target.name, candidate=str(path),
-                      candidate_sha256=hashlib.sha256(source.encode()).hexdigest(), environment=environment or {})
+                      candidate_sha256=hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest(),
+                      environment=environment or {})
+    stage = ["checking its size"]  # what the judge was doing, for the verdict if its own code fails
+    try:
+        return _judge(target, source, path, cfg_verify, verdict, started, stage, shapes=shapes, device=device,
+                      scan=scan, salt=salt, whole=whole)
+    except UserError:  # the user's settings, not the candidate: said as such, before any verdict
+        raise
+    except Exception as e:  # noqa: BLE001 - fail closed: any failure of the checker on a file is a verdict
+        status = _FAILED_WHILE.get(stage[0], Status.RUNTIME_ERROR)
+        return _finish(verdict, status, f"the checker failed while {stage[0]} ({type(e).__name__}), so the file "
+                       "is refused; a file an honest kernel writes never does this (if yours does, report it with "
+                       "the file)", started)
+
+
+# the status of a verdict when the checker's own code fails on a file, by what it was doing
+_FAILED_WHILE = {"parsing it": Status.COMPILE_ERROR, "checking its size": Status.POLICY_VIOLATION,
+                 "scanning it": Status.POLICY_VIOLATION}
+
+
+def _judge(target: Target, source: str, path: str, cfg_verify, verdict: Verdict, started: float, stage: list[str],
+           *, shapes, device: str, scan: bool, salt: bytes | None, whole: bool | None) -> Verdict:
+    limits_of_source = size.SourceLimits.from_config(cfg_verify)
+    problem = size.source_problem(source, limits_of_source)
+    if problem:
+        return _finish(verdict, Status.POLICY_VIOLATION, problem, started)
+    stage[0] = "parsing it"
     try:
         tree = policy.parse(source, filename=str(path))
     except SyntaxError as e:
         return _finish(verdict, Status.COMPILE_ERROR, f"does not parse: {e.msg} (line {e.lineno})", started)
+    except (RecursionError, MemoryError):  # CPython's parser gives up on deep nesting before any bound of ours
+        return _finish(verdict, Status.COMPILE_ERROR, "does not parse: nested too deeply for Python's parser "
+                       f"(verify.max_tree_depth is {limits_of_source.max_depth})", started)
+    stage[0] = "checking its size"
+    problem = size.tree_problem(tree, limits_of_source)
+    if problem:
+        return _finish(verdict, Status.POLICY_VIOLATION, problem, started)
     if scan:
+        stage[0] = "scanning it"
         verdict.policy = policy.scan(tree, target)
         if verdict.policy:
             return _finish(verdict, Status.POLICY_VIOLATION, verdict.policy[0], started)
+    stage[0] = "planning its cases"
+    shapes = [ProfiledShape.of(s) for s in shapes] if shapes else None
     on_gpu = device == "cuda"
     plan_config = PlanConfig.from_config(cfg_verify, presets=config.model_presets(), served_rows=config.served_rows(),
                                          whole=on_gpu if whole is None else whole)
     limits = Limits.from_config(cfg_verify)
     salt = salt or secrets.token_bytes(16)  # never sent to the candidate's process: it gets tensors, not seeds
     plan = case_plan.plan(target, shapes, plan_config, salt)
+    stage[0] = "running its cases"
     with _one_thread():
         session = Session(target, plan, {})
         interpreted = not plan_config.whole
@@ -72,6 +108,7 @@ def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, de
         session.answered.set()  # a stream still waiting for the device's answer (the worker died first) ends
     if session.setup_error:
         raise UserError(f"the isolated worker could not start its work: {session.setup_error}")
+    stage[0] = "weighing its evidence"
     status, reason = conclude(Ended(session, run, limits))
     # Recorded only now that the candidate's process is gone: a salt is drawn for one run and useless for the
     # next, and with it a failing case can be made again (judge(..., salt=bytes.fromhex(inputs_salt))).
@@ -79,6 +116,7 @@ def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, de
     _record(verdict, session, run, case_plan.cut_note(target, shapes, plan_config, salt),
             bool(cfg_verify.nsight))
     if status is Status.UNMEASURED and plan_config.whole:  # the GPU's plan: time it (on the CPU, a stand-in)
+        stage[0] = "timing it"
         from autotune.verify.timing import measure
 
         return _finish(verdict, *measure(target, source, shapes, cfg_verify, verdict, accel=accel.get(device)),

@@ -1,0 +1,51 @@
+"""Bounds on a candidate's size, checked before any other work is done on it: its bytes before it is parsed, its
+syntax tree's depth and node count before it is scanned (the scan and the loader walk the tree recursively; a
+400-term `1+1+...` was enough to crash them). Every walk here is iterative. The defaults (conf/verify/default.yaml)
+are far above any honest kernel's: the project's own examples and search templates stay under 11 kB, a depth of
+17 and 3,000 nodes."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+
+from autotune.sandbox.limits import positive
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceLimits:
+    max_bytes: int
+    max_depth: int
+    max_nodes: int
+
+    @classmethod
+    def from_config(cls, cfg_verify) -> SourceLimits:
+        return cls(max_bytes=positive(cfg_verify, "max_source_kb", int) * 1024,
+                   max_depth=positive(cfg_verify, "max_tree_depth", int),
+                   max_nodes=positive(cfg_verify, "max_tree_nodes", int))
+
+
+def source_problem(source: str, limits: SourceLimits) -> str:
+    """Why the source is too large to parse ('' when it is not)."""
+    size = len(source.encode("utf-8", "surrogatepass"))
+    if size > limits.max_bytes:
+        return (f"the file is {size // 1024} kB, over the checker's limit of {limits.max_bytes // 1024} kB "
+                "(verify.max_source_kb): a kernel file needs no large data; compute tables in the kernel")
+    return ""
+
+
+def tree_problem(tree: ast.AST, limits: SourceLimits) -> str:
+    """Why the syntax tree is too deep or too large to scan ('' when it is not); stops at the first bound passed."""
+    stack, nodes = [(tree, 1)], 0
+    while stack:
+        node, depth = stack.pop()
+        nodes += 1
+        if depth > limits.max_depth:
+            line = getattr(node, "lineno", "?")
+            return (f"line {line}: expressions nested over {limits.max_depth} deep (verify.max_tree_depth): "
+                    "split them into named steps")
+        if nodes > limits.max_nodes:
+            return (f"the file has over {limits.max_nodes} syntax-tree nodes (verify.max_tree_nodes): a kernel file "
+                    "needs no large literals or generated code")
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return ""
