@@ -28,13 +28,18 @@ TEMPLATES = Path(__file__).resolve().parent / "templates"
 REGRESSION_SHAPES = 4  # profile shapes a generated regression test re-checks
 HOTSPOT_ROWS = 12  # profile shapes listed on the evidence page (the rest are summed up in one line)
 _META = re.compile(r"<!-- autotune-proposal: (\{.*?\}) -->")
-_FOLDED = re.compile(r"<details><summary>(Every shape[^<]*|Kernel source)</summary>.*?</details>", re.DOTALL)
+# a folded section: the case table (checker text, cells escaped), or the source up to its own closing fence (longer
+# than any run of backticks in the source, so nothing in it ends the match early)
+_FOLDED = re.compile(r"<details><summary>(Every shape[^<]*)</summary>.*?</details>"
+                     r"|<details><summary>(Kernel source)</summary>\n\n(`{3,})python\n.*?\n\3\n</details>", re.DOTALL)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+CELL_CHARS = 600  # the most of any one text a table cell shows
 
 
 def _env() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, autoescape=False)
-    env.filters.update(us=_us, num=_num, err=_err, pct=_pct, cell=_cell,
+    env.filters.update(us=_us, num=_num, err=_err, pct=_pct, cell=_cell, fence=fence,
                        pct100=lambda x: "—" if x is None else f"{x:.0f}%",
                        times=lambda x: "—" if x is None else f"{x:.2f}×",
                        usd=lambda x: "cost unknown" if x is None else f"${x:.4f}",
@@ -67,8 +72,19 @@ def _pct(x: float | None) -> str:
 
 
 def _cell(x: Any) -> str:
-    """Text that stays inside one markdown table cell."""
-    return str(x).replace("|", "\\|").replace("\n", " ")
+    """Text that stays inside one markdown table cell and is never markup: no control or direction characters, HTML
+    as entities, no pipe or line break, at most CELL_CHARS characters (the checker's reasons quote candidate text)."""
+    text = _CONTROL.sub("", str(x).replace("\n", " "))
+    text = text if len(text) <= CELL_CHARS else text[:CELL_CHARS] + " …"
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+
+
+def fence(source: str, info: str = "python") -> str:
+    """`source` as one fenced code block that nothing in it can close: the fence is longer than any run of
+    backticks in the source (CommonMark closes a fence only with one at least as long)."""
+    longest = max((len(run) for run in re.findall(r"`+", source)), default=0)
+    marks = "`" * max(3, longest + 1)
+    return f"{marks}{info}\n{source}\n{marks}"
 
 
 def _worst(errors) -> float | None:
@@ -240,19 +256,20 @@ def fit(markdown: str, limit: int) -> str:
     replaced by a pointer to EVIDENCE.md on the branch, which keeps the whole page."""
     if len(markdown) <= limit:
         return markdown
-    short = _FOLDED.sub(lambda m: f"<details><summary>{m.group(1)}</summary>\n\nToo long for a pull request body: "
-                                  f"see EVIDENCE.md on the branch.\n</details>", markdown)
+    short = _FOLDED.sub(lambda m: f"<details><summary>{m.group(1) or m.group(2)}</summary>\n\nToo long for a pull "
+                                  "request body: see EVIDENCE.md on the branch.\n</details>", markdown)
     if len(short) <= limit:
         return short
-    meta = _META.search(markdown)
-    tail = "\n\n(cut here: the whole page is EVIDENCE.md on the branch)\n\n" + (meta.group(0) if meta else "")
+    meta = _META.findall(markdown)
+    tail = ("\n\n(cut here: the whole page is EVIDENCE.md on the branch)\n\n"
+            + (f"<!-- autotune-proposal: {meta[-1]} -->" if meta else ""))
     return short[: limit - len(tail)] + tail
 
 
 def parse_metadata(markdown: str) -> dict[str, Any] | None:
     """The hidden metadata of an evidence page (proposal, run, target, sha256, status), or None."""
-    m = _META.search(markdown or "")
-    return json.loads(m.group(1)) if m else None
+    found = _META.findall(markdown or "")  # the page's own is its last line: one quoted in the source comes before
+    return json.loads(found[-1]) if found else None
 
 
 def provenance(request: ProposalRequest, *, proposal_id: str, sha256: str, created_at: str) -> dict[str, Any]:
