@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 
 console = Console(highlight=False)
 _PUBLISH = threading.Lock()
+STOP_GRACE_S = 10  # after Ctrl-C or SIGTERM, how long the searches get to notice before the process leaves
 SUPERVISED = "AUTOTUNE_SWEEP_JOB"  # set in a sweep job's child process (see supervise)
 
 
@@ -90,10 +91,41 @@ def main(cfg: DictConfig) -> int:
     cfg = start(cfg, run_dir)
     if str(hydra_cfg.mode).endswith("MULTIRUN") and not os.environ.get(SUPERVISED):
         return supervise(run_dir)
+    main_thread = threading.current_thread() is threading.main_thread()  # (signal handlers live there only)
+    previous = signal.signal(signal.SIGTERM, _terminated) if main_thread else None  # a scheduler's "stop now"
     try:
         return _run(cfg, run_dir)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: every isolated process is gone; what is done is recorded
+        return stopped(run_dir, e)
     except Exception as e:  # noqa: BLE001 (an endpoint down, a full disk: keep the records, say how to go on)
         return died(run_dir, f"{type(e).__name__}: {e}")
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM reached the run (a cluster scheduler, `kill`): it stops as on Ctrl-C, with exit status 143."""
+
+
+def _terminated(signum, frame) -> None:
+    raise Terminated()
+
+
+def stopped(run_dir: Path, why: KeyboardInterrupt) -> int:
+    """The run was told to stop: no isolated process is left (stop_all), the searches are halted, the ledger holds
+    every verdict reached; record it, print the command that continues, and leave with 130 (Ctrl-C) or 143."""
+    from autotune.sandbox import stop_all
+
+    stop_all()
+    name = "SIGTERM" if isinstance(why, Terminated) else "SIGINT (Ctrl-C)"
+    died(run_dir, f"stopped by {name}", heading="run stopped")
+    code = 143 if isinstance(why, Terminated) else 130
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        sys.stdout.flush()  # a search thread still in an LLM request: nothing of it is left to record
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def _run(cfg: DictConfig, run_dir: Path) -> int:
@@ -129,7 +161,7 @@ def supervise(run_dir: Path) -> int:
     return 1 if child.returncode else 0  # a failed child recorded why and printed its resume command
 
 
-def died(run_dir: Path, error: str) -> int:
+def died(run_dir: Path, error: str, heading: str = "run failed") -> int:
     """Record why the run stopped (if the disk still takes it) and print the command that continues it."""
     try:
         Ledger(run_dir / "ledger.jsonl").append("failed", error=error)
@@ -137,7 +169,7 @@ def died(run_dir: Path, error: str) -> int:
             log.write(f"{dt.datetime.now():%Y-%m-%d %H:%M:%S,%f}"[:-3] + f" run: FAILED: {error}\n")
     except OSError:
         pass  # a full disk: the ledger holds everything up to the failure, which is what resume needs
-    console.print(f"[bold red]run failed[/]: {error}\nits records are in {run_dir}; continue it with:\n"
+    console.print(f"[bold red]{heading}[/]: {error}\nits records are in {run_dir}; continue it with:\n"
                   f"  autotune run resume={run_dir}", soft_wrap=True)
     return 1
 
@@ -164,11 +196,14 @@ def work_on_all(names: list[str], hotspots: dict, cfg: DictConfig, run_dir: Path
                 errors.append(f"{futures[future]}: {type(future.exception()).__name__}: {future.exception()}")
             else:
                 outcomes[futures[future]] = future.result()
-    except BaseException:  # Ctrl-C: the searches stop at their next turn; what they judged is in the ledger
+    except BaseException:  # Ctrl-C, SIGTERM: the searches stop at their next turn; what they judged is in the ledger
         from autotune.agent.loop import INTERRUPTED
+        from autotune.sandbox import stop_all
 
         INTERRUPTED.set()
+        stop_all()  # the judges under way end now (their children are killed), and none starts
         pool.shutdown(wait=False, cancel_futures=True)
+        concurrent.futures.wait(futures, timeout=STOP_GRACE_S)
         raise
     pool.shutdown()
     return [outcomes[n] for n in names if n in outcomes], errors
@@ -281,7 +316,7 @@ def choose_targets(cfg: DictConfig, hotspots: dict) -> list[str]:
 def work_on(name: str, hotspot: Hotspot | None, cfg: DictConfig, run_dir: Path, ledger: Ledger) -> Outcome:
     """Agent and checker, then the model-level check, then publish: one target, start to end."""
     from autotune.agent import search_target
-    from autotune.agent.loop import missing_from_trace
+    from autotune.agent.loop import INTERRUPTED, missing_from_trace
     from autotune.publish import rejection_reasons
     from autotune.run.model_check import never_called
 
@@ -299,6 +334,10 @@ def work_on(name: str, hotspot: Hotspot | None, cfg: DictConfig, run_dir: Path, 
         console.print(f"[yellow]note[/]: {name}: {missing} The agent is given its default shapes.")
     search = search_target(targets.get(name), hotspot, cfg, run_dir, ledger,
                            rejections=rejection_reasons(cfg, name))
+    from autotune.sandbox import Stopped
+
+    if INTERRUPTED.is_set():  # the search ended because the run was told to stop: no outcome, `resume=` goes on
+        raise Stopped(f"{name}: stopped during its search")
     best = search.best
     if best is None or not best.passed:
         outcome = Outcome(name, OutcomeStatus.NO_PASSING_CANDIDATE, search.stopped, best.id if best else None,

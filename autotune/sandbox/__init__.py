@@ -32,6 +32,15 @@ Where a step cannot be applied (not root, an old kernel), the result's `isolatio
 """
 
 from autotune.sandbox.limits import Limits
-from autotune.sandbox.runner import SandboxResult, child_env, child_main, run_isolated, trim_traceback
+from autotune.sandbox.runner import (
+           SandboxResult,
+           Stopped,
+           child_env,
+           child_main,
+           run_isolated,
+           stop_all,
+           trim_traceback,
+)
 
-__all__ = ["Limits", "SandboxResult", "child_env", "child_main", "run_isolated", "trim_traceback"]
+__all__ = ["Limits", "SandboxResult", "Stopped", "child_env", "child_main", "run_isolated", "stop_all",
+           "trim_traceback"]

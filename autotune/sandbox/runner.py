@@ -100,6 +100,27 @@ def child_env(workdir: Path, gpu: bool, env_extra: dict[str, str] | None = None)
     return env
 
 
+class Stopped(KeyboardInterrupt):
+    """The process was told to stop (Ctrl-C, SIGTERM: `stop_all`) while a child ran: there is no result to record.
+    A KeyboardInterrupt, so that no `except Exception` takes it for the child's failure."""
+
+
+_STOPPING = threading.Event()
+_live_lock = threading.Lock()
+_live: dict[int, tuple[int | None, ...]] = {}  # the process group of each running child -> its private uids
+
+
+def stop_all() -> None:
+    """Kill every running child's process group and private uids at once, and start no more: each
+    `run_isolated` under way raises Stopped (a run told to stop ends within seconds, leaving nothing behind)."""
+    _STOPPING.set()
+    with _live_lock:
+        running = list(_live.items())
+    for pgid, uids in running:
+        for uid in uids:
+            _kill_everything(pgid, uid)
+
+
 def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Limits, workdir: str | Path,
                  env_extra: dict[str, str] | None = None, gpu: bool = False,
                  on_event: Callable[[dict], bool] | None = None, max_frame_bytes: int = MAX_FRAME_BYTES,
@@ -134,6 +155,8 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Lim
     `stream`: more frames for the child after the payload, made one by one while it works (the child reads them
     with `links.receive()`): a pipe's backpressure keeps the parent at most a frame or two ahead of the child,
     so neither holds every case's data at once."""
+    if _STOPPING.is_set():
+        raise Stopped("stopping: no new isolated process")
     workdir = _private_dir(workdir)
     uid = _free_uid() if os.geteuid() == 0 else None
     settings: dict[str, Any] = {"workdir": str(workdir), "uid": uid, "memory_mb": limits.memory_mb,
@@ -149,9 +172,14 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Lim
     env = child_env(workdir, gpu, env_extra)
     started = time.monotonic()
     failure: list[BaseException] = []
+    proc: subprocess.Popen | None = None
     try:
         with tempfile.TemporaryFile() as stderr_file:
             proc, in_w, out_r = _spawn(module, workdir, env, stderr_file)
+            with _live_lock:
+                _live[proc.pid] = (uid, host_uid)
+            if _STOPPING.is_set():  # told to stop while it started: stop_all may have missed it
+                _kill_everything(proc.pid, uid)
             writer = threading.Thread(target=_send_and_close, args=(in_w, settings, payload, host, stream, failure),
                                       daemon=True)
             table = None if schemas is None else {**runner_schemas(), **{s.kind: s for s in schemas}}
@@ -166,8 +194,13 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Lim
             writer.join(timeout=5)
             stderr_tail = _tail(stderr_file)
     finally:
+        if proc is not None:
+            with _live_lock:
+                _live.pop(proc.pid, None)
         _release_uid(uid)
         _release_uid(host_uid)
+    if _STOPPING.is_set():  # killed because the run was told to stop: not the child's verdict
+        raise Stopped("stopped while an isolated process ran")
     if failure:  # making the payload failed: a bug on the parent's side, not the child's
         raise failure[0]
     return _result(proc.returncode, timed_out, reader, stderr_tail, time.monotonic() - started,
