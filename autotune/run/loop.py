@@ -319,6 +319,7 @@ def work_on(name: str, hotspot: Hotspot | None, cfg: DictConfig, run_dir: Path, 
     from autotune.agent.loop import INTERRUPTED, missing_from_trace
     from autotune.publish import rejection_reasons
     from autotune.run.model_check import never_called
+    from autotune.sandbox import Stopped
 
     done = [r for r in ledger.read("outcome") if r["target"] == name]
     if done:  # a resumed run: this target was finished before the interruption
@@ -334,8 +335,6 @@ def work_on(name: str, hotspot: Hotspot | None, cfg: DictConfig, run_dir: Path, 
         console.print(f"[yellow]note[/]: {name}: {missing} The agent is given its default shapes.")
     search = search_target(targets.get(name), hotspot, cfg, run_dir, ledger,
                            rejections=rejection_reasons(cfg, name))
-    from autotune.sandbox import Stopped
-
     if INTERRUPTED.is_set():  # the search ended because the run was told to stop: no outcome, `resume=` goes on
         raise Stopped(f"{name}: stopped during its search")
     best = search.best

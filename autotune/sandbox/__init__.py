@@ -33,13 +33,13 @@ Where a step cannot be applied (not root, an old kernel), the result's `isolatio
 
 from autotune.sandbox.limits import Limits
 from autotune.sandbox.runner import (
-           SandboxResult,
-           Stopped,
-           child_env,
-           child_main,
-           run_isolated,
-           stop_all,
-           trim_traceback,
+    SandboxResult,
+    Stopped,
+    child_env,
+    child_main,
+    run_isolated,
+    stop_all,
+    trim_traceback,
 )
 
 __all__ = ["Limits", "SandboxResult", "Stopped", "child_env", "child_main", "run_isolated", "stop_all",

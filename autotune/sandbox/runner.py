@@ -117,8 +117,7 @@ def stop_all() -> None:
     with _live_lock:
         running = list(_live.items())
     for pgid, uids in running:
-        for uid in uids:
-            _kill_everything(pgid, uid)
+        _kill_child(pgid, uids)
 
 
 def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Limits, workdir: str | Path,
@@ -179,7 +178,7 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Lim
             with _live_lock:
                 _live[proc.pid] = (uid, host_uid)
             if _STOPPING.is_set():  # told to stop while it started: stop_all may have missed it
-                _kill_everything(proc.pid, uid)
+                _kill_child(proc.pid, (uid, host_uid))
             writer = threading.Thread(target=_send_and_close, args=(in_w, settings, payload, host, stream, failure),
                                       daemon=True)
             table = None if schemas is None else {**runner_schemas(), **{s.kind: s for s in schemas}}
@@ -187,8 +186,7 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Lim
             writer.start()
             reader.start()
             timed_out = _wait(proc, limits, reader, progress is not None)
-            _kill_everything(proc.pid, uid)
-            _kill_everything(proc.pid, host_uid)
+            _kill_child(proc.pid, (uid, host_uid))
             proc.wait()
             reader.join(timeout=600)  # the pipe is closed by now; this waits for the frames still being judged
             writer.join(timeout=5)
@@ -313,6 +311,12 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _kill_child(pgid: int, uids: tuple[int | None, ...]) -> None:
+    """A child's process group and everything under each of its private uids (its own, its host's)."""
+    for uid in uids:
+        _kill_everything(pgid, uid)
 
 
 def _kill_everything(pgid: int, uid: int | None) -> None:

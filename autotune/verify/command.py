@@ -46,12 +46,11 @@ class _ArgParser(argparse.ArgumentParser):
 def main(argv: list[str]) -> int:
     """The command's entry (every command's is `main(argv)` in its stage's command.py). With --json, stdout holds
     exactly one JSON object whatever happens: the verdict, or {"error": ...} for bad input (exit 2)."""
-    if "--json" not in argv:
-        return _main(argv)
     try:
         return _main(argv)
     except UserError as e:
-        print(json.dumps({"error": str(e)}))
+        if "--json" in argv:
+            print(json.dumps({"error": str(e)}))
         raise
 
 

@@ -131,6 +131,14 @@ class Sample:
         self.may_widen = self.launch_sampled = False
         self.notes.append("a launch that read partial results ran whole")
 
+    def read(self, addrs: np.ndarray, width: int) -> None:
+        """A program of the launch reads these bytes: one that nothing valid wrote taints it (and widens a launch
+        given a partly written storage)."""
+        if not self.tainted:
+            self.tainted = self._invalid_read(addrs, width)
+        if self.tainted and self.may_widen and self.unvisited:
+            self.widen()
+
     def _mark(self, addrs: np.ndarray, width: int, value: int) -> None:
         for start, end, states, offs in self._locate(addrs):
             for w in range(width):
@@ -227,9 +235,7 @@ def install() -> None:
     def masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
         s = _active[-1] if _active else None
         if s is not None and not s.tainted and s.state_maps:
-            s.tainted = s._invalid_read(_lanes(ptrs, mask), _width(ptrs))
-            if s.tainted and s.may_widen and s.unvisited:
-                s.widen()
+            s.read(_lanes(ptrs, mask), _width(ptrs))
         return load(self, ptrs, mask, other, cache_policy, is_volatile)
 
     @functools.wraps(store)
@@ -244,9 +250,7 @@ def install() -> None:
         s = _active[-1] if _active else None
         if s is not None and s.state_maps:
             lanes = _lanes(ptr, mask)
-            s.tainted = s.tainted or s._invalid_read(lanes, _width(ptr))
-            if s.tainted and s.may_widen and s.unvisited:
-                s.widen()
+            s.read(lanes, _width(ptr))
             s._mark(lanes, _width(ptr), INVALID if (s.tainted or s.launch_sampled) else WRITTEN)
         return rmw(self, rmw_op, ptr, val, mask, sem, scope)
 
@@ -255,9 +259,7 @@ def install() -> None:
         s = _active[-1] if _active else None
         if s is not None and s.state_maps:
             lanes = _lanes(ptr, None)
-            s.tainted = s.tainted or s._invalid_read(lanes, _width(ptr))
-            if s.tainted and s.may_widen and s.unvisited:
-                s.widen()
+            s.read(lanes, _width(ptr))
             s._mark(lanes, _width(ptr), INVALID if (s.tainted or s.launch_sampled) else WRITTEN)
         return cas(self, ptr, cmp, val, sem, scope)
 
