@@ -1,4 +1,4 @@
-"""A general runner for untrusted Python code: a fresh, confined child process that leaves nothing behind.
+"""A general runner for untrusted Python code: a confined child process that leaves nothing behind.
 
     from autotune.sandbox import Limits, run_isolated
     result = run_isolated("my.module", payload, limits=Limits(timeout_s=120, memory_mb=8192), workdir=d)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import random
 import signal
 import socket
 import struct
@@ -207,6 +208,9 @@ def probe(payload: dict, send) -> dict:
         "uid": os.getuid(),
         "euid": os.geteuid(),
         "cwd": os.getcwd(),
+        "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd")),  # with the one listdir opened
+        "random": random.getrandbits(62),
+        "argv": list(sys.argv),
         "write": {p: _attempt(lambda p=p: _write(p)) for p in payload.get("write", [])},
         "read": {p: _attempt(lambda p=p: _read(p)) for p in payload.get("read", [])},
         "connect": {f"{h}:{port}": _attempt(lambda h=h, port=port: _connect(h, port))

@@ -241,6 +241,10 @@ class _NoLargeValues(TorchDispatchMode):
     tensor of the shape, dtype and strides the op would give (worked out on the meta device); views run as usual,
     and so do ops on small tensors, which may decide shapes (prefill's chunk lengths)."""
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # as the host's Recorder: no torch._dynamo import (3 s) for a guard nothing here needs
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         tensors = [a for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
