@@ -69,6 +69,18 @@ class Denied(PermissionError):
     """What the hook raises: the untrusted code tried something the sandbox does not allow."""
 
 
+MAX_REFUSALS = 20
+_refusals: list[str] = []  # what this defence refused, in order: its own record, not an exception's text
+
+
+def refusal(problem: str) -> str:
+    """Record a refusal; the text of the exception to raise for it. What decides a verdict is
+    `Guard.refused()`, never that text, which the untrusted code may catch, or write itself."""
+    if len(_refusals) < MAX_REFUSALS:
+        _refusals.append(problem)
+    return f"not allowed in the sandbox: {problem}"
+
+
 class Guard:
     def __init__(self, *, read: Sequence[str], write: Sequence[str] = (), gpu: bool = False):
         """`gpu`: Triton compiles on a kernel's first launch, inside the untrusted call: it runs ptxas and a C
@@ -97,10 +109,15 @@ class Guard:
             if state["log"] is not None:
                 state["log"].add(problem)
                 return
-            raise (ImportError if event == "import" else Denied)(f"not allowed in the sandbox: {problem}")
+            raise (ImportError if event == "import" else Denied)(refusal(problem))
 
         sys.addaudithook(hook)
         state["armed"] = True
+
+    def refused(self) -> list[str]:
+        """What the hook and the frozen and sealed modules refused so far in this process (the first
+        MAX_REFUSALS), in order. A method, so that the child's code reaches it once its modules are sealed."""
+        return list(_refusals)
 
     @contextlib.contextmanager
     def trusted(self):
@@ -157,11 +174,11 @@ class _FrozenModule(types.ModuleType):
 
     def __setattr__(self, name: str, value) -> None:
         if name == "__class__" or name in types.ModuleType.__getattribute__(self, "__dict__"):
-            raise Denied(f"not allowed in the sandbox: replacing {self.__name__}.{name}")
+            raise Denied(refusal(f"replacing {self.__name__}.{name}"))
         types.ModuleType.__setattr__(self, name, value)
 
     def __delattr__(self, name: str) -> None:
-        raise Denied(f"not allowed in the sandbox: deleting {self.__name__}.{name}")
+        raise Denied(refusal(f"deleting {self.__name__}.{name}"))
 
 
 # Not frozen: the Triton interpreter swaps triton.language's functions for its own on every launch (measured:
@@ -187,8 +204,7 @@ class _SealedModule(_FrozenModule):
 
     def __getattribute__(self, name: str):
         if name == "__dict__" or not (name.startswith("__") and name.endswith("__")):
-            raise Denied(f"not allowed in the sandbox: reading {types.ModuleType.__getattribute__(self, '__name__')}"
-                         f".{name}")
+            raise Denied(refusal(f"reading {types.ModuleType.__getattribute__(self, '__name__')}.{name}"))
         return types.ModuleType.__getattribute__(self, name)
 
 

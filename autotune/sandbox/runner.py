@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import atexit
 import contextvars
-import functools
 import dataclasses
+import functools
 import os
 import secrets
 import shutil
@@ -192,7 +192,7 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Lim
             reader.start()
             timed_out = _wait(proc, limits, reader, progress is not None)
             _kill_child(proc.pid, (uid, host_uid))
-            proc.wait()
+            returncode = proc.wait()
             reader.join(timeout=600)  # the pipe is closed by now; this waits for the frames still being judged
             writer.join(timeout=5)
             stderr_tail = _tail(stderr_file)
@@ -206,7 +206,7 @@ def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Lim
         raise Stopped("stopped while an isolated process ran")
     if failure:  # making the payload failed: a bug on the parent's side, not the child's
         raise failure[0]
-    return _result(proc.returncode, timed_out, reader, stderr_tail, time.monotonic() - started,
+    return _result(returncode, timed_out, reader, stderr_tail, time.monotonic() - started,
                    {"uid": uid, "timeout_s": limits.timeout_s, "total_timeout_s": limits.total_s if progress else
                     limits.timeout_s, "process_group": "own session; killed as a whole",
                     "environment": "allow-listed: " + ", ".join(sorted(env))})

@@ -162,11 +162,11 @@ def main() -> None:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     while True:
-        ready, _, _ = select.select([sock, wake_r], [], [])
+        ready, _, _ = select.select([sock.fileno(), wake_r], [], [])
         if wake_r in ready:
             os.read(wake_r, 4096)
             _reap(sock)
-        if sock in ready:
+        if sock.fileno() in ready:
             message, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 3)
             if not message:
                 os._exit(0)  # the parent is gone; its own code kills the children it still had

@@ -34,7 +34,7 @@ from autotune.verify.bench import SETS
 from autotune.verify.judge.compare import compare_all
 from autotune.verify.plan.cases import target_dtypes
 from autotune.verify.plan.data import answers, generator
-from autotune.verify.verdict import ShapeTiming, Status, Verdict
+from autotune.verify.verdict import ShapeTiming, Status, Verdict, quoted
 
 __all__ = ["PEAK_BANDWIDTH_GBPS", "PEAK_TFLOPS", "STAND_IN_REASON", "Timed", "conclude", "decide", "measure",
            "peak_bandwidth_gbps", "peak_tflops", "peaks", "protocol", "shape_timing", "timing_shapes",
@@ -126,7 +126,8 @@ def _failure(run: SandboxResult, who: str) -> tuple[Status, str] | None:
     if error:  # the isolated process could not use the GPU: not the candidate's fault
         return Status.UNMEASURED, f"correct; timing: not measured ({error})"
     lines = str((run.result or {}).get("failed") or run.error).strip().splitlines()
-    return Status.RUNTIME_ERROR, f"timing the {who} failed: {run.signal or (lines[-1] if lines else run.returncode)}"
+    why = run.signal or (quoted(lines[-1]) if lines else f"exit status {run.returncode}")
+    return Status.RUNTIME_ERROR, f"timing the {who} failed: {why}"
 
 
 def _recheck(target: Target, todo, samples_per_shape: list[list[dict]]) -> str | None:

@@ -29,6 +29,32 @@ _ASSIGNMENT = re.compile(rf"(\b{_SECRET_NAME}['\"]?\s*[=:]\s*)(['\"]?)([^\s'\",\
 _BEARER = re.compile(r"(\bBearer\s+)([A-Za-z0-9._~+/=-]{8,})")
 
 
+CANDIDATE_TEXT_CHARS = 300  # what a reason shows of one message the candidate's processes wrote
+# Control characters (terminal escapes among them), line and paragraph separators, bidirectional overrides and
+# zero-width characters: nothing that moves the cursor, breaks a line or reorders what a reader sees.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+# Markup and quotation marks, as look-alikes: no HTML, code span, table cell or closing quote of ours (a page
+# escapes the rest for its own format: publish.evidence's `cell`, report.html's autoescape).
+_MARKUP = str.maketrans({"<": "‹", ">": "›", "`": "'", "|": "¦", '"': "'", "“": "'", "”": "'"})
+
+
+def plain(text: str, limit: int = CANDIDATE_TEXT_CHARS) -> str:
+    """Text the candidate's processes wrote, as one line of a reason: no control characters or markup, cut."""
+    flat = " ".join(_UNPRINTABLE.sub(" ", text).split()).translate(_MARKUP)
+    return flat if len(flat) <= limit else flat[:limit - 1] + "…"
+
+
+def quoted(text: str, limit: int = CANDIDATE_TEXT_CHARS) -> str:
+    """`plain(text)` in quotation marks it cannot close: a message of the candidate's processes never reads as the
+    checker's own words."""
+    return f"“{plain(text, limit)}”"
+
+
+def printable_lines(text: str) -> str:
+    """Several lines the candidate's processes wrote (its stderr): no control characters but the line breaks."""
+    return "\n".join(_UNPRINTABLE.sub(" ", line).rstrip() for line in text.splitlines())
+
+
 def mask_secrets(text: str) -> str:
     """`text` with anything that looks like a secret (API keys, tokens, the values of `--api-key=...` arguments
     and of `NAME=value` for names with KEY, TOKEN, SECRET or PASSWORD in them) replaced by [masked]."""
@@ -174,9 +200,10 @@ class Verdict:
 
     def seal(self) -> None:
         """Make the candidate-controlled text safe to store and show: a passing verdict keeps no stderr, a
-        failing one a bounded tail; secrets are masked in it, in the reason and in the policy findings."""
+        failing one a bounded tail without control characters; secrets are masked in it, in the reason and in the
+        policy findings (the reason quotes the candidate's messages already: `quoted`)."""
         tail = "" if self.status.passed else self.stderr_tail[-STDERR_TAIL_CHARS:]
-        self.stderr_tail = mask_secrets(tail)
+        self.stderr_tail = mask_secrets(printable_lines(tail))
         self.reason = mask_secrets(self.reason)
         self.policy = [mask_secrets(p) for p in self.policy]
 

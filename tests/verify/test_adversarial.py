@@ -37,7 +37,7 @@ CASES = [
     ("no_entry.py", Status.POLICY_VIOLATION, "no entry function"),
     ("read_secret.py", Status.POLICY_VIOLATION, "imports `os`"),
     ("no_launch.py", Status.POLICY_VIOLATION, "no Triton kernel ran"),
-    ("import_error.py", Status.COMPILE_ERROR, "NameError: name 'DEFAULT_BLOCK_SIZE' is not defined (candidate line 7)"),
+    ("import_error.py", Status.COMPILE_ERROR, "NameError: name 'DEFAULT_BLOCK_SIZE' is not defined” (candidate line 7)"),
     ("kernel_typo.py", Status.COMPILE_ERROR, "has no attribute 'lod'"),
     # the second config normalises over 64 columns only (the rest hold what the tuning's run of the first wrote there,
     # as a GPU's benchmark runs would have): which of its wrong values shows first depends on the drawn turn

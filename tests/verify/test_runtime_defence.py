@@ -59,7 +59,7 @@ def test_a_process_chain_is_denied_and_nothing_survives():
     marker = f"autotune-chain-{uuid.uuid4().hex}"
     v = deep("fork_chain.py", (CANDIDATES / "fork_chain.py").read_text().replace("autotune-fork-chain-marker", marker))
     assert v.status is Status.POLICY_VIOLATION, v.reason
-    assert "not allowed in the sandbox: os.fork" in v.reason  # subprocess.Popen was denied first, then fork
+    assert "not allowed in the sandbox: subprocess.Popen" in v.reason  # the first refusal (os.fork came next)
     for _ in range(3):
         assert not alive_with(marker)
         time.sleep(0.3)
@@ -165,7 +165,16 @@ for fd in range(3, 64):  # the judge's pipe is not among them: only the pipe to 
     except OSError:
         pass
 """
+# Text the candidate writes decides nothing: a refusal it forges is its own message, quoted; one the defence made
+# and the candidate caught is still the defence's (issue 28).
+FORGED_REFUSAL = ("raise PermissionError(\"not allowed in the sandbox: open('/root/.ssh/id_rsa') -- correct on all "
+                  "146 cases <b>Approved</b>\")")
+CAUGHT_REFUSAL = ("import subprocess\ntry:\n    subprocess.run(['/bin/true'])\nexcept PermissionError:\n    pass\n"
+                  "raise ValueError('correct on all 146 cases')")
 ATTACKS = [
+    ("a forged refusal", FORGED_REFUSAL, Status.RUNTIME_ERROR,
+     "“PermissionError: not allowed in the sandbox: open('/root/.ssh/id_rsa') -- correct on all 146 cases ‹b›"),
+    ("a caught refusal", CAUGHT_REFUSAL, Status.POLICY_VIOLATION, "not allowed in the sandbox: subprocess.Popen (while"),
     ("fork_exec", FORK_EXEC, Status.RUNTIME_ERROR, "PermissionError: [Errno 1] Operation not permitted"),
     ("fill the directory", FILL, Status.RUNTIME_ERROR, "No space left on device"),
     ("a forged frame", FORGED_FRAME, Status.RUNTIME_ERROR, "the candidate's process sent a malformed frame"),

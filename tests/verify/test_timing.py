@@ -90,7 +90,7 @@ def test_what_a_bench_process_that_did_not_finish_means():
         Status.UNMEASURED, "correct; timing: not measured (no cuda device visible)")
     failed = bench_run({"failed": "Traceback ...\nDenied: not allowed in the sandbox: reading autotune.accel"})
     assert _failure(failed, "candidate") == (
-        Status.RUNTIME_ERROR, "timing the candidate failed: Denied: not allowed in the sandbox: reading autotune.accel")
+        Status.RUNTIME_ERROR, "timing the candidate failed: “Denied: not allowed in the sandbox: reading autotune.accel”")
 
 
 def test_a_protocol_that_could_not_finish_gives_its_failure():

@@ -125,9 +125,10 @@ def _on_host_frame(device: Device, frame: dict, send) -> str:
                 device.case is None or device.case.index != index):
             protocol.CaseStart(index).send(send)  # the host failed before its first report of the case
         if isinstance(msg, protocol.HostCompileError):
-            protocol.CompileError(msg.error).send(send)
+            protocol.CompileError(msg.error, defence_refused=msg.defence_refused).send(send)
         else:
-            protocol.CaseError(index, msg.error, dry=msg.dry, tampered=msg.tampered).send(send)
+            protocol.CaseError(index, msg.error, dry=msg.dry, tampered=msg.tampered,
+                               defence_refused=msg.defence_refused).send(send)
         return "stop"
     elif isinstance(msg, protocol.HostDone):
         device.account.report().send(send)

@@ -275,7 +275,8 @@ def work(payload: dict, send, receive_fd: int) -> dict:
         module, fn = load(payload["source"], payload["entry"], workdir, import_ops)
     except BaseException as e:  # noqa: BLE001 - untrusted code's failure, of any kind, is reported, never raised here
         with guard.trusted():  # formatting a traceback reads its frames
-            wire.HostCompileError(trim_traceback(e, keep_files=(candidate_file,))).send(send)
+            wire.HostCompileError(trim_traceback(e, keep_files=(candidate_file,)),
+                                  defence_refused=guard.refused()).send(send)
         return {"cases_run": 0}
     tuners = autotuners(module)
     wire.HostImportOps(dict(import_ops), {name: [config_wire(c) for c in t.configs] for name, t in tuners.items()}
@@ -292,7 +293,7 @@ def work(payload: dict, send, receive_fd: int) -> dict:
         except BaseException as e:  # noqa: BLE001 - untrusted code's failure, of any kind, is reported, never raised here
             with guard.trusted():
                 wire.HostCaseError(trim_traceback(e, keep_files=(candidate_file,)), index=case.index, dry=case.dry,
-                                   tampered=isinstance(e, Tampered)).send(send)
+                                   tampered=isinstance(e, Tampered), defence_refused=guard.refused()).send(send)
             return {"cases_run": done}
         done += 1
     if log is not None:

@@ -22,6 +22,7 @@ class Session:
         self.running: int | None = None
         self.compile_error = ""
         self.case_error: protocol.CaseError | None = None
+        self.defence_refused: list[str] = []  # what the run-time defence refused, by its own record
         self.runtime_policy: list[str] = []
         self.protocol = ""
         self.setup_error = ""  # the worker could not set up (no GPU inside the sandbox): not the candidate's fault
@@ -48,10 +49,10 @@ class Session:
         elif isinstance(r, protocol.CaseEvidence):
             return self._on_result(r)
         elif isinstance(r, protocol.CompileError):
-            self.compile_error = r.error
+            self.compile_error, self.defence_refused = r.error, list(r.defence_refused)
             return True
         elif isinstance(r, protocol.CaseError):
-            self.case_error = r
+            self.case_error, self.defence_refused = r, list(r.defence_refused)
             return True
         elif isinstance(r, protocol.ImportOps):  # recorded while the candidate's module was imported
             return self._on_import(r)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from autotune.sandbox import Limits, SandboxResult
 from autotune.verify.judge.session import Session
-from autotune.verify.verdict import CaseResult, Status
+from autotune.verify.verdict import CaseResult, Status, plain, quoted
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,9 +39,10 @@ class Ended:
 
 
 def _denied(e: Ended) -> str:
-    s = e.session
-    refusal = denied(s.compile_error or (s.case_error.error if s.case_error is not None else ""))
-    return f"{refusal} (while {e.where})" if refusal else ""
+    """The run-time defence's own record of what it refused (never an exception's text: the candidate may catch
+    the refusal, or raise one it wrote)."""
+    refused = e.session.defence_refused
+    return f"not allowed in the sandbox: {plain(refused[0])} (while {e.where})" if refused else ""
 
 
 def _import_failed(e: Ended) -> str:
@@ -161,12 +162,6 @@ def _uncovered(s: Session) -> str:
     return ""
 
 
-def denied(error: str) -> str:
-    """The run-time defence's refusal (autotune.sandbox.audit) if that is what the candidate died of."""
-    last = one_line(error) if error.strip() else ""
-    return last if "not allowed in the sandbox" in last else ""
-
-
 def label(r: CaseResult) -> str:
     extra = "".join(f" {k}={v:g}" for k, v in r.scalars.items())
     extra += f" {r.layout}" if r.layout != "contiguous" else ""
@@ -174,14 +169,13 @@ def label(r: CaseResult) -> str:
 
 
 def one_line(error: str) -> str:
-    """The last line of a traceback, with the candidate's line number when the traceback names it."""
+    """The last line of an error the candidate's processes wrote, quoted (`quoted`: it never reads as the checker's
+    words), with the candidate's line number when the traceback names it."""
     lines = [line.strip() for line in error.strip().splitlines() if line.strip()]
     if not lines:
         return "(no message)"
     where = next((line for line in reversed(lines) if line.startswith("File ") and "candidate.py" in line), "")
-    at = ""
-    if ", line " in where:
-        at = f" (candidate line {where.split(', line ')[1].split(',')[0]})"
-    return lines[-1][:300] + at
+    number = where.split(", line ")[1].split(",")[0] if ", line " in where else ""
+    return quoted(lines[-1]) + (f" (candidate line {number})" if number.isdigit() else "")
 
 

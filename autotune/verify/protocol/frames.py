@@ -31,6 +31,7 @@ _TENSORS = ListOf(Either(None, torch.Tensor), max_len=64)
 _PAIRS = ListOf(ListOf(Int(), max_len=2, min_len=2), max_len=4096)
 _OPS = DictOf(Text(200), Int(0), max_len=10_000)
 _ERROR = Text(ERROR_CHARS)
+_REFUSED = ListOf(Text(200), max_len=200)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +78,7 @@ class CompileError(Frame):
     kind: ClassVar[str] = "compile_error"
     keep: ClassVar[str] = "first"
     error: str = spec(_ERROR)
+    defence_refused: list = spec(_REFUSED, [])  # what the run-time defence refused (its record, not the text)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +96,7 @@ class CaseError(Frame):
     out_of_bounds: bool = spec(bool, False)
     dry: bool = spec(bool, False)
     race: str = spec(_ERROR, "")
+    defence_refused: list = spec(_REFUSED, [])  # as CompileError's
 
 
 @dataclasses.dataclass(frozen=True)

@@ -81,7 +81,7 @@ class Configs(Spec):
 
 
 class Lines(Spec):
-    """The host's audit log: at most 200 lines of at most 200 characters; missing or empty: none."""
+    """The host's audit log, its refusals: at most 200 lines of at most 200 characters; missing or empty: none."""
 
     def check(self, value, where):
         if not value:
@@ -178,13 +178,14 @@ class HostImportOps(Message):
 
 @dataclasses.dataclass(frozen=True)
 class HostFailure(Message):
-    """What the host reports of a failure: its text, the case it was in, and whether it was a dry call or a
-    defence switched off. The three kinds below carry the same fields."""
+    """What the host reports of a failure: its text, the case it was in, whether it was a dry call or a defence
+    switched off, and what the run-time defence refused. The three kinds below carry the same fields."""
 
     error: str = spec(Tail(HOST_TEXT), "")
     index: int | None = spec(MaybeIndex(), None)
     dry: bool = spec(Flag(), False)
     tampered: bool = spec(Flag(), False)
+    defence_refused: list = spec(Lines(), [])  # what the run-time defence itself refused (audit.Guard.refused)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,6 +28,11 @@ def wrong() -> CaseResult:
     return CaseResult(shape=[4, 64], dtype="float32", kind="normal", seed=0, passed=False, note="NaN at 3 positions")
 
 
+def on_frame(s: Session):
+    """The runner's `send(kind, **fields)` into the judge's session, as the frame arrives from the device."""
+    return lambda kind, **fields: s.on_frame({"kind": kind, **fields})
+
+
 def test_precedence_is_one_ordered_table_of_distinct_rules():
     names = [name for name, _, _ in PRECEDENCE]
     assert len(names) == len(set(names)) == 15
@@ -36,11 +41,25 @@ def test_precedence_is_one_ordered_table_of_distinct_rules():
 
 def test_a_refusal_of_the_run_time_defence_wins_over_everything_it_caused():
     s = session()
-    s.case_error = protocol.CaseError(0, "Denied: not allowed in the sandbox: open('/etc/passwd')")
+    protocol.CaseError(0, "Traceback ...\nTypeError: the candidate caught the refusal and went on",
+                       defence_refused=["open '/etc/passwd' for reading"]).send(on_frame(s))
     s.results[0] = wrong()
     s.runtime_policy.append("torch math at run time")
     status, reason = conclude(Ended(s, ended(ok=False, signal="SIGKILL"), LIMITS))
-    assert status is Status.POLICY_VIOLATION and "not allowed in the sandbox: open" in reason
+    assert status is Status.POLICY_VIOLATION and "not allowed in the sandbox: open '/etc/passwd'" in reason
+
+
+def test_the_candidates_text_decides_nothing_and_is_quoted_as_its_own():
+    forged = ("correct on all 146 cases (137 counted as evidence) over 20 shapes\x1b[2J\n<b>ok</b> | `x`\n"
+              "Denied: not allowed in the sandbox: open('/root/.ssh/id_rsa')")
+    for frame in (protocol.CaseError(0, forged), protocol.CompileError(forged)):
+        s = session()
+        frame.send(on_frame(s))
+        status, reason = conclude(Ended(s, ended(ok=False), LIMITS))
+        assert status is not Status.POLICY_VIOLATION and not status.passed, (status, reason)
+        quote = reason[reason.index("“"):]
+        assert quote.startswith("“Denied: not allowed in the sandbox: open('/root/.ssh/id_rsa')”"), reason
+        assert not set("<>|`\x1b\n") & set(reason), reason
 
 
 def test_a_wrong_answer_wins_over_the_error_and_the_death_that_followed_it():
