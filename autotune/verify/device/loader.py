@@ -10,14 +10,20 @@ decorator argument. It builds the kernels from the syntax tree instead:
   else is left unbound, and a kernel that reads it fails to compile, as it would if the file were wrong;
 - each top-level function whose innermost decorator is `@triton.jit` is compiled alone, with its decorators
   removed, into a namespace that holds only the above and the other kernels; `@triton.autotune` and
-  `@triton.heuristics` are the host's business (it sends the final meta-parameters with every launch).
+  `@triton.heuristics` are the host's business (it sends the final meta-parameters with every launch). Its
+  parameter defaults, its annotations and `@triton.jit(...)`'s keywords are constant expressions or names of the
+  allowed modules, set on the function after it is defined: a default such as `Z=tuple(range(10**8))` is refused,
+  never evaluated;
+- a constant is bounded as it is computed (`ConstantLimits`: the bits of an integer, the items of a string or
+  tuple), before any operation that would pass the bound runs: `A = 10 ** 64; B = A ** 64; ...` stops at the
+  first name over it, which is left unbound.
 
 Before anything is compiled, every kernel body is checked against the kernel half of the allow-list
 (autotune.verify.static.policy.kernel_findings): Triton's front end calls Python callables it reaches through a
 module at compile time, so a kernel that reached `tl.core.builtins.open` would run it here. The names a
 kernel may reach are the allow-listed ones, whatever the judge's own scan said.
 
-    kernels = load(source, workdir / "kernels.py")      # raises KernelSourceError
+    kernels = load(source, workdir / "kernels.py", SourceLimits.from_config(cfg.verify))  # or KernelSourceError
     kernels.interpreted["_rms_norm_kernel"]             # InterpretedFunction (TRITON_INTERPRET=1)
     kernels.compiled["_rms_norm_kernel"]                 # JITFunction, for Triton's front end
 """
@@ -39,7 +45,7 @@ import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
-from autotune.verify.static import policy
+from autotune.verify.static import policy, size
 
 _MODULES = {"torch": torch, "triton": triton, "triton.language": tl, "math": math}
 # What a kernel body may name beyond its file's own constants and kernels (Triton's front end has its own
@@ -57,7 +63,42 @@ _CONSTANT_TYPES = (int, float, bool, str, type(None), tl.constexpr, tl.dtype, to
 
 
 class KernelSourceError(Exception):
-    """The source cannot be turned into kernels (a refused name in a kernel body, no kernel at all)."""
+    """The source cannot be turned into kernels (a refused name in a kernel body, a parameter default that is
+    not a constant, no kernel at all)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ConstantLimits:
+    """The largest constant the loader computes: an integer's bits, a string's or a tuple's items
+    (verify.max_constant_bits, verify.max_constant_items)."""
+
+    bits: int
+    items: int
+
+    def check(self, value: Any) -> Any:
+        """`value` when within the bounds, else _NotConstant."""
+        if isinstance(value, int) and value.bit_length() > self.bits or (
+                isinstance(value, (str, tuple)) and len(value) > self.items):
+            raise _NotConstant
+        return value
+
+    def before(self, op: type, left: Any, right: Any) -> None:
+        """_NotConstant if `left op right` would pass the bounds, worked out from the operands' sizes alone."""
+        size = self.bits if isinstance(left, int) else self.items
+        if op is ast.Pow and isinstance(left, int) and isinstance(right, int):
+            if right < 0 or (abs(left) > 1 and right * left.bit_length() > size):
+                raise _NotConstant
+        elif op is ast.LShift and isinstance(left, int) and isinstance(right, int):
+            if right > size:
+                raise _NotConstant
+        elif op is ast.Mult and isinstance(right, int) and isinstance(left, (str, tuple)):
+            if right * len(left) > self.items:
+                raise _NotConstant
+        elif op is ast.Mult and isinstance(left, int) and isinstance(right, (str, tuple)):
+            if left * len(right) > self.items:
+                raise _NotConstant
+        elif op is ast.Mod and isinstance(left, str):  # "%0999999999d" % 1: a format's width is unbounded
+            raise _NotConstant
 
 
 @dataclasses.dataclass
@@ -67,16 +108,24 @@ class Kernels:
     constexpr_args: dict[str, tuple[str, ...]]  # kernel -> its tl.constexpr parameters
 
 
-def load(source: str, path: Path) -> Kernels:
+def load(source: str, path: Path, bounds: size.SourceLimits) -> Kernels:
     """The kernels of `source`, compiled from its syntax tree (the file is written to `path`, which the
-    interpreter and Triton's front end read their source lines from)."""
+    interpreter and Triton's front end read their source lines from). The file's bounds are checked here too,
+    whatever the judge checked."""
+    problem = size.source_problem(source, bounds)
+    if problem:
+        raise KernelSourceError(problem)
     tree = policy.parse(source, filename=str(path))
+    problem = size.tree_problem(tree, bounds)
+    if problem:
+        raise KernelSourceError(problem)
+    limits = ConstantLimits(bounds.max_constant_bits, bounds.max_constant_items)
     refused = policy.kernel_findings(tree)
     if refused:
         raise KernelSourceError(refused[0])
     path.write_text(source)
-    compiled = _namespace(tree, path, interpreted=False)
-    interpreted = _namespace(tree, path, interpreted=True)
+    compiled = _namespace(tree, path, interpreted=False, limits=limits)
+    interpreted = _namespace(tree, path, interpreted=True, limits=limits)
     names = [n for n in compiled if isinstance(compiled[n], JITFunction)]
     if not names:
         raise KernelSourceError("no @triton.jit kernel in the file")
@@ -84,10 +133,10 @@ def load(source: str, path: Path) -> Kernels:
                    constexpr_args={n: _constexpr_params(compiled[n]) for n in names})
 
 
-def _namespace(tree: ast.Module, path: Path, interpreted: bool) -> dict:
+def _namespace(tree: ast.Module, path: Path, interpreted: bool, limits: ConstantLimits) -> dict:
     """The module namespace the kernels see: imports, constants, the kernels themselves (as JITFunctions or
     as InterpretedFunctions: a kernel calls its helpers by their global names)."""
-    ns: dict = {"__builtins__": dict(_KERNEL_BUILTINS), "__name__": "candidate_kernels"}
+    ns: dict = {"__builtins__": dict(_KERNEL_BUILTINS), "__name__": "candidate_kernels", _LIMITS: limits}
     for stmt in tree.body:
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             _bind_import(stmt, ns)
@@ -141,17 +190,56 @@ def _is_kernel(fn: ast.FunctionDef, ns: dict) -> bool:
 
 
 def _kernel(fn: ast.FunctionDef, path: Path, ns: dict, interpreted: bool):
-    """One kernel compiled alone (decorators removed) into `ns`; `@triton.jit(...)`'s constant keyword
-    arguments (do_not_specialize, debug ...) kept."""
+    """One kernel compiled alone (decorators, defaults and annotations removed) into `ns`, then given its vetted
+    defaults and annotations; `@triton.jit(...)`'s constant keyword arguments (do_not_specialize, debug ...)
+    kept. Nothing of the file's is evaluated but by `constant` and `_resolve`."""
     jit = fn.decorator_list[-1]
-    options = {str(k.arg): constant(k.value, ns) for k in jit.keywords} if isinstance(jit, ast.Call) else {}
-    bare = ast.FunctionDef(name=fn.name, args=fn.args, body=fn.body, decorator_list=[], returns=fn.returns,
+    options = {str(k.arg): _vetted(k.value, ns, fn, f"`@triton.jit`'s `{k.arg}`")
+               for k in jit.keywords} if isinstance(jit, ast.Call) else {}
+    a = fn.args
+    params = [*a.posonlyargs, *a.args, *a.kwonlyargs, *(p for p in (a.vararg, a.kwarg) if p is not None)]
+    annotations = {p.arg: _annotation(p.annotation, ns, fn, p.arg) for p in params if p.annotation is not None}
+    if fn.returns is not None:
+        annotations["return"] = _annotation(fn.returns, ns, fn, "return")
+    defaults = tuple(_vetted(d, ns, fn, "a parameter default") for d in a.defaults)
+    kwdefaults = {p.arg: _vetted(d, ns, fn, "a parameter default") for p, d in zip(a.kwonlyargs, a.kw_defaults)
+                  if d is not None}
+    bare_args = ast.arguments(
+        posonlyargs=[ast.arg(p.arg) for p in a.posonlyargs], args=[ast.arg(p.arg) for p in a.args],
+        vararg=ast.arg(a.vararg.arg) if a.vararg else None, kwonlyargs=[ast.arg(p.arg) for p in a.kwonlyargs],
+        kw_defaults=[None] * len(a.kwonlyargs), kwarg=ast.arg(a.kwarg.arg) if a.kwarg else None, defaults=[])
+    bare = ast.FunctionDef(name=fn.name, args=bare_args, body=fn.body, decorator_list=[], returns=None,
                            type_comment=None, lineno=fn.lineno, col_offset=fn.col_offset,
                            end_lineno=fn.end_lineno, end_col_offset=fn.end_col_offset)
-    code = compile(ast.Module(body=[bare], type_ignores=[]), str(path), "exec")
+    code = compile(ast.fix_missing_locations(ast.Module(body=[bare], type_ignores=[])), str(path), "exec")
     exec(code, ns)  # defines the plain function: its body runs only when the kernel is interpreted
     python_fn = ns[fn.name]
+    python_fn.__defaults__ = defaults or None
+    python_fn.__kwdefaults__ = kwdefaults or None
+    python_fn.__annotations__ = annotations
     return InterpretedFunction(python_fn, **options) if interpreted else JITFunction(python_fn, **options)
+
+
+def _vetted(node: ast.AST, ns: dict, fn: ast.FunctionDef, what: str) -> Any:
+    try:
+        return constant(node, ns)
+    except _NotConstant:
+        raise KernelSourceError(f"line {getattr(node, 'lineno', fn.lineno)}: {what} of kernel `{fn.name}` is not a "
+                                "constant (a number, string, dtype or tl.constexpr, within the checker's bounds)"
+                                ) from None
+
+
+def _annotation(node: ast.AST, ns: dict, fn: ast.FunctionDef, name: str) -> Any:
+    """A parameter's annotation: a string, or a name of the allowed modules (`tl.constexpr`); never a call."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Name) and node.id in _KERNEL_BUILTINS and node.id not in ns:  # `eps: float`
+        return _KERNEL_BUILTINS[node.id]
+    try:
+        return _resolve(node, ns)
+    except _NotConstant:
+        raise KernelSourceError(f"line {getattr(node, 'lineno', fn.lineno)}: the annotation of `{name}` in kernel "
+                                f"`{fn.name}` is not a name such as tl.constexpr") from None
 
 
 def _constexpr_params(fn: JITFunction) -> tuple[str, ...]:
@@ -166,17 +254,20 @@ def constant(node: ast.AST | None, ns: dict) -> Any:
     """The value of a constant expression (see the module docstring), or _NotConstant."""
     if node is None:
         raise _NotConstant
+    limits: ConstantLimits = ns[_LIMITS]
     if isinstance(node, ast.Constant):
-        return node.value
+        return limits.check(node.value)
     if isinstance(node, ast.Tuple):
-        return tuple(constant(e, ns) for e in node.elts)
+        return limits.check(tuple(constant(e, ns) for e in node.elts[:limits.items + 1]))
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-        return _UNARY[type(node.op)](constant(node.operand, ns))
+        return limits.check(_UNARY[type(node.op)](constant(node.operand, ns)))
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         left, right = constant(node.left, ns), constant(node.right, ns)
-        if isinstance(node.op, ast.Pow) and abs(right) > 64:  # no 10 ** 10 ** 9 at load time
-            raise _NotConstant
-        return _BINARY[type(node.op)](left, right)
+        limits.before(type(node.op), left, right)  # what would pass the bounds is never computed
+        try:
+            return limits.check(_BINARY[type(node.op)](left, right))
+        except (ArithmeticError, TypeError, ValueError):  # 1 / 0, "a" - 1: no constant (Python would raise too)
+            raise _NotConstant from None
     if isinstance(node, ast.Call) and not node.keywords and len(node.args) <= 1:
         fn = _resolve(node.func, ns)
         if fn is tl.constexpr:
@@ -208,3 +299,4 @@ def _resolve(node: ast.AST, ns: dict):
 
 
 _missing = object()
+_LIMITS = " constant limits"  # the namespace's key for its ConstantLimits: no name in a file can read it

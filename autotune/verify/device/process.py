@@ -25,6 +25,7 @@ from autotune.verify.device.replay import Device
 from autotune.verify.interp import bounds
 from autotune.verify.interp.launch import caused_by
 from autotune.verify.interp.races import race_in
+from autotune.verify.static import size
 
 HOST_FRAME_BYTES = 64 << 20  # a call's events and references: a few KB; a compile error's traceback: a few KB
 TEXT_LIMIT = protocol.HOST_TEXT  # characters of a host's error text passed on to the judge
@@ -41,7 +42,8 @@ def work(payload: dict, send, links) -> dict:
                             "unprivileged uid, or run with device=cpu)").send(send)
         return {"cases_run": 0}
     try:
-        kernels = load(payload["source"], Path.cwd() / "kernels.py")
+        bounds_of_source = size.SourceLimits.from_wire(payload["source_limits"])
+        kernels = load(payload["source"], Path.cwd() / "kernels.py", bounds_of_source)
     except (KernelSourceError, SyntaxError) as e:
         protocol.PolicyError(f"{e}").send(send)
         return {"cases_run": 0}

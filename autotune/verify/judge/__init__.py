@@ -104,7 +104,7 @@ def _judge(target: Target, source: str, path: str, cfg_verify, verdict: Verdict,
                                          len(plan)) if interpreted else []  # what may follow the plan
         run = _run_worker(target, source, plan, limits, device, session, salt,
                           case_plan.dry_calls(target, shapes, plan_config) if interpreted else [], plan_config,
-                          _largest_frame(target, plan + reach))
+                          _largest_frame(target, plan + reach), limits_of_source)
         session.answered.set()  # a stream still waiting for the device's answer (the worker died first) ends
     if session.setup_error:
         raise UserError(f"the isolated worker could not start its work: {session.setup_error}")
@@ -142,7 +142,8 @@ def _record(verdict: Verdict, session: Session, run: SandboxResult, cut_note: st
 
 
 def _run_worker(target: Target, source: str, plan: list[case_plan.Case], limits: Limits, device: str,
-                session: Session, salt: bytes, dry, plan_config: PlanConfig, frame_bytes: int) -> SandboxResult:
+                session: Session, salt: bytes, dry, plan_config: PlanConfig, frame_bytes: int,
+                limits_of_source: size.SourceLimits) -> SandboxResult:
     """The worker's two processes (autotune.verify.worker). First the dry calls (`dry`: (shape, dtype, arguments
     without values) at every served shape: the launches they make must each run in some case), then each case
     goes to the device as it is made (the pipe keeps this process a case or two ahead, so neither side holds
@@ -182,7 +183,8 @@ def _run_worker(target: Target, source: str, plan: list[case_plan.Case], limits:
 
     host = {"source": source, "entry": target.name, "autotune_turn": secrets.randbelow(1 << 16)}
     with tempfile.TemporaryDirectory(prefix="autotune-verify-", ignore_cleanup_errors=True) as tmp:
-        return run_isolated("autotune.verify.worker", {"source": source, "device": device}, limits=limits,
+        return run_isolated("autotune.verify.worker", {"source": source, "device": device,
+                                                       "source_limits": limits_of_source.to_wire()}, limits=limits,
                             host=host, stream=cases, workdir=Path(tmp) / "work", gpu=accel.get(device).sandbox_gpu,
                             on_event=session.on_frame, max_frame_bytes=frame_bytes,
                             schemas=protocol.device_schemas(),

@@ -94,9 +94,9 @@ def scan(tree: ast.Module, target: Target) -> list[str]:
 
 
 def kernel_findings(tree: ast.Module) -> list[str]:
-    """The findings of the scan in the file's @triton.jit kernels alone (their decorators but the jit one left
-    out; the imports only bind the names the kernels use): what the device process checks before it compiles
-    a kernel, whatever the judge's own scan said (autotune.verify.device.loader)."""
+    """The findings of the scan in the file's imports and its @triton.jit kernels alone (their decorators but the
+    jit one left out): what the device process checks before it compiles a kernel, whatever the judge's own scan
+    said (autotune.verify.device.loader)."""
     kept: list[ast.stmt] = []
     for stmt in tree.body:
         if isinstance(stmt, (ast.Import, ast.ImportFrom)):
@@ -108,9 +108,8 @@ def kernel_findings(tree: ast.Module) -> list[str]:
                                    col_offset=stmt.col_offset)
             kept.append(bare)
     scanner = _Scanner(ast.Module(body=kept, type_ignores=[]))
-    scanner.run()
-    imports = {s.lineno for s in kept if isinstance(s, (ast.Import, ast.ImportFrom))}  # the host's business
-    return sorted(dict.fromkeys(f for f in scanner.findings if _line_of(f) not in imports), key=_line_of)
+    scanner.run()  # an import's finding counts too: `from triton.language import device_print as p` binds a name
+    return sorted(dict.fromkeys(scanner.findings), key=_line_of)
 
 
 def _line_of(finding: str) -> int:

@@ -14,15 +14,30 @@ from autotune.sandbox.limits import positive
 
 @dataclasses.dataclass(frozen=True)
 class SourceLimits:
+    """The checker's bounds on a candidate file: checked by the judge before it parses and scans the file, and
+    again by the device process (which gets them with the source) before it builds the kernels; the constant
+    bounds are the device loader's (autotune.verify.device.loader.constant)."""
+
     max_bytes: int
     max_depth: int
     max_nodes: int
+    max_constant_bits: int  # the largest integer a constant expression may compute
+    max_constant_items: int  # the longest string or tuple
 
     @classmethod
     def from_config(cls, cfg_verify) -> SourceLimits:
         return cls(max_bytes=positive(cfg_verify, "max_source_kb", int) * 1024,
                    max_depth=positive(cfg_verify, "max_tree_depth", int),
-                   max_nodes=positive(cfg_verify, "max_tree_nodes", int))
+                   max_nodes=positive(cfg_verify, "max_tree_nodes", int),
+                   max_constant_bits=positive(cfg_verify, "max_constant_bits", int),
+                   max_constant_items=positive(cfg_verify, "max_constant_items", int))
+
+    def to_wire(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_wire(cls, d: dict) -> SourceLimits:
+        return cls(**{f.name: int(d[f.name]) for f in dataclasses.fields(cls)})
 
 
 def source_problem(source: str, limits: SourceLimits) -> str:
