@@ -1,4 +1,5 @@
-"""How figures are written for people: percentages that never round up across a goal, durations, sizes.
+"""How figures are written for people: percentages that never round up across a goal, durations, sizes; and
+text someone else wrote, fenced so that it stays text.
 
 A share is written with one decimal and cut, not rounded (`pct(0.8496) == "84.9%"`): a run that cached 84.96%
 of its prompt tokens has not met an 85% goal, and its summary must not say "85%".
@@ -11,6 +12,7 @@ of its prompt tokens has not met an 85% goal, and its summary must not say "85%"
 from __future__ import annotations
 
 import math
+import re
 
 
 def pct(share: float | None, decimals: int = 1) -> str:
@@ -39,3 +41,12 @@ def size(n: int) -> str:
         if n >= scale:
             return f"{n / scale:.2f} {unit}"
     return f"{n} B"
+
+
+def fence(text: str, info: str = "python") -> str:
+    """`text` as one fenced markdown code block that nothing in it can close: the fence is longer than any run of
+    backticks in it (CommonMark closes a fence only with one at least as long). For a candidate's source on its
+    evidence page, its output in the model's feedback."""
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    marks = "`" * max(3, longest + 1)
+    return f"{marks}{info}\n{text}\n{marks}"

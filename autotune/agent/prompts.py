@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 
 from autotune.config import PROMPTS_DIR
 from autotune.targets.base import FIRST_DIRECTION, INPUT_KINDS, LAYOUTS, Target, dtype_name, numel, parse_dtype
-from autotune.text import pct, size, us
+from autotune.text import fence, pct, size, us
 from autotune.verify.verdict import Status, Verdict
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ STDERR_LINES = 30  # the end of a traceback that the model sees; more is noise a
 
 _env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(PROMPTS_DIR)), undefined=jinja2.StrictUndefined,
                           trim_blocks=True, lstrip_blocks=True, autoescape=False)
+_env.filters["fence"] = fence  # the candidate's output stays inside its block
 
 
 @dataclasses.dataclass(frozen=True)

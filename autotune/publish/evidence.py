@@ -19,6 +19,7 @@ import jinja2
 
 from autotune.env import Environment
 from autotune.records import ProfiledShape, amdahl_gain
+from autotune.text import fence
 from autotune.verify.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -77,14 +78,6 @@ def _cell(x: Any) -> str:
     text = _CONTROL.sub("", str(x).replace("\n", " "))
     text = text if len(text) <= CELL_CHARS else text[:CELL_CHARS] + " …"
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
-
-
-def fence(source: str, info: str = "python") -> str:
-    """`source` as one fenced code block that nothing in it can close: the fence is longer than any run of
-    backticks in the source (CommonMark closes a fence only with one at least as long)."""
-    longest = max((len(run) for run in re.findall(r"`+", source)), default=0)
-    marks = "`" * max(3, longest + 1)
-    return f"{marks}{info}\n{source}\n{marks}"
 
 
 def _worst(errors) -> float | None:

@@ -84,12 +84,15 @@ def _exit_as(status: int, init: bool = False) -> None:
         sig = os.WEXITSTATUS(status) - _SIGNALLED
     else:
         os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
-    if init:
+    if init or sig not in _ENDING:  # a status above 128 the worker chose (147 would otherwise stop this process)
         os._exit(_SIGNALLED + sig)
-    try:
-        if sig not in (signal.SIGKILL, signal.SIGSTOP):
-            signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
-    except (ValueError, OSError):  # not a signal number: a worker that exited with a status above 128
-        pass
-    os._exit(_SIGNALLED + sig)  # a signal that does not end a process (SIGCHLD, say)
+    if sig != signal.SIGKILL:
+        signal.signal(sig, signal.SIG_DFL)
+    os.kill(os.getpid(), sig)
+    os._exit(_SIGNALLED + sig)
+
+
+# The signals whose default action ends a process: the only ones the outer process repeats on itself.
+_ENDING = frozenset({signal.SIGHUP, signal.SIGINT, signal.SIGQUIT, signal.SIGILL, signal.SIGTRAP, signal.SIGABRT,
+                     signal.SIGBUS, signal.SIGFPE, signal.SIGKILL, signal.SIGUSR1, signal.SIGSEGV, signal.SIGUSR2,
+                     signal.SIGPIPE, signal.SIGALRM, signal.SIGTERM, signal.SIGXCPU, signal.SIGXFSZ, signal.SIGSYS})

@@ -23,7 +23,11 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+import torch
+
 from autotune.sandbox.runner import child_main
+from autotune.verify.interp import launch
 
 
 def _attempt(fn, errno_name: bool = False) -> str:
@@ -189,6 +193,12 @@ def _command_lines() -> list[str]:
     return found
 
 
+def _draws() -> dict:
+    """A draw of each random generator a child holds from its imports (the zygote made them, as the worker's)."""
+    return {"random": random.getrandbits(62), "numpy": int(np.random.randint(1 << 62)),
+            "torch": int(torch.randint(1 << 62, (1,))), "program order": launch._rng.permutation(64).tolist()}
+
+
 def probe(payload: dict, send) -> dict:
     if payload.get("fork_chain"):
         _fork_chain(payload["fork_chain"])
@@ -199,6 +209,8 @@ def probe(payload: dict, send) -> dict:
         send("spawned")
     if payload.get("raise"):
         raise RuntimeError(payload["raise"])
+    if payload.get("exit"):
+        os._exit(payload["exit"])
     if payload.get("signal"):
         os.kill(os.getpid(), getattr(signal, payload["signal"]))
     if payload.get("forge_marker"):
@@ -221,6 +233,8 @@ def probe(payload: dict, send) -> dict:
         "syscalls": {name: _attempt(SYSCALLS[name], errno_name=True) for name in payload.get("syscalls", [])},
         "fill": _fill(os.getcwd(), payload["fill_mb"]) if payload.get("fill_mb") else None,
     }
+    if payload.get("draws"):
+        found["draws"] = _draws()
     for _ in range(payload.get("steps", 0)):  # a run that makes progress: a step frame every step_s seconds
         time.sleep(payload["step_s"])
         send("step")

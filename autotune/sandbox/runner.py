@@ -373,11 +373,18 @@ def _result(returncode: int, timed_out: bool, reader: Reader, stderr_tail: str, 
             error = str(frame.get("error", ""))
         else:
             events.append(frame)
-    sig = signal.Signals(-returncode).name if returncode is not None and returncode < 0 else None
+    sig = _signal_name(-returncode) if returncode is not None and returncode < 0 else None
     ok = returncode == 0 and result is not None and not timed_out and not reader.error
     return SandboxResult(ok=ok, returncode=returncode, signal=sig, timed_out=timed_out, result=result,
                          stderr_tail=stderr_tail, isolation={**runner, **isolation}, duration_s=duration_s,
                          events=events, stopped=reader.stopped, error=error, channel_error=reader.error)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:  # a real-time signal, which has no name
+        return f"signal {number}"
 
 
 # ----------------------------------------------------------------------------------------------- child

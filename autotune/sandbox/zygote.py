@@ -16,6 +16,7 @@ closes. It reports each child's exit status, which the parent reads as a `Popen.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import importlib
 import json
@@ -71,7 +72,7 @@ class Zygote:
         self._sock = ours
         self._send_lock = threading.Lock()
         self.changed = threading.Condition()
-        self._answer: Forked | None = None  # the child of the one request under way
+        self._answer: Forked | str | None = None  # the child of the one request under way, or why there is none
         self._children: dict[int, Forked] = {}
         self.dead = False
         threading.Thread(target=self._read, daemon=True, name=f"zygote {module}").start()
@@ -84,12 +85,19 @@ class Zygote:
                 if self.dead:
                     raise OSError(f"the zygote of {self.module} is gone: {self.stderr_tail()}")
                 self._answer = None
-            socket.send_fds(self._sock, [json.dumps({"cwd": str(cwd), "env": env}).encode()], list(fds))
+            request = json.dumps({"cwd": str(cwd), "env": env}).encode()
+            if len(request) > MAX_MESSAGE:
+                raise ValueError(f"a request of {len(request)} bytes for the zygote of {self.module} (at most "
+                                 f"{MAX_MESSAGE}): the environment is too large")
+            socket.send_fds(self._sock, [request], list(fds))
             with self.changed:
                 self.changed.wait_for(lambda: self._answer is not None or self.dead)
-                if self._answer is None:
+                answer, self._answer = self._answer, None
+                if isinstance(answer, str):
+                    raise OSError(f"the zygote of {self.module} {answer}")
+                if answer is None:
                     raise OSError(f"the zygote of {self.module} died while forking: {self.stderr_tail()}")
-                return self._answer
+                return answer
 
     def _read(self) -> None:
         try:
@@ -99,6 +107,10 @@ class Zygote:
                     break
                 message = json.loads(data)
                 with self.changed:
+                    if "error" in message:
+                        self._answer = str(message["error"])
+                        self.changed.notify_all()
+                        continue
                     pid = int(message["pid"])
                     if "started" in message:
                         self._children[pid] = self._answer = Forked(pid, self)
@@ -161,19 +173,41 @@ def main() -> None:
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
+    request = bytearray(MAX_MESSAGE)  # one buffer, zeroed after each fork: no run's request outlives it here
     while True:
         ready, _, _ = select.select([sock.fileno(), wake_r], [], [])
         if wake_r in ready:
             os.read(wake_r, 4096)
             _reap(sock)
         if sock.fileno() in ready:
-            message, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 3)
-            if not message:
+            size, fds = _receive(sock, request)
+            if not size:
                 os._exit(0)  # the parent is gone; its own code kills the children it still had
-            pid = _fork(module, json.loads(message), fds, keep=(sock.fileno(), wake_r, wake_w))
-            for fd in fds:
-                os.close(fd)
-            sock.send(json.dumps({"pid": pid, "started": True}).encode())
+            answer: dict[str, object]
+            try:  # a failed fork (EAGAIN in a full pids cgroup, say) fails this run only
+                answer = {"pid": _fork(module, memoryview(request)[:size], fds,
+                                       keep=(sock.fileno(), wake_r, wake_w)), "started": True}
+            except OSError as e:
+                answer = {"error": f"could not start a child: {e}"}
+            finally:
+                request[:size] = bytes(size)
+                for fd in fds:
+                    os.close(fd)
+            sock.send(json.dumps(answer).encode())
+
+
+def _receive(sock: socket.socket, into: bytearray) -> tuple[int, list[int]]:
+    """A request into `into` (its size, 0 at the end) and the descriptors passed with it."""
+    fds = array.array("i")
+    size, ancillary, flags, _ = sock.recvmsg_into([into], socket.CMSG_SPACE(3 * fds.itemsize))
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or (size and len(fds) != 3):
+        for fd in fds:
+            os.close(fd)
+        raise SystemExit(f"a malformed request from the parent ({size} bytes, {len(fds)} descriptors)")
+    return size, list(fds)
 
 
 def _reap(sock: socket.socket) -> None:
@@ -187,11 +221,16 @@ def _reap(sock: socket.socket) -> None:
         sock.send(json.dumps({"pid": pid, "returncode": os.waitstatus_to_exitcode(status)}).encode())
 
 
-def _fork(module: str, request: dict, fds: list[int], keep: tuple[int, ...]) -> int:
+def _fork(module: str, request: memoryview, fds: list[int], keep: tuple[int, ...]) -> int:
     """Fork the child; return its pid once it leads a session of its own (so that its process group can be
     killed from the moment the parent knows it)."""
     ready_r, ready_w = os.pipe()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError:
+        os.close(ready_r)
+        os.close(ready_w)
+        raise
     if pid:
         os.close(ready_w)
         os.read(ready_r, 1)  # end of file: the child has called setsid (or died)
@@ -202,11 +241,23 @@ def _fork(module: str, request: dict, fds: list[int], keep: tuple[int, ...]) -> 
         os.close(ready_w)
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        _become(module, request, fds, closing=(*keep, ready_r))
+        _become(module, json.loads(bytes(request)), fds, closing=(*keep, ready_r))
     except BaseException:  # noqa: BLE001
         traceback.print_exc()
         os._exit(1)
     os._exit(0)
+
+
+def _reseed() -> None:
+    """Every random generator a child may hold from the zygote's imports, drawn afresh (a module that keeps its own
+    registers an `os.register_at_fork` hook: autotune.verify.interp.launch). Not drawn afresh: the string hash
+    secret and the address layout, which the children of one zygote share; the checker keeps no secret in
+    either (no set or dict order decides a verdict, and a kernel is compared at the addresses each call gets)."""
+    random.seed()
+    if "numpy" in sys.modules:
+        sys.modules["numpy"].random.seed()
+    if "torch" in sys.modules:
+        sys.modules["torch"].seed()
 
 
 def _become(module: str, request: dict, fds: list[int], closing: tuple[int, ...]) -> None:
@@ -227,7 +278,7 @@ def _become(module: str, request: dict, fds: list[int], closing: tuple[int, ...]
     os.environ.clear()
     os.environ.update(request["env"])
     tempfile.tempdir = None
-    random.seed()
+    _reseed()
     sys.argv = [module, "--sandbox-fds", f"{in_fd},{out_fd}"]
     sys.modules.pop(module, None)  # run afresh as __main__, its imports already made (as `python -m` would)
     runpy.run_module(module, run_name="__main__", alter_sys=True)

@@ -29,17 +29,19 @@ def verify(target, source, cfg_verify, *, shapes=None, environment=None):
     from autotune.errors import UserError
     from autotune.targets import get as get_target
     from autotune.verify.judge import judge
+    from autotune.verify.static.size import SourceLimits
 
     t = get_target(target) if isinstance(target, str) else target
     cfg_v, device, out_dir = _settings(cfg_verify)
-    path, text = _source(source)
+    path, text, digest = _source(source, SourceLimits.from_config(cfg_v).max_bytes)
     if shapes is None and str(cfg_v.shapes) == "latest":
         shapes = latest_shapes(t.name, out_dir)
     elif shapes is None and str(cfg_v.shapes) != "default":
         raise UserError(f"verify.shapes must be latest or default, not '{cfg_v.shapes}'")
     env: Any = environment if environment is not None else collect()
     env = env.to_dict() if hasattr(env, "to_dict") else dict(env)
-    return judge(t, text, path, cfg_v, shapes=shapes or None, device=resolve_device(device), environment=env)
+    return judge(t, text, path, cfg_v, shapes=shapes or None, device=resolve_device(device), environment=env,
+                 digest=digest)
 
 
 def _settings(cfg):
@@ -50,8 +52,11 @@ def _settings(cfg):
     return cfg, "auto", "traces"
 
 
-def _source(source) -> tuple[str, str]:
-    """(path shown in the verdict, text) for a path or for source text."""
+def _source(source, max_bytes: int) -> tuple[str, str, str | None]:
+    """(path shown in the verdict, text, None) for a path or for source text; for a file over `max_bytes`, its
+    first max_bytes + 1 bytes and its sha256, read in chunks: a file too large to judge is never held whole."""
+    import hashlib
+
     from autotune.errors import UserError
 
     if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source):
@@ -59,10 +64,15 @@ def _source(source) -> tuple[str, str]:
         if not path.is_file():
             raise UserError(f"candidate file '{source}' not found (give the path of a Python file with the kernel)")
         try:
-            return str(path), path.read_text()
+            with path.open("rb") as f:
+                head = f.read(max_bytes + 1)
+                if len(head) <= max_bytes:
+                    return str(path), head.decode("utf-8"), None
+                f.seek(0)
+                return str(path), head.decode("utf-8", "replace"), hashlib.file_digest(f, "sha256").hexdigest()
         except (OSError, UnicodeDecodeError) as e:
             raise UserError(f"cannot read candidate file '{source}': {e} (give a readable UTF-8 Python file)") from None
-    return "<source>", str(source)
+    return "<source>", str(source), None
 
 
 def latest_shapes(target: str, out_dir: str):

@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 STDERR_TAIL_CHARS = 3000  # what a failing verdict keeps of the candidate's stderr
+MAX_FINDINGS, FINDING_CHARS = 100, 500  # what it keeps of the static scan's findings (they quote the source)
 MASK = "[masked]"
 # What looks like a secret. The candidate cannot see the parent's environment or other processes where the
 # sandbox applied its namespaces; this is the last line, for the text it does hand back (stderr, errors).
@@ -22,7 +23,7 @@ _TOKENS = re.compile(
     r"|hf_[A-Za-z0-9]{16,}|xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}"  # Hugging Face, Slack, AWS
     r"|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,})")  # JWTs
 # A name that ends in one of these words (api_key, GITHUB_TOKEN, --api-key, DB_PASSWORD; not max_tokens, keyword)
-_SECRET_NAME = r"[A-Za-z0-9_.-]*?(?:key|token|secret|passw(?:or)?d|credentials?)(?![A-Za-z0-9_.-])"
+_SECRET_NAME = r"[A-Za-z0-9_.-]{0,64}?(?:key|token|secret|passw(?:or)?d|credentials?)(?![A-Za-z0-9_.-])"
 # `--api-key=v`, `--token v` (NUL-separated as in /proc/<pid>/cmdline too), `OPENAI_API_KEY=v`, `"api_key": "v"`
 _FLAG = re.compile(rf"(--?{_SECRET_NAME})([=\s\x00]+)([^\s\x00]+)", re.IGNORECASE)
 _ASSIGNMENT = re.compile(rf"(\b{_SECRET_NAME}['\"]?\s*[=:]\s*)(['\"]?)([^\s'\",\x00]+)", re.IGNORECASE)
@@ -33,9 +34,9 @@ CANDIDATE_TEXT_CHARS = 300  # what a reason shows of one message the candidate's
 # Control characters (terminal escapes among them), line and paragraph separators, bidirectional overrides and
 # zero-width characters: nothing that moves the cursor, breaks a line or reorders what a reader sees.
 _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
-# Markup and quotation marks, as look-alikes: no HTML, code span, table cell or closing quote of ours (a page
-# escapes the rest for its own format: publish.evidence's `cell`, report.html's autoescape).
-_MARKUP = str.maketrans({"<": "‹", ">": "›", "`": "'", "|": "¦", '"': "'", "“": "'", "”": "'"})
+# Markup and quotation marks, as look-alikes: no HTML, table cell or closing quote of ours (a page escapes the
+# rest for its own format: publish.evidence's `cell`, report.html's autoescape; a code span stays inside the quote).
+_MARKUP = str.maketrans({"<": "‹", ">": "›", "|": "¦", '"': "'", "“": "'", "”": "'"})
 
 
 def plain(text: str, limit: int = CANDIDATE_TEXT_CHARS) -> str:
@@ -200,12 +201,13 @@ class Verdict:
 
     def seal(self) -> None:
         """Make the candidate-controlled text safe to store and show: a passing verdict keeps no stderr, a
-        failing one a bounded tail without control characters; secrets are masked in it, in the reason and in the
-        policy findings (the reason quotes the candidate's messages already: `quoted`)."""
+        failing one a bounded tail without control characters; secrets are masked in it, in the reason (no control
+        characters: it quotes the candidate's messages already, `quoted`) and in the policy findings (the first
+        100, each without control characters and cut: they quote the source)."""
         tail = "" if self.status.passed else self.stderr_tail[-STDERR_TAIL_CHARS:]
         self.stderr_tail = mask_secrets(printable_lines(tail))
-        self.reason = mask_secrets(self.reason)
-        self.policy = [mask_secrets(p) for p in self.policy]
+        self.reason = mask_secrets(_UNPRINTABLE.sub(" ", self.reason))
+        self.policy = [mask_secrets(_UNPRINTABLE.sub(" ", p[:FINDING_CHARS])) for p in self.policy[:MAX_FINDINGS]]
 
     def failing_case(self) -> CaseResult | None:
         return next((c for c in self.cases if not c.passed), None)

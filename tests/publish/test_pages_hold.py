@@ -7,6 +7,7 @@ from __future__ import annotations
 from markdown_it import MarkdownIt
 
 from autotune.publish import evidence
+from autotune.text import fence
 from autotune.verify.verdict import Status
 from tests.publish.conftest import KERNEL, request, verdict
 
@@ -74,5 +75,5 @@ def test_candidate_text_in_a_reason_is_no_markup_and_is_cut():
 
 
 def test_a_fence_is_longer_than_any_run_of_backticks_in_the_source():
-    assert evidence.fence("x = 1") == "```python\nx = 1\n```"
-    assert evidence.fence("a ```` b").startswith("`````python\n")
+    assert fence("x = 1") == "```python\nx = 1\n```"
+    assert fence("a ```` b").startswith("`````python\n")

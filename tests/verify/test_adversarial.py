@@ -76,17 +76,17 @@ def test_a_write_outside_the_private_directory_is_stopped_twice(tmp_path):
         pytest.skip("without root the sandbox has no private file system to show")
     deep = judge(get("rms_norm"), source, "write_outside.py", CFG, scan=False)
     assert deep.status is Status.POLICY_VIOLATION, deep.reason  # the worker's audit hook denies the open()
-    assert "not allowed in the sandbox: open" in deep.reason
+    assert "not allowed in the sandbox: “open" in deep.reason
     assert not marker.exists()
 
 
 # The same attacks with the static scan off: what stops them then (tests/verify/test_runtime_defence.py has more).
 DEEP = [
     # torch's modules are frozen in the worker (and the comparison runs in the judge's process anyway)
-    ("patch_compare.py", Status.POLICY_VIOLATION, "not allowed in the sandbox: replacing torch.testing.assert_close"),
-    ("gc_hunt.py", Status.POLICY_VIOLATION, "not allowed in the sandbox: gc.get_objects"),  # the audit hook
+    ("patch_compare.py", Status.POLICY_VIOLATION, "not allowed in the sandbox: “replacing torch.testing.assert_close”"),
+    ("gc_hunt.py", Status.POLICY_VIOLATION, "not allowed in the sandbox: “gc.get_objects”"),  # the audit hook
     ("reference_spy.py", Status.INCORRECT, WRONG_VALUES),  # no judge module in the worker (else: runtime_error)
-    ("kill_self.py", Status.POLICY_VIOLATION, "not allowed in the sandbox: os.kill"),
+    ("kill_self.py", Status.POLICY_VIOLATION, "not allowed in the sandbox: “os.kill”"),
     ("torch_fallback.py", Status.POLICY_VIOLATION, "aten.rsqrt"),  # the run-time op record
 ]
 

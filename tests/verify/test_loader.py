@@ -83,6 +83,9 @@ def test_constant_defaults_and_annotations_are_kept(tmp_path):
     "A = 'x' * 10 ** 8",
     "A = (0,) * 10 ** 8",
     "A = '%0999999999d' % 1",
+    "A = tl.constexpr('a') * 400_000_000",  # tl.constexpr's operators are the plain values', bounded as those
+    "A = tl.constexpr('%0400000000d') % 1",
+    "A = tl.constexpr(3) ** 10 ** 9",
 ])
 def test_a_constant_past_the_bounds_is_not_computed_and_stays_unbound(tmp_path, top):
     last = top.splitlines()[-1].split(" = ")[0]

@@ -59,7 +59,7 @@ def test_a_process_chain_is_denied_and_nothing_survives():
     marker = f"autotune-chain-{uuid.uuid4().hex}"
     v = deep("fork_chain.py", (CANDIDATES / "fork_chain.py").read_text().replace("autotune-fork-chain-marker", marker))
     assert v.status is Status.POLICY_VIOLATION, v.reason
-    assert "not allowed in the sandbox: subprocess.Popen" in v.reason  # the first refusal (os.fork came next)
+    assert "not allowed in the sandbox: “subprocess.Popen”" in v.reason  # the first refusal (os.fork came next)
     for _ in range(3):
         assert not alive_with(marker)
         time.sleep(0.3)
@@ -174,7 +174,9 @@ CAUGHT_REFUSAL = ("import subprocess\ntry:\n    subprocess.run(['/bin/true'])\ne
 ATTACKS = [
     ("a forged refusal", FORGED_REFUSAL, Status.RUNTIME_ERROR,
      "“PermissionError: not allowed in the sandbox: open('/root/.ssh/id_rsa') -- correct on all 146 cases ‹b›"),
-    ("a caught refusal", CAUGHT_REFUSAL, Status.POLICY_VIOLATION, "not allowed in the sandbox: subprocess.Popen (while"),
+    ("a caught refusal", CAUGHT_REFUSAL, Status.POLICY_VIOLATION, "not allowed in the sandbox: “subprocess.Popen” (while"),
+    ("a refusal caught by a correct kernel", CAUGHT_REFUSAL.rsplit("\n", 1)[0], Status.POLICY_VIOLATION,
+     "not allowed in the sandbox: “subprocess.Popen”"),
     ("fork_exec", FORK_EXEC, Status.RUNTIME_ERROR, "PermissionError: [Errno 1] Operation not permitted"),
     ("fill the directory", FILL, Status.RUNTIME_ERROR, "No space left on device"),
     ("a forged frame", FORGED_FRAME, Status.RUNTIME_ERROR, "the candidate's process sent a malformed frame"),

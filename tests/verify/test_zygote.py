@@ -57,3 +57,19 @@ def test_a_module_that_does_not_import_fails_every_run_with_its_traceback(tmp_pa
                          workdir=tmp_path / name)
         assert not r.ok and r.returncode == 1 and r.result is None, r
         assert "No module named autotune.sandbox.no_such_module" in r.stderr_tail  # as `python -m` says it
+
+
+def test_each_child_draws_its_own_random_state_in_every_generator_it_inherits(tmp_path):
+    """Python's, numpy's, torch's and the interpreter's program order (autotune.verify.interp.launch), which a
+    fork would otherwise copy from the zygote: one run's draws would predict the next's."""
+    draws = [run_probe(tmp_path / str(i), {"draws": True}) for i in range(2)]
+    assert all(r.ok for r in draws), draws
+    first, second = (r.result["draws"] for r in draws)
+    assert set(first) == {"random", "numpy", "torch", "program order"}
+    assert all(first[k] != second[k] for k in first), (first, second)
+
+
+def test_a_status_above_128_that_names_no_ending_signal_is_an_exit_status(tmp_path):
+    for code in (147, 163):  # SIGSTOP's number would stop the process; 35 has no name
+        r = run_probe(tmp_path / str(code), {"exit": code})
+        assert not r.ok and r.returncode == code and r.signal is None, r

@@ -77,8 +77,9 @@ class ConstantLimits:
 
     def check(self, value: Any) -> Any:
         """`value` when within the bounds, else _NotConstant."""
-        if isinstance(value, int) and value.bit_length() > self.bits or (
-                isinstance(value, (str, tuple)) and len(value) > self.items):
+        inner = value.value if isinstance(value, tl.constexpr) else value
+        if isinstance(inner, int) and inner.bit_length() > self.bits or (
+                isinstance(inner, (str, tuple)) and len(inner) > self.items):
             raise _NotConstant
         return value
 
@@ -260,24 +261,36 @@ def constant(node: ast.AST | None, ns: dict) -> Any:
     if isinstance(node, ast.Tuple):
         return limits.check(tuple(constant(e, ns) for e in node.elts[:limits.items + 1]))
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-        return limits.check(_UNARY[type(node.op)](constant(node.operand, ns)))
+        operand = constant(node.operand, ns)
+        return _like(operand, limits.check(_UNARY[type(node.op)](_plain(operand))))
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         left, right = constant(node.left, ns), constant(node.right, ns)
-        limits.before(type(node.op), left, right)  # what would pass the bounds is never computed
+        a, b = _plain(left), _plain(right)  # tl.constexpr's operators are the plain values' (bounded as those)
+        limits.before(type(node.op), a, b)  # what would pass the bounds is never computed
         try:
-            return limits.check(_BINARY[type(node.op)](left, right))
+            value = limits.check(_BINARY[type(node.op)](a, b))
         except (ArithmeticError, TypeError, ValueError):  # 1 / 0, "a" - 1: no constant (Python would raise too)
             raise _NotConstant from None
+        return _like(left if isinstance(left, tl.constexpr) else right, value)
     if isinstance(node, ast.Call) and not node.keywords and len(node.args) <= 1:
         fn = _resolve(node.func, ns)
         if fn is tl.constexpr:
-            return tl.constexpr(constant(node.args[0], ns) if node.args else None)
+            return tl.constexpr(_plain(constant(node.args[0], ns)) if node.args else None)
     if isinstance(node, (ast.Name, ast.Attribute)):
         value = _resolve(node, ns)
         if isinstance(value, _CONSTANT_TYPES) or (isinstance(value, tuple) and all(
                 isinstance(v, _CONSTANT_TYPES) for v in value)):
             return value
     raise _NotConstant
+
+
+def _plain(value: Any) -> Any:
+    return value.value if isinstance(value, tl.constexpr) else value
+
+
+def _like(operand: Any, value: Any) -> Any:
+    """`value` as a tl.constexpr when the operand was one (as tl.constexpr's own operators return)."""
+    return tl.constexpr(value) if isinstance(operand, tl.constexpr) else value
 
 
 def _resolve(node: ast.AST, ns: dict):

@@ -133,6 +133,10 @@ def _on_host_frame(device: Device, frame: dict, send) -> str:
                                defence_refused=msg.defence_refused).send(send)
         return "stop"
     elif isinstance(msg, protocol.HostDone):
+        if msg.defence_refused:  # the candidate caught a refusal and went on: what it tried still decides
+            protocol.CaseError(None, "the candidate went on after the run-time defence refused it",
+                               defence_refused=msg.defence_refused).send(send)
+            return "stop"
         device.account.report().send(send)
         return "done"
     elif isinstance(msg, protocol.HostAuditLog):

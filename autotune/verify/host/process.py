@@ -298,7 +298,7 @@ def work(payload: dict, send, receive_fd: int) -> dict:
         done += 1
     if log is not None:
         wire.HostAuditLog(sorted(log)).send(send)
-    wire.HostDone().send(send)
+    wire.HostDone(guard.refused()).send(send)
     return {"cases_run": done}
 
 

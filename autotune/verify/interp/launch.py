@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import secrets
 from collections.abc import Callable
 
@@ -17,6 +18,14 @@ import numpy as np
 from triton.runtime import interpreter
 
 _rng = np.random.default_rng(secrets.randbits(128))
+
+
+def _reseed() -> None:
+    global _rng
+    _rng = np.random.default_rng(secrets.randbits(128))
+
+
+os.register_at_fork(after_in_child=_reseed)  # a forked worker (the sandbox's zygote, the host) draws its own
 
 
 def permute_programs() -> None:

@@ -36,16 +36,18 @@ from autotune.verify.verdict import Status, Verdict
 
 def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, device: str = "cpu",
           environment: dict | None = None, scan: bool = True, salt: bytes | None = None,
-          whole: bool | None = None) -> Verdict:
+          whole: bool | None = None, digest: str | None = None) -> Verdict:
     """The whole judgement of one candidate. shapes: the profile's `ProfiledShape`s (or `(shape, dtype, calls)`
     tuples), None for the target's defaults. `scan=False` skips the static policy (tests of the deeper
     defences use it; the CLI and the loop never do). `salt`: the secret the case inputs and the run's random
     sizes are drawn with, new for every run unless given (to replay a verdict's `inputs_salt`). `whole`: the
     GPU's plan (shapes whole, no range cases, no sampling, no dry calls); None: on a GPU only. With
-    device="cpu" and whole=True the GPU's plan runs on the interpreter (tests do, on small served shapes)."""
+    device="cpu" and whole=True the GPU's plan runs on the interpreter (tests do, on small served shapes).
+    `digest`: the file's sha256 when `source` is only its first bytes (a file over the size bound, not read
+    whole: autotune.verify._source)."""
     started = time.monotonic()
     verdict = Verdict(status=Status.RUNTIME_ERROR, reason="", target=target.name, candidate=str(path),
-                      candidate_sha256=hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest(),
+                      candidate_sha256=digest or hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest(),
                       environment=environment or {})
     stage = ["checking its size"]  # what the judge was doing, for the verdict if its own code fails
     try:

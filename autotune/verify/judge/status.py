@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from autotune.sandbox import Limits, SandboxResult
 from autotune.verify.judge.session import Session
-from autotune.verify.verdict import CaseResult, Status, plain, quoted
+from autotune.verify.verdict import CaseResult, Status, quoted
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +42,7 @@ def _denied(e: Ended) -> str:
     """The run-time defence's own record of what it refused (never an exception's text: the candidate may catch
     the refusal, or raise one it wrote)."""
     refused = e.session.defence_refused
-    return f"not allowed in the sandbox: {plain(refused[0])} (while {e.where})" if refused else ""
+    return f"not allowed in the sandbox: {quoted(refused[0])} (while {e.where})" if refused else ""
 
 
 def _import_failed(e: Ended) -> str:
@@ -154,11 +154,11 @@ def _uncovered(s: Session) -> str:
     for item in coverage.uncovered:
         at = item.get("dry_index")
         where = s.dry_labels.get(at, "a served shape") if isinstance(at, int) else "a served shape"
-        return (f"not proven: the launch {item.get('signature')} that the launcher makes at {where} never ran in "
-                "a compared case (a code path only served sizes reach is not checked here)")
-    for item in coverage.configs_not_run:
-        return (f"not proven: the autotune configuration {item.get('config')} of `{item.get('kernel')}` never ran "
-                "in a compared case (on a GPU the autotuner may pick it)")
+        return (f"not proven: the launch {quoted(str(item.get('signature')))} that the launcher makes at {where} "
+                "never ran in a compared case (a code path only served sizes reach is not checked here)")
+    for item in coverage.configs_not_run:  # the candidate's own values, quoted
+        return (f"not proven: the autotune configuration {quoted(str(item.get('config')))} of "
+                f"{quoted(str(item.get('kernel')))} never ran in a compared case (on a GPU the autotuner may pick it)")
     return ""
 
 

@@ -4,6 +4,7 @@ through one validating parse."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -60,13 +61,23 @@ class Report(Spec):
 
 
 class OpCounts(Spec):
-    """The aten ops the host counted: at most 200, names cut to 120 characters, counts ints; {} for anything
-    but a dict."""
+    """The aten ops the host counted: at most 200, counts ints; {} for anything but a dict. A name that is not an
+    op's (`aten.add`, `aten.copy_ (dtype conversion)`) is counted as NOT_AN_OP, which no rule allows: the host's
+    record was tampered with, and its text never reaches a verdict."""
 
     def check(self, value, where):
         if not isinstance(value, dict):
             return {}
-        return {str(k)[:120]: v for k, v in list(value.items())[:200] if type(v) is int}
+        counts: dict[str, int] = {}
+        for k, v in list(value.items())[:200]:
+            if type(v) is int:
+                name = str(k) if _OP_NAME.fullmatch(str(k)) else NOT_AN_OP
+                counts[name] = counts.get(name, 0) + v
+        return counts
+
+
+_OP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,100}( \(dtype conversion\))?")
+NOT_AN_OP = "(a name that is no op's)"
 
 
 class Configs(Spec):
@@ -212,6 +223,7 @@ class HostError(HostFailure):
 @dataclasses.dataclass(frozen=True)
 class HostDone(Message):
     kind: ClassVar[str] = "host_done"
+    defence_refused: list = spec(Lines(), [])  # refusals the candidate caught and went on after
 
 
 @dataclasses.dataclass(frozen=True)

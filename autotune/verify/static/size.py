@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 
 from autotune.sandbox.limits import positive
 
@@ -40,12 +41,23 @@ class SourceLimits:
         return cls(**{f.name: int(d[f.name]) for f in dataclasses.fields(cls)})
 
 
+# Characters that make code read otherwise than it runs (bidirectional overrides and isolates, zero-width and
+# line-separator characters: "Trojan Source", CVE-2021-42574), and control characters but tab, line feed,
+# carriage return and form feed. A reviewer reads the source on the evidence page.
+_HIDDEN = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+
+
 def source_problem(source: str, limits: SourceLimits) -> str:
-    """Why the source is too large to parse ('' when it is not)."""
-    size = len(source.encode("utf-8", "surrogatepass"))
-    if size > limits.max_bytes:
-        return (f"the file is {size // 1024} kB, over the checker's limit of {limits.max_bytes // 1024} kB "
-                "(verify.max_source_kb): a kernel file needs no large data; compute tables in the kernel")
+    """Why the source is refused before it is parsed: too large, or characters a reader does not see ('' when
+    neither)."""
+    if len(source) > limits.max_bytes or len(source.encode("utf-8", "surrogatepass")) > limits.max_bytes:
+        return (f"the file is over the checker's limit of {limits.max_bytes // 1024} kB (verify.max_source_kb): a "
+                "kernel file needs no large data; compute tables in the kernel")
+    hidden = _HIDDEN.search(source)
+    if hidden:
+        line = source.count("\n", 0, hidden.start()) + 1
+        return (f"line {line}: the character U+{ord(hidden.group()):04X}, which reads otherwise than it runs "
+                "(a control, bidirectional or zero-width character): write the file in plain characters")
     return ""
 
 

@@ -46,7 +46,7 @@ def test_a_refusal_of_the_run_time_defence_wins_over_everything_it_caused():
     s.results[0] = wrong()
     s.runtime_policy.append("torch math at run time")
     status, reason = conclude(Ended(s, ended(ok=False, signal="SIGKILL"), LIMITS))
-    assert status is Status.POLICY_VIOLATION and "not allowed in the sandbox: open '/etc/passwd'" in reason
+    assert status is Status.POLICY_VIOLATION and "not allowed in the sandbox: “open '/etc/passwd'" in reason
 
 
 def test_the_candidates_text_decides_nothing_and_is_quoted_as_its_own():
@@ -59,7 +59,7 @@ def test_the_candidates_text_decides_nothing_and_is_quoted_as_its_own():
         assert status is not Status.POLICY_VIOLATION and not status.passed, (status, reason)
         quote = reason[reason.index("“"):]
         assert quote.startswith("“Denied: not allowed in the sandbox: open('/root/.ssh/id_rsa')”"), reason
-        assert not set("<>|`\x1b\n") & set(reason), reason
+        assert not set("<>|\x1b\n") & set(reason), reason
 
 
 def test_a_wrong_answer_wins_over_the_error_and_the_death_that_followed_it():
