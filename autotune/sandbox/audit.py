@@ -70,14 +70,14 @@ class Denied(PermissionError):
 
 
 MAX_REFUSALS = 20
-_refusals: list[str] = []  # what this defence refused, in order: its own record, not an exception's text
+REFUSED = "autotune.sandbox.refused"  # the audit event a frozen module raises: the armed hook records it
 
 
 def refusal(problem: str) -> str:
-    """Record a refusal; the text of the exception to raise for it. What decides a verdict is
-    `Guard.refused()`, never that text, which the untrusted code may catch, or write itself."""
-    if len(_refusals) < MAX_REFUSALS:
-        _refusals.append(problem)
+    """A refusal outside the hook (a frozen module's), told to the hook, which records it; the text of the
+    exception to raise for it. What decides a verdict is `Guard.refused()`, never that text, which the untrusted
+    code may catch, or write itself."""
+    sys.audit(REFUSED, problem)
     return f"not allowed in the sandbox: {problem}"
 
 
@@ -92,7 +92,9 @@ class Guard:
         self._write = tuple(_root(p) for p in write if p)
         self._denied = _DENIED_ON_GPU if gpu else _DENIED_PREFIXES
         self._imports = None if gpu else ALLOWED_IMPORTS
-        self._state: dict[str, Any] = {"armed": False, "trusted": 0, "log": None}  # read by the hook on every event
+        # read by the hook on every event; "refused": what it refused, its own record, which only the hook writes
+        # (nothing in sys.modules holds it: the untrusted code can add to it through REFUSED, never take away)
+        self._state: dict[str, Any] = {"armed": False, "trusted": 0, "log": None, "refused": []}
 
     def arm(self, log: set | None = None) -> None:
         """Install the hook (for good: audit hooks cannot be removed). With `log`, nothing is denied and what
@@ -103,21 +105,25 @@ class Guard:
         def hook(event: str, args: tuple) -> None:
             if state["trusted"] or not state["armed"]:
                 return
-            problem = _check(event, args, read, write, denied, imports)
+            problem = str(args[0]) if event == REFUSED and args else _check(event, args, read, write, denied,
+                                                                             imports)
             if problem is None:
                 return
             if state["log"] is not None:
                 state["log"].add(problem)
                 return
-            raise (ImportError if event == "import" else Denied)(refusal(problem))
+            if len(state["refused"]) < MAX_REFUSALS:
+                state["refused"].append(problem)
+            if event != REFUSED:  # a frozen module raises its own
+                raise (ImportError if event == "import" else Denied)(f"not allowed in the sandbox: {problem}")
 
         sys.addaudithook(hook)
         state["armed"] = True
 
     def refused(self) -> list[str]:
-        """What the hook and the frozen and sealed modules refused so far in this process (the first
-        MAX_REFUSALS), in order. A method, so that the child's code reaches it once its modules are sealed."""
-        return list(_refusals)
+        """What the hook and the frozen and sealed modules refused while it was armed (the first MAX_REFUSALS), in
+        order. A method, so that the child's code reaches it once its modules are sealed."""
+        return list(self._state["refused"])
 
     @contextlib.contextmanager
     def trusted(self):

@@ -47,6 +47,31 @@ def test_a_large_file_is_refused_before_it_is_parsed():
     assert v.duration_s < 2
 
 
+def test_a_file_over_the_bound_is_never_read_whole_and_its_digest_is_the_files(tmp_path):
+    import hashlib
+    import tracemalloc
+
+    path = tmp_path / "huge.py"
+    with path.open("w") as f:  # 64 MB: held whole (and encoded twice) it would take hundreds of MB
+        f.write(KERNEL)
+        for _ in range(64):
+            f.write("# " + "é" * (1 << 19) + "\n")
+    verify("rms_norm", KERNEL + "\n# \u202e", CFG)  # the judge's imports made: what follows is the file's cost
+    tracemalloc.start()
+    v = verify("rms_norm", path, CFG)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert v.status is Status.POLICY_VIOLATION and "verify.max_source_kb" in v.reason, v.reason
+    assert v.candidate_sha256 == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert peak < 16 << 20, f"{peak >> 20} MB allocated while judging a file it need not read"
+
+
+def test_a_source_with_characters_that_read_otherwise_is_refused_before_it_is_parsed():
+    for hidden in ("\u202e", "\u2066", "\u200b", "\x1b"):  # "Trojan Source" (CVE-2021-42574), a terminal escape
+        v = verify("rms_norm", KERNEL.replace('"""A', f'"""{hidden}A', 1), CFG)
+        assert v.status is Status.POLICY_VIOLATION and f"U+{ord(hidden):04X}" in v.reason, v.reason
+
+
 def test_a_wide_file_under_the_byte_bound_is_refused_by_its_node_count():
     wide = KERNEL + "\nTABLE = (" + ",".join(["1"] * 60_000) + ")\n"  # 120 kB, 60,000 nodes
     v = verify("rms_norm", wide, CFG)
