@@ -49,7 +49,7 @@ from typing import Any
 from autotune.sandbox.channel import MAX_FRAME_BYTES, Reader, encode, read_frame, write_all
 from autotune.sandbox.limits import Limits
 from autotune.sandbox.schema import Schema, runner_schemas
-from autotune.sandbox.zygote import Forked, zygote
+from autotune.sandbox.zygote import Forked, stop_zygotes, zygote
 
 STDERR_TAIL_BYTES = 4000
 
@@ -123,6 +123,7 @@ def stop_all() -> None:
         running = list(_live.items())
     for pgid, uids in running:
         _kill_child(pgid, uids)
+    stop_zygotes()
 
 
 def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Limits, workdir: str | Path,

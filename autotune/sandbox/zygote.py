@@ -158,6 +158,14 @@ def zygote(module: str, gpu: bool, env: dict[str, str], workdir: Path) -> Zygote
         return found
 
 
+def stop_zygotes() -> None:
+    """Kill every zygote (the run was told to stop): none outlives the run, even one still making its imports."""
+    with _zygotes_lock:
+        for z in _zygotes.values():
+            with contextlib.suppress(ProcessLookupError):
+                z.proc.kill()
+
+
 # ----------------------------------------------------------------------------------------------- zygote side
 
 def main() -> None:
