@@ -142,9 +142,11 @@ def costs(r: Runs) -> pd.DataFrame:
     c = candidates(r)
     rows = []
     for run in r.runs["run"]:
-        acc = summarize(ledger_records(Path(run) / "ledger.jsonl"))
+        records = ledger_records(Path(run) / "ledger.jsonl")
+        acc = summarize(records)
         rows.append({"run": run, "candidates": int((c["run"] == run).sum()),
-                     "correct": int(c[c["run"] == run]["status"].map(is_correct).sum()),
+                     "correct": sum(map(is_correct, c.loc[c["run"] == run, "status"])),  # 0 for a run that judged none
+                     "died": _why_it_died(records),
                      "passing": acc["kernels_passing"], "accepted": acc["kernels_accepted"],
                      "tokens": acc["tokens"], "dollars": acc["dollars"], "per_kernel_basis": acc["per_kernel_basis"],
                      "tokens_per_kernel": _nan(acc["tokens_per_kernel"]),
@@ -152,6 +154,12 @@ def costs(r: Runs) -> pd.DataFrame:
                      **{k: _nan(acc[k]) for k in ("attempts", "failed_attempts", "retries", "failed_token_share",
                                                   "failed_dollar_share", "failed_wall_share", "retry_token_share")}})
     return pd.DataFrame(rows)
+
+
+def _why_it_died(records: list[dict]) -> str:
+    """The error a run stopped on (its last run-level `failed` record), '' for a run that did not."""
+    failed = [rec for rec in records if rec.get("kind") == "failed" and not rec.get("target")]
+    return str(failed[-1].get("error", ""))[:300] if failed else ""
 
 
 def _nan(x) -> float:
@@ -213,7 +221,7 @@ def settings_table(r: Runs) -> pd.DataFrame:
     out = r.runs.merge(costs(r), on="run").merge(best, on="run", how="left")
     cols = ["run_id", "agent", "agent_model", "temperature", "turns", "candidates_x", "prompt_variant", "targets",
             "candidates_y", "correct", "passing", "accepted", "best_speedup", "tokens", "dollars",
-            "dollars_per_kernel", "failed_token_share", "failed_wall_share", "retry_token_share"]
+            "dollars_per_kernel", "failed_token_share", "failed_wall_share", "retry_token_share", "died"]
     cols[1:1] = [c for c in out.columns if c.startswith("set:")]
     out = out[cols].rename(columns={"candidates_x": "candidates_per_target", "candidates_y": "judged"})
     return out
