@@ -85,20 +85,16 @@ class ConstantLimits:
 
     def before(self, op: type, left: Any, right: Any) -> None:
         """_NotConstant if `left op right` would pass the bounds, worked out from the operands' sizes alone."""
-        size = self.bits if isinstance(left, int) else self.items
-        if op is ast.Pow and isinstance(left, int) and isinstance(right, int):
-            if right < 0 or (abs(left) > 1 and right * left.bit_length() > size):
+        ints = isinstance(left, int) and isinstance(right, int)
+        if op is ast.Pow and ints and (right < 0 or (abs(left) > 1 and right * left.bit_length() > self.bits)):
+            raise _NotConstant
+        if op is ast.LShift and ints and right > self.bits:
+            raise _NotConstant
+        if op is ast.Mult and isinstance(left, (str, tuple)) != isinstance(right, (str, tuple)):
+            times, seq = (right, left) if isinstance(left, (str, tuple)) else (left, right)
+            if isinstance(times, int) and times * len(seq) > self.items:
                 raise _NotConstant
-        elif op is ast.LShift and isinstance(left, int) and isinstance(right, int):
-            if right > size:
-                raise _NotConstant
-        elif op is ast.Mult and isinstance(right, int) and isinstance(left, (str, tuple)):
-            if right * len(left) > self.items:
-                raise _NotConstant
-        elif op is ast.Mult and isinstance(left, int) and isinstance(right, (str, tuple)):
-            if left * len(right) > self.items:
-                raise _NotConstant
-        elif op is ast.Mod and isinstance(left, str):  # "%0999999999d" % 1: a format's width is unbounded
+        if op is ast.Mod and isinstance(left, str):  # "%0999999999d" % 1: a format's width is unbounded
             raise _NotConstant
 
 
