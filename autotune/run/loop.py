@@ -418,9 +418,12 @@ def accounting_line(agent: str, acc: dict[str, Any]) -> str:
     line = f"agent {agent}: {acc.get('requests', 0)} LLM requests, {acc.get('tokens', 0):,} tokens"
     if acc.get("cache_hit_rate") is not None:
         line += f" ({pct(acc['cache_hit_rate'])} of prompt tokens cached)"
-    line += f", ${acc.get('dollars', 0):.4f}; {kernels} {basis} kernel(s)"
+    unpriced = bool(acc.get("tokens")) and not acc.get("dollars")  # tokens at no cost: agent.price is all zero
+    line += (", dollars not counted (agent.price is not set)" if unpriced else f", ${acc.get('dollars', 0):.4f}")
+    line += f"; {kernels} {basis} kernel(s)"
     if kernels and acc.get("tokens"):
-        line += f", {acc.get('tokens_per_kernel', 0):,.0f} tokens and ${acc.get('dollars_per_kernel', 0):.4f} each"
+        line += f", {acc.get('tokens_per_kernel', 0):,.0f} tokens" + (
+            " each" if unpriced else f" and ${acc.get('dollars_per_kernel', 0):.4f} each")
     if acc.get("attempts"):
         line += (f"; {acc.get('failed_attempts', 0)} of {acc['attempts']} attempts failed, "
                  f"{acc.get('retries', 0)} were retries")

@@ -87,3 +87,14 @@ def test_the_run_summary_never_rounds_a_share_up_across_a_goal():
     assert pct(0.847) == "84.7%" and pct(0.8499) == "84.9%" and pct(0.29) == "29.0%" and pct(1.0) == "100.0%"
     line = accounting_line("openai", {**summarize([_llm(0, 1, 1000, 0, 10, 0.0)]), "cache_hit_rate": 0.8496})
     assert "84.9% of prompt tokens cached" in line and "85" not in line.split("cached")[0]
+
+
+def test_tokens_at_no_cost_say_the_prices_are_unset_instead_of_printing_zero_dollars():
+    from autotune.run.loop import accounting_line
+
+    unpriced = accounting_line("openai", summarize([_llm(0, 1, 1000, 0, 10, 0.0), _cand(0, 1, "unmeasured")]))
+    assert "dollars not counted (agent.price is not set)" in unpriced and "$" not in unpriced, unpriced
+    priced = accounting_line("openai", summarize([_llm(0, 1, 1000, 0, 10, 0.0123), _cand(0, 1, "unmeasured")]))
+    assert "$0.0123" in priced and "not set" not in priced, priced
+    search = accounting_line("search", summarize([_cand(0, 1, "unmeasured")]))  # no LLM, nothing to price
+    assert "$0.0000" in search, search
