@@ -20,7 +20,7 @@ import jinja2
 from autotune.env import Environment
 from autotune.records import ProfiledShape, amdahl_gain
 from autotune.text import fence
-from autotune.verify.verdict import Verdict
+from autotune.verify.verdict import INVISIBLE, Verdict
 
 if TYPE_CHECKING:
     from autotune.publish.types import ProposalRequest
@@ -33,7 +33,7 @@ _META = re.compile(r"<!-- autotune-proposal: (\{.*?\}) -->")
 # than any run of backticks in the source, so nothing in it ends the match early)
 _FOLDED = re.compile(r"<details><summary>(Every shape[^<]*)</summary>.*?</details>"
                      r"|<details><summary>(Kernel source)</summary>\n\n(`{3,})python\n.*?\n\3\n</details>", re.DOTALL)
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+_CONTROL = re.compile(f"[\r\x0c{INVISIBLE}]")  # a tab stays; line breaks are spaces by then
 CELL_CHARS = 600  # the most of any one text a table cell shows
 
 

@@ -31,9 +31,11 @@ _BEARER = re.compile(r"(\bBearer\s+)([A-Za-z0-9._~+/=-]{8,})")
 
 
 CANDIDATE_TEXT_CHARS = 300  # what a reason shows of one message the candidate's processes wrote
-# Control characters (terminal escapes among them), line and paragraph separators, bidirectional overrides and
-# zero-width characters: nothing that moves the cursor, breaks a line or reorders what a reader sees.
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+# Characters a reader does not see as written: control characters but tab, line feed, carriage return and form
+# feed (terminal escapes among them), line and paragraph separators, bidirectional overrides and isolates,
+# zero-width characters. One class for every place that refuses or strips them (a source, a reason, a page's cell).
+INVISIBLE = "\x00-\x08\x0b\x0e-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff"
+_UNPRINTABLE = re.compile(f"[\t\n\r\x0c{INVISIBLE}]")  # and the line breaks: a reason is one line
 # Markup and quotation marks, as look-alikes: no HTML, table cell or closing quote of ours (a page escapes the
 # rest for its own format: publish.evidence's `cell`, report.html's autoescape; a code span stays inside the quote).
 _MARKUP = str.maketrans({"<": "‹", ">": "›", "|": "¦", '"': "'", "“": "'", "”": "'"})

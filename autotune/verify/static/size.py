@@ -11,6 +11,7 @@ import dataclasses
 import re
 
 from autotune.sandbox.limits import positive
+from autotune.verify.verdict import INVISIBLE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,10 +42,9 @@ class SourceLimits:
         return cls(**{f.name: int(d[f.name]) for f in dataclasses.fields(cls)})
 
 
-# Characters that make code read otherwise than it runs (bidirectional overrides and isolates, zero-width and
-# line-separator characters: "Trojan Source", CVE-2021-42574), and control characters but tab, line feed,
-# carriage return and form feed. A reviewer reads the source on the evidence page.
-_HIDDEN = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+# Characters that make code read otherwise than it runs ("Trojan Source", CVE-2021-42574): a reviewer reads the
+# source on the evidence page.
+_HIDDEN = re.compile(f"[{INVISIBLE}]")
 
 
 def source_problem(source: str, limits: SourceLimits) -> str:
