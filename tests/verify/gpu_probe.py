@@ -109,6 +109,32 @@ def _own_rows(y_ptr, x_ptr, N: tl.constexpr):  # each program reads and rewrites
     tl.store(y_ptr + offs, tl.load(y_ptr + offs) + 1.0)
 
 
+@triton.jit
+def _bf16_ops(x_ptr, y_ptr, z_ptr, out_ptr, sums_ptr, idx_ptr, N: tl.constexpr):  # bf16 in, bf16 arithmetic
+    offs = tl.arange(0, N)
+    x, y, z = tl.load(x_ptr + offs), tl.load(y_ptr + offs), tl.load(z_ptr + offs)
+    tl.store(out_ptr + 0 * N + offs, x + y)
+    tl.store(out_ptr + 1 * N + offs, x - y)
+    tl.store(out_ptr + 2 * N + offs, x * y)
+    tl.store(out_ptr + 3 * N + offs, -x)
+    tl.store(out_ptr + 4 * N + offs, tl.maximum(x, y))
+    tl.store(out_ptr + 5 * N + offs, tl.minimum(x, y))
+    tl.store(out_ptr + 6 * N + offs, tl.where(x < y, x, z))
+    tl.store(out_ptr + 7 * N + offs, tl.fma(x, y, z))
+    tl.store(out_ptr + 8 * N + offs, tl.clamp(x, z - 1.0, z + 1.0) * 1)  # fp32 bounds: promoted to fp32
+    tl.store(out_ptr + 9 * N + offs, tl.clamp(x, -tl.abs(y), tl.abs(y)))
+    tl.store(out_ptr + 10 * N + offs, tl.cumsum(x, 0))
+    tl.store(sums_ptr + 0, tl.sum(x, 0))
+    tl.store(sums_ptr + 1, tl.max(x, 0))
+    tl.store(sums_ptr + 2, tl.min(x, 0))
+    tl.store(idx_ptr + 0, tl.argmax(x, 0))
+    tl.store(idx_ptr + 1, tl.argmin(x, 0))
+
+
+BF16_OUTPUTS = ("add", "sub", "mul", "neg", "maximum", "minimum", "where_less", "fma", "clamp_fp32", "clamp",
+                "cumsum")
+
+
 def _attempt(fn):
     try:
         return fn()
@@ -141,6 +167,9 @@ def make_inputs() -> dict:
     inputs["to_bf16_i32"] = torch.tensor([3, -5, 1000, 2 ** 24 + 1, 2 ** 24 + 3, 65535, -2 ** 31, 2 ** 31 - 1],
                                          dtype=torch.int32)
     inputs["race_x"] = torch.randn(4, 8, generator=g)
+    xyz = torch.randn(3, 64, generator=g) * torch.tensor([[1.0], [3.0], [0.5]])
+    xyz[:, :4] = torch.tensor([[1.5, 2, -3, 0.25], [2, 3, 0.5, 4], [-1, 1, -2, 2]])  # the example first
+    inputs["bf16_xyz"] = xyz.bfloat16()
     return inputs
 
 
@@ -202,8 +231,20 @@ def _races(inputs: dict) -> dict:
     return out
 
 
+def _bf16(inputs: dict) -> dict:
+    x, y, z = inputs["bf16_xyz"]
+    out = torch.empty(len(BF16_OUTPUTS), 64, dtype=torch.bfloat16)
+    sums, idx = torch.empty(3, dtype=torch.bfloat16), torch.empty(2, dtype=torch.int32)
+    ran = _attempt(lambda: _bf16_ops[(1,)](x, y, z, out, sums, idx, N=64))
+    if isinstance(ran, dict):
+        return ran
+    return {**dict(zip(BF16_OUTPUTS, out)), "sum": sums[0], "max": sums[1], "min": sums[2], "argmax": idx[0],
+            "argmin": idx[1]}
+
+
 def run_all(inputs: dict) -> dict:
-    return {"dot": _dots(inputs), "cast": _casts(inputs), "scalar": _scalars(), "race": _races(inputs)}
+    return {"dot": _dots(inputs), "cast": _casts(inputs), "scalar": _scalars(), "race": _races(inputs),
+            "bf16": _bf16(inputs)}
 
 
 if __name__ == "__main__":
