@@ -12,6 +12,7 @@ import sys
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 from autotune.verify.interp.install import install
 from autotune.verify.interp.races import race_in
@@ -131,6 +132,25 @@ def _bf16_ops(x_ptr, y_ptr, z_ptr, out_ptr, sums_ptr, idx_ptr, N: tl.constexpr):
     tl.store(idx_ptr + 1, tl.argmin(x, 0))
 
 
+@triton.jit
+def _libdevice(x_ptr, out_ptr, N: tl.constexpr):  # a vetted libdevice function per row of out
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    tl.store(out_ptr + 0 * N + offs, libdevice.round(x))
+    tl.store(out_ptr + 1 * N + offs, libdevice.rint(x))
+    tl.store(out_ptr + 2 * N + offs, libdevice.rsqrt(tl.abs(x) + 1.0))
+    tl.store(out_ptr + 3 * N + offs, libdevice.pow(x, 2.0))
+    tl.store(out_ptr + 4 * N + offs, libdevice.tanh(x))
+    tl.store(out_ptr + 5 * N + offs, libdevice.erf(x))
+
+
+@triton.jit
+def _libdevice_bf16(x_ptr, out_ptr, N: tl.constexpr):  # CUDA's libdevice has no bf16 overloads: a compile error
+    offs = tl.arange(0, N)
+    tl.store(out_ptr + offs, libdevice.tanh(tl.load(x_ptr + offs)))
+
+
+LIBDEVICE_OUTPUTS = ("round", "rint", "rsqrt", "pow", "tanh", "erf")
 BF16_OUTPUTS = ("add", "sub", "mul", "neg", "maximum", "minimum", "where_less", "fma", "clamp_fp32", "clamp",
                 "cumsum")
 
@@ -170,6 +190,7 @@ def make_inputs() -> dict:
     xyz = torch.randn(3, 64, generator=g) * torch.tensor([[1.0], [3.0], [0.5]])
     xyz[:, :4] = torch.tensor([[1.5, 2, -3, 0.25], [2, 3, 0.5, 4], [-1, 1, -2, 2]])  # the example first
     inputs["bf16_xyz"] = xyz.bfloat16()
+    inputs["libdevice_x"] = torch.tensor([0.5, 1.5, 2.5, -0.5, -2.5, 0.49999997, -1.25, 3.0] * 2)
     return inputs
 
 
@@ -242,9 +263,17 @@ def _bf16(inputs: dict) -> dict:
             "argmin": idx[1]}
 
 
+def _libdevices(inputs: dict) -> dict:
+    x = inputs["libdevice_x"]
+    out = torch.empty(len(LIBDEVICE_OUTPUTS), 16)
+    ran = _attempt(lambda: _libdevice[(1,)](x, out, N=16))
+    half = _attempt(lambda: _libdevice_bf16[(1,)](x.bfloat16(), torch.empty(16, dtype=torch.bfloat16), N=16))
+    return {**(ran if isinstance(ran, dict) else dict(zip(LIBDEVICE_OUTPUTS, out))), "bf16": half}
+
+
 def run_all(inputs: dict) -> dict:
     return {"dot": _dots(inputs), "cast": _casts(inputs), "scalar": _scalars(), "race": _races(inputs),
-            "bf16": _bf16(inputs)}
+            "bf16": _bf16(inputs), "libdevice": _libdevices(inputs)}
 
 
 if __name__ == "__main__":

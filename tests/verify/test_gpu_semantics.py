@@ -241,6 +241,23 @@ def test_bf16_arithmetic_is_on_values_and_rounds_once(probe):
     assert stock["mul"][:4].tolist() == [0, 0, -2, 2] and not torch.equal(stock["neg"], want["neg"].bfloat16())
 
 
+# ---- libdevice ---------------------------------------------------------------------------------------------
+
+def test_vetted_libdevice_functions_run_on_the_interpreter_as_cuda_defines_them(probe):
+    x = probe["inputs"]["libdevice_x"].double()
+    got = probe["patched"]["libdevice"]
+    assert "error" not in got, got
+    # round: half away from zero (__nv_roundf); rint: half to even (__nv_rintf)
+    assert got["round"][:8].tolist() == [1.0, 2.0, 3.0, -1.0, -3.0, 0.0, -1.0, 3.0]
+    assert got["rint"][:8].tolist() == [0.0, 2.0, 2.0, -0.0, -2.0, 0.0, -1.0, 3.0]
+    for name, want in (("rsqrt", 1 / (x.abs() + 1).sqrt()), ("pow", x ** 2), ("tanh", x.tanh()), ("erf", torch.erf(x))):
+        assert _err(got[name], want) <= 2e-7 * max(1.0, float(want.abs().max())), name  # fp32, correctly rounded
+    # no bf16 overload in CUDA's libdevice: refused on the CPU as the compiler refuses it
+    assert "error" in got["bf16"] and "libdevice overloads of tanh" in got["bf16"]["error"]
+    # the stock interpreter runs the stubs (`...`): None where a value should be
+    assert "error" in probe["stock"]["libdevice"]
+
+
 # ---- races -------------------------------------------------------------------------------------------------
 
 def test_races_between_programs_are_found_and_named(probe):

@@ -134,7 +134,8 @@ def test_each_rule_fires_with_its_reason(body, fragment):
 
 @pytest.mark.parametrize("module", ["os", "sys", "subprocess", "socket", "ctypes", "gc", "inspect", "importlib",
                                     "threading", "pathlib", "numpy", "torch.nn.functional", "typing", "functools",
-                                    "triton.runtime", "triton.language.core", "triton.language.extra.libdevice"])
+                                    "triton.runtime", "triton.language.core", "triton.language.extra.cuda.libdevice",
+                                    "triton.language.extra"])
 def test_imports_outside_the_allow_list_are_findings(module):
     found = findings(prefix=f"import {module}\n")
     assert any(f"imports `{module}`" in f for f in found), found
@@ -205,6 +206,39 @@ def test_kernels_use_only_listed_language_members(line, fragment):
     source = KERNEL.replace("    offs = tl.arange(0, BLOCK)\n", f"    offs = tl.arange(0, BLOCK)\n{line}\n")
     found = scan(parse(source), RMS)
     assert any(fragment in f for f in found), found
+
+
+LIBDEVICE_KERNEL = KERNEL.replace("tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)",
+                                  "tl.store(y_ptr + offs, {call}, mask=offs < n)")
+
+
+@pytest.mark.parametrize("prefix, call", [
+    ("from triton.language.extra.libdevice import rsqrt, round as rnd\n",
+     "rnd(rsqrt(tl.load(x_ptr + offs, mask=offs < n)))"),
+    ("from triton.language.extra import libdevice\n", "libdevice.pow(tl.load(x_ptr + offs, mask=offs < n), 2.0)"),
+    ("import triton.language.extra.libdevice as ld\n", "ld.tanh(tl.load(x_ptr + offs, mask=offs < n))"),
+])
+def test_vetted_libdevice_functions_may_be_called_in_kernels(prefix, call):
+    assert scan(parse(prefix + LIBDEVICE_KERNEL.replace("{call}", call)), RMS) == []
+
+
+@pytest.mark.parametrize("prefix, call, body, fragment", [
+    ("from triton.language.extra import libdevice\n", "libdevice.clz(offs)", "pass",
+     "triton.language.extra.libdevice.clz"),  # not vetted: not run by the interpreter as on the GPU
+    ("from triton.language.extra.libdevice import popc\n", "offs", "pass", "imports `triton.language.extra.libdevice.popc`"),
+    ("from triton.language.extra.libdevice import rsqrt\n", "offs", "z = rsqrt(x)", "`triton.language.extra.libdevice.rsqrt`"),
+    ("from triton.language.extra.cuda import libdevice\n", "offs", "pass", "imports from `triton.language.extra.cuda`"),
+])
+def test_libdevice_is_for_kernels_and_only_its_vetted_functions(prefix, call, body, fragment):
+    found = scan(parse(prefix + LIBDEVICE_KERNEL.replace("{call}", call).replace("{body}", body)), RMS)
+    assert any(fragment in f for f in found), found
+
+
+def test_the_vetted_libdevice_names_are_the_ones_the_interpreter_runs():
+    from autotune.verify.interp.libdevice import VETTED
+    from autotune.verify.static.allowlist import KERNEL_LIBDEVICE
+
+    assert set(KERNEL_LIBDEVICE) == set(VETTED)
 
 
 def test_a_language_name_triton_does_not_have_is_left_to_the_compiler():

@@ -4,7 +4,7 @@ The device process (autotune.verify.device.process) holds the real case data and
 the interpreter, so it must never run the candidate's Python: no module-level statement, no launcher, no
 decorator argument. It builds the kernels from the syntax tree instead:
 
-- the imports of the allowed modules (torch, triton, triton.language, math) bind their names;
+- the imports of the allowed modules (torch, triton, triton.language, math, the vetted libdevice) bind their names;
 - a top-level assignment binds its name only when its value is a constant expression this module can
   evaluate itself (numbers, strings, tuples, `tl.constexpr(...)`, dtypes, arithmetic on those); anything
   else is left unbound, and a kernel that reads it fails to compile, as it would if the file were wrong;
@@ -42,12 +42,14 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction
 
 from autotune.verify.static import policy, size
 
-_MODULES = {"torch": torch, "triton": triton, "triton.language": tl, "math": math}
+_MODULES = {"torch": torch, "triton": triton, "triton.language": tl, "math": math,
+            "triton.language.extra.libdevice": libdevice}  # its vetted functions as interp.libdevice installed them
 # What a kernel body may name beyond its file's own constants and kernels (Triton's front end has its own
 # namespace for these; the interpreter runs the body as Python and needs them as builtins).
 _KERNEL_BUILTINS = {name: getattr(builtins, name) for name in
@@ -168,6 +170,9 @@ def _bind_import(stmt: ast.Import | ast.ImportFrom, ns: dict) -> None:
             if a.name in _MODULES:
                 ns[a.asname or a.name.split(".")[0]] = _MODULES[a.name if a.asname else a.name.split(".")[0]]
         return
+    for a in stmt.names if not stmt.level else ():  # from triton.language.extra import libdevice
+        if f"{stmt.module}.{a.name}" in _MODULES:
+            ns[a.asname or a.name] = _MODULES[f"{stmt.module}.{a.name}"]
     module = _MODULES.get(stmt.module or "") if not stmt.level else None
     for a in stmt.names if module is not None else ():
         value = getattr(module, a.name, None)

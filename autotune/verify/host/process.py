@@ -233,7 +233,7 @@ def _snapshot(module) -> dict[str, tuple]:
 
 def _fingerprint(value, depth: int = 0) -> tuple:
     if isinstance(value, (list, tuple, set, frozenset, dict)) and depth < 3:
-        items = list(value.items()) if isinstance(value, dict) else list(value)
+        items = [x for kv in value.items() for x in kv] if isinstance(value, dict) else list(value)  # no fresh pairs
         return (id(value), len(value), tuple(_fingerprint(v, depth + 1) for v in items[:64]))
     return (id(value),)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from autotune.verify.interp import bf16, bounds, fastpatch, launch, numerics, races, sampling
+from autotune.verify.interp import bf16, bounds, fastpatch, launch, libdevice, numerics, races, sampling
 
 PATCHES: tuple[tuple[str, Callable[[], None]], ...] = (
     ("language patching once per launch, not per program (cheaper, same result)", fastpatch.install),
@@ -20,6 +20,7 @@ PATCHES: tuple[tuple[str, Callable[[], None]], ...] = (
     ("fp32 -> bf16 rounded to nearest even", numerics.round_bf16_like_gpu),
     ("bf16 arithmetic on values, each result rounded once", bf16.install),
     ("tl.dot as the tensor cores compute it", numerics.install_dot),
+    ("the vetted libdevice functions computed on the interpreter", libdevice.install),
     ("casts as PTX cvt", numerics.install_casts),
     ("scalar arguments typed as the JIT types them", numerics.install_scalar_arguments),
     ("tl.range counters as typed scalars", numerics.install_loop_counters),

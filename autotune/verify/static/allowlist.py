@@ -38,10 +38,10 @@ IMPORTS: dict[str, str] = {
     "triton": "@triton.jit and its launch helpers",
     "triton.language": "the language kernels are written in",
     "math": "integer helpers for block sizes in the launcher (ceil, log2)",
+    "triton.language.extra.libdevice": "CUDA's libdevice math in kernels, only the functions in KERNEL_LIBDEVICE",
 }
-# Not importable, on purpose: `triton.language.extra.libdevice` (Liger-Kernel's optional rsqrt import):
-# triton 3.9's CPU interpreter cannot run it (libdevice.rsqrt raises AttributeError on NoneType,
-# measured), so a file using it could not be checked here; `tl.math` has rsqrt, exp, log, sqrt, erf, fma.
+# Not importable: `triton.language.extra.cuda` and the other backends' modules (a kernel names the portable
+# stub module, which the compiler maps to the GPU's own), `triton.language.extra` beyond libdevice.
 # `typing`, `functools`, `__future__`: `from typing import sys` reached the worker's modules (issue 8).
 ALLOWED_IMPORTS = tuple(IMPORTS)
 
@@ -108,6 +108,17 @@ KERNEL_TL: dict[str, tuple[Use, str]] = {
 KERNEL_MATH: dict[str, tuple[Use, str]] = _group(
     "abs ceil cos div_rn erf exp exp2 fdiv floor fma log log2 rsqrt sin sqrt sqrt_rn umulhi", Use.CALL,
     "math functions (Liger-Kernel writes tl.math.rsqrt)")
+
+# `libdevice.NAME` in kernels: functions `triton.language` lacks (round, tanh, pow) or that production kernels
+# pin (Liger-Kernel's rsqrt). Each runs on the CPU interpreter as autotune.verify.interp.libdevice computes it
+# (fp32/fp64 only, as CUDA's overloads; a test keeps the two lists equal); not listed: the integer and bit
+# functions (clz, popc, byte_perm ...), the _rd/_ru/_rz rounding variants and the fast_* approximations but
+# fast_expf/fast_logf, none of which an interpreter run was made to match.
+KERNEL_LIBDEVICE: dict[str, tuple[Use, str]] = _group(
+    "rsqrt sqrt cbrt exp exp2 exp10 expm1 fast_expf log log2 log10 log1p fast_logf tanh sinh cosh erf sin cos tan "
+    "asin acos atan round rint nearbyint trunc floor ceil pow fmod div_rn atan2 hypot", Use.CALL,
+    "libdevice math (vetted: fp32/fp64 as on the GPU, run by the interpreter)")
+LIBDEVICE = "triton.language.extra.libdevice"
 
 # Python builtins, outside kernels. Not listed, among others: open, exec, eval, compile, __import__,
 # getattr/setattr/delattr/hasattr, globals/locals/vars/dir, type/isinstance/id (introspection: a kernel

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import ast
 
-from autotune.verify.static.allowlist import KERNEL_MATH, KERNEL_TL, Use
+from autotune.verify.static.allowlist import KERNEL_LIBDEVICE, KERNEL_MATH, KERNEL_TL, LIBDEVICE, Use
 
 COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
 
 def kernel_tl(dotted: str) -> tuple[Use, str] | None:
+    if dotted.startswith(LIBDEVICE + "."):
+        return KERNEL_LIBDEVICE.get(dotted[len(LIBDEVICE) + 1:])
     parts = dotted.split(".")[2:]
     if len(parts) == 1:
         return KERNEL_TL.get(parts[0])
@@ -24,8 +26,9 @@ def exists(dotted: str) -> bool:
     import importlib
 
     missing = object()
-    obj: object = importlib.import_module("triton.language")
-    for part in dotted.split(".")[2:]:
+    module = LIBDEVICE if dotted.startswith(LIBDEVICE + ".") else "triton.language"  # a submodule tl may not hold yet
+    obj: object = importlib.import_module(module)
+    for part in dotted.split(".")[len(module.split(".")):]:
         obj = getattr(obj, part, missing)
         if obj is missing:
             return False

@@ -36,6 +36,8 @@ from autotune.verify.static.allowlist import (
     IMPORTS,
     KERNEL_ATTRIBUTES,
     KERNEL_BUILTINS,
+    KERNEL_LIBDEVICE,
+    LIBDEVICE,
     METHODS,
     NAMES,
     Use,
@@ -194,13 +196,16 @@ class _Scanner:
                     self.aliases[a.name.split(".")[0]] = a.name.split(".")[0]
             return
         module = node.module or ""
-        if node.level or module not in IMPORTS:
+        # `from triton.language.extra import libdevice`: a listed module imported from its parent
+        submodules = all(f"{module}.{a.name}" in IMPORTS for a in node.names)
+        if node.level or (module not in IMPORTS and not submodules):
             self.flag(node, f"imports from `{'.' * node.level}{module}` (allowed: {allowed})")
             return
         self.shadows(node, {a.asname or a.name: f"{module}.{a.name}" for a in node.names if a.name != "*"})
         for a in node.names:
             dotted = f"{module}.{a.name}"
-            if a.name == "*" or (dotted not in NAMES and dotted not in IMPORTS):
+            libdevice = module == LIBDEVICE and a.name in KERNEL_LIBDEVICE  # used in kernels only (dotted_use)
+            if a.name == "*" or (dotted not in NAMES and dotted not in IMPORTS and not libdevice):
                 self.flag(node, f"imports `{dotted}`, which is not on the allow-list")
             else:
                 self.aliases[a.asname or a.name] = dotted
