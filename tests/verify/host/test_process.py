@@ -52,6 +52,20 @@ def test_a_call_that_changes_a_module_level_value_is_tampering(monkeypatch):
         host.call(remember, [torch.zeros(2)], module, before, [])
 
 
+def test_keyword_defaults_and_dicts_that_nobody_changes_are_not_tampering():
+    def helper(x, *, scale=None):  # libdevice's interpreted functions take `_semantic=None` so
+        return x
+
+    module = types.ModuleType("candidate")
+    module.helper, module.table = helper, {"a": (1, 2)}
+    assert host._snapshot(module) == host._snapshot(module)
+    before = host._snapshot(module)
+    helper.__kwdefaults__["scale"] = 2.0
+    module.table["b"] = 3
+    changed = {k for k in before if before[k] != host._snapshot(module)[k]}
+    assert changed == {"helper (default arguments)", "table"}
+
+
 def test_a_call_that_removes_the_launch_report_is_tampering(monkeypatch):
     monkeypatch.setattr(host._calls, "hook", object())  # not what InterpretedFunction.run is now
     module = types.ModuleType("candidate")
