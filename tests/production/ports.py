@@ -16,27 +16,46 @@ from tests.production.wheels import Source, read, take
 
 HEADER = "import torch\nimport triton\nimport triton.language as tl\n"
 LIGER = ("liger-kernel", "0.8.5")
+FLAG_GEMS = ("flag-gems", "5.0.2")
 
 
 @dataclasses.dataclass(frozen=True)
 class Port:
     name: str  # library/kernel, as the tests' ids show it
     target: str
-    source: Source
-    names: tuple[str, ...]  # the top-level definitions taken from the module
+    source: Source  # the module the kernel comes from
+    names: tuple[str, ...]  # the top-level definitions taken from it
     launcher: str  # our code: the target's entry point calling the taken kernels
     imports: str = ""  # what the module's own (conditional) imports bind, as Triton 3.9 on NVIDIA resolves them
+    helpers: tuple[tuple[Source, tuple[str, ...]], ...] = ()  # jit helpers from the library's other modules
+    # textual edits of the taken code, each (old, new), for library plumbing the checker cannot import: FlagGems'
+    # `@libentry()` (a host-side launch cache) and `tle.program_id` (its helper, taken from its own module)
+    edits: tuple[tuple[str, str], ...] = ()
 
     def candidate(self) -> str:
-        taken = take(read(self.source), self.names, str(self.source))
-        return (f'"""{self.name}: {self.source}, taken at test time; the launcher is autotune\'s test adapter."""\n\n'
-                f"{HEADER}{self.imports}\n\n{taken}\n\n\n{self.launcher.strip()}\n")
+        parts = [take(read(src), names, str(src)) for src, names in self.helpers]
+        parts.append(take(read(self.source), self.names, str(self.source)))
+        taken = "\n\n\n".join(parts)
+        for old, new in self.edits:
+            if old not in taken:
+                raise KeyError(f"{self.name}: the edit {old!r} -> {new!r} finds nothing (the wheel changed)")
+            taken = taken.replace(old, new)
+        edits = "; ".join(f"{old!r} -> {new!r}" for old, new in self.edits) or "none"
+        return (f'"""{self.name}: {self.source}, taken at test time (edits: {edits}); the launcher is autotune\'s '
+                f'test adapter."""\n\n{HEADER}{self.imports}\n\n{taken}\n\n\n{self.launcher.strip()}\n')
 
 
 def _liger(path: str) -> Source:
     return Source(*LIGER, f"liger_kernel/ops/{path}")
 
 
+def _flag_gems(path: str) -> Source:
+    return Source(*FLAG_GEMS, f"flag_gems/{path}")
+
+
+NO_LIBENTRY = ("@libentry()\n", "")
+FLAG_GEMS_PLUMBING = dict(helpers=((_flag_gems("utils/triton_lang_extension.py"), ("program_id",)),),
+                          edits=(NO_LIBENTRY, ("tle.program_id(", "program_id(")))
 LIBDEVICE_RSQRT = "from triton.language.extra.libdevice import rsqrt\n"
 
 PORTS = (
@@ -108,4 +127,48 @@ def softmax(x):
                                                           num_warps=8 if BLOCK_SIZE >= 2048 else 4)
     return y2d.view(*batch, n_cols)
 '''),
+    Port("flag_gems/rms_norm", "rms_norm", _flag_gems("ops/rms_norm.py"), ("rms_norm_kernel",), '''
+def rms_norm(x, weight, eps):
+    shape = x.shape
+    N = shape[-1]
+    x2 = x.reshape(-1, N)
+    M = x2.shape[0]
+    y = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    inv_rms = torch.empty((M,), device=x.device, dtype=torch.float32)
+    # FlagGems launches this kernel up to N = 4096 and an autotuned loop kernel above (configs from its runtime's
+    # YAML, not taken): this single-block kernel is correct for every N, so it serves every width here
+    rms_norm_kernel[M,](y, inv_rms, x2, weight, N, 1, x2.stride(0), 1, N, eps, triton.next_power_of_2(N))
+    return y.reshape(shape)
+''', edits=(NO_LIBENTRY,)),
+    Port("flag_gems/fused_add_rms_norm", "fused_add_rms_norm", _flag_gems("fused/fused_add_rms_norm.py"),
+         ("fused_add_rms_norm_kernel",), '''
+def fused_add_rms_norm(x, residual, weight, eps):
+    shape = x.shape
+    N = shape[-1]
+    out = x.reshape(-1, N).clone()  # FlagGems works in place on both: on copies here, returned as the outputs
+    res = residual.reshape(-1, N).clone()
+    M = out.shape[0]
+    fused_add_rms_norm_kernel[M,](out, res, weight, N, 1, N, 1, N, eps, triton.next_power_of_2(N))
+    return out.reshape(shape), res.reshape(shape)
+''', **FLAG_GEMS_PLUMBING),
+    Port("flag_gems/rotary_embedding", "rotary_embedding", _flag_gems("fused/rotary_embedding.py"),
+         ("apply_rotary_pos_emb_kernel",), '''
+# FlagGems passes its cos/sin cache's length, the model's max_position_embeddings (a constant of the model, only
+# its device_assert reads it); the target hands cos/sin gathered per token, so the model's constant is written here
+MAX_POSITIONS = 131072
+
+
+def rotary_embedding(x, cos, sin):
+    tokens, heads, head_dim = x.shape
+    q_out = torch.empty((tokens, heads, head_dim), dtype=x.dtype, device=x.device)
+    k = torch.zeros((tokens, 1, head_dim), dtype=x.dtype, device=x.device)  # one spare k head
+    k_out = torch.empty_like(k)
+    # cos/sin are [T, D/2] already gathered per token: no position ids, seq_len = T picks row t for token t
+    apply_rotary_pos_emb_kernel[(tokens,)](
+        q_out, k_out, x, k, cos, sin, None, x.stride(0), x.stride(1), x.stride(2), k.stride(0), k.stride(1),
+        k.stride(2), q_out.stride(0), q_out.stride(1), q_out.stride(2), k_out.stride(0), k_out.stride(1),
+        k_out.stride(2), 0, cos.stride(0), sin.stride(0), tokens, heads, 1, head_dim,
+        max(triton.next_power_of_2(head_dim), 16), False, MAX_POSITIONS)
+    return q_out
+''', **FLAG_GEMS_PLUMBING),
 )

@@ -77,6 +77,22 @@ def test_constant_defaults_and_annotations_are_kept(tmp_path):
     assert kernels.constexpr_args["kernel"] == ("n", "BLOCK")
 
 
+@pytest.mark.parametrize("keyword, kept", [("do_not_specialize=['eps']", ["eps"]),  # FlagGems writes a list
+                                           ("do_not_specialize=('eps',)", ("eps",))])
+def test_jit_keywords_may_be_lists_or_tuples_of_constants(tmp_path, keyword, kept):
+    source = kernel(params="eps, ").replace("@triton.jit", f"@triton.jit({keyword})")
+    kernels = load(source, tmp_path / "kernels.py", BOUNDS)
+    assert kernels.compiled["kernel"].do_not_specialize == kept or list(kernels.compiled["kernel"].do_not_specialize) \
+        == [1]  # Triton keeps the names or turns them into positions
+
+
+def test_a_jit_keyword_list_that_is_not_constants_is_refused(tmp_path):
+    source = kernel(top="WHICH = divmod(7, 2)", params="eps, ").replace(
+        "@triton.jit", "@triton.jit(do_not_specialize=[WHICH])")  # a name bound to no constant
+    with pytest.raises(KernelSourceError, match="do_not_specialize"):
+        load(source, tmp_path / "kernels.py", BOUNDS)
+
+
 @pytest.mark.parametrize("top", [
     "A = 10 ** 64\nB = A ** 64\nC = B ** 64\nD = C ** 64",  # each step under a per-operation cap, together not
     "A = 1 << 100_000",

@@ -224,6 +224,8 @@ def _kernel(fn: ast.FunctionDef, path: Path, ns: dict, interpreted: bool):
 
 def _vetted(node: ast.AST, ns: dict, fn: ast.FunctionDef, what: str) -> Any:
     try:
+        if isinstance(node, ast.List):  # `do_not_specialize=["eps"]`, as FlagGems writes it: a list of constants
+            return list(constant(ast.Tuple(elts=node.elts, ctx=ast.Load()), ns))
         return constant(node, ns)
     except _NotConstant:
         raise KernelSourceError(f"line {getattr(node, 'lineno', fn.lineno)}: {what} of kernel `{fn.name}` is not a "
