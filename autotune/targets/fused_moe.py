@@ -32,7 +32,7 @@ another order or keep the intermediates in fp32.
 import torch
 import torch.nn.functional as F
 
-from autotune.targets.base import ForeignOp, OpClass, Target, activations, upcast
+from autotune.targets.base import ATOMIC_REDUCTIONS, ForeignOp, OpClass, Target, activations, upcast
 from autotune.targets.space import Knob, SearchSpace, configs
 
 
@@ -180,6 +180,7 @@ SEARCH = SearchSpace(
 
 TARGET = Target(
     name="fused_moe",
+    atomic_tolerance=ATOMIC_REDUCTIONS,  # split-K / the top-k combine by tl.atomic_add: repeats may differ
     summary="the routed experts of a MoE layer: top-k expert SwiGLU MLPs per token, weighted and summed",
     reference=fused_moe,
     make_inputs=make_inputs,

@@ -75,7 +75,7 @@ def test_a_signal_while_judging_stops_the_run_at_once_and_resume_finishes_it(tmp
     out, _ = proc.communicate(timeout=60)
     took = time.monotonic() - sent
     print(f"{name}: exit {proc.returncode} {took:.1f} s after the signal, {len(workers)} processes running then")
-    assert proc.returncode == code, out[-3000:]
+    assert proc.returncode == code, f"exit {proc.returncode}: {out[-3000:]}"
     assert took < 15, took
     assert f"run stopped: stopped by {name}" in out and f"autotune run resume={run_dir}" in out, out[-2000:]
     time.sleep(0.5)

@@ -175,7 +175,7 @@ def test_judge_case_checks_mutation_aliasing_repeat_and_refill():
     assert not result.passed and nondeterministic and "two calls on the same inputs differ bitwise" in result.note
     atomic = dataclasses.replace(RMS, atomic_tolerance={torch.float32: FP32})  # a split-K sum's order, declared
     result, nondeterministic = judge_case(atomic, case, data, again(good, outputs=[wobble]), FP32)
-    assert result.passed and nondeterministic and "atomic bound" in result.note
+    assert result.passed and nondeterministic and "non-deterministic (atomics)" in result.note
     tight = dataclasses.replace(RMS, atomic_tolerance={torch.float32: Tolerance(rtol=0.0, atol=1e-9)})
     assert "atomic-reduction bound" in judge_case(tight, case, data, again(good, outputs=[wobble]), FP32)[0].note
     counted = replace(good, long_differs=2048, long_calls=3000)

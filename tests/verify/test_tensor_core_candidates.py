@@ -76,3 +76,15 @@ def test_an_autotuned_accumulator_the_tuner_resets_is_accepted():
     runs) is followed by the tuner's reset, as on a GPU, so the answer is right."""
     v = verify("linear", CANDIDATES / "linear_autotune_reset.py", compose(["verify=quick", "verify.dtypes=[float32]"]))
     assert v.status is Status.UNMEASURED, v.reason
+
+
+def test_split_k_with_atomics_is_accepted_as_non_deterministic_unless_bitwise_repeats_are_demanded():
+    """Issue 27: the standard split-K idiom (tl.atomic_add of partial sums, in whatever order the programs run) is
+    correct; two calls differ in the last bits. linear declares atomic reductions, so repeats may differ within its
+    tolerance, and the verdict says so; verify.bitwise_repeats=true refuses it (batch-invariant serving)."""
+    quick = ["verify=quick", "verify.dtypes=[float32]"]
+    v = verify("linear", CANDIDATES / "linear_splitk_atomic.py", compose(quick))
+    assert v.status is Status.UNMEASURED, v.reason
+    assert v.nondeterministic and any("non-deterministic (atomics)" in n for n in v.notes), v.notes
+    strict = verify("linear", CANDIDATES / "linear_splitk_atomic.py", compose([*quick, "verify.bitwise_repeats=true"]))
+    assert strict.status is Status.INCORRECT and "differ bitwise" in strict.reason, strict.reason

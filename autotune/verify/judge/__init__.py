@@ -9,6 +9,7 @@ correct candidate is `unmeasured` on the interpreter; on a GPU, timing decides b
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import secrets
 import tempfile
@@ -100,7 +101,9 @@ def _judge(target: Target, source: str, path: str, cfg_verify, verdict: Verdict,
     plan = case_plan.plan(target, shapes, plan_config, salt)
     stage[0] = "running its cases"
     with _one_thread():
-        session = Session(target, plan, {})
+        # verify.bitwise_repeats: no atomic-reduction bound excuses two calls that differ
+        judged = dataclasses.replace(target, atomic_tolerance=None) if cfg_verify.get("bitwise_repeats") else target
+        session = Session(judged, plan, {})
         interpreted = not plan_config.whole
         reach = case_plan.coverage_cases(target, case_plan.served_calls(target, shapes, plan_config), plan_config,
                                          len(plan)) if interpreted else []  # what may follow the plan
@@ -135,8 +138,9 @@ def _record(verdict: Verdict, session: Session, run: SandboxResult, cut_note: st
     verdict.sandbox = run.isolation
     verdict.stderr_tail = (session.compile_error or (session.case_error.error if session.case_error else "")
                            or run.stderr_tail)
-    verdict.notes = [n for n in (cut_note, "non-deterministic: two calls on the same inputs differed bitwise"
-                                 if session.nondeterministic else "") if n]
+    verdict.notes = [n for n in (cut_note, "non-deterministic (atomics): two calls on the same inputs differed "
+                                 "bitwise, within the target's atomic-reduction bound" if session.nondeterministic
+                                 else "") if n]
     if nsight:
         verdict.notes.append("verify.nsight: Nsight Compute metrics of candidates are not collected yet (the "
                              "candidate runs unprivileged and ncu needs counter access); `autotune profile` has them "

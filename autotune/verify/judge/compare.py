@@ -230,8 +230,9 @@ def judge_case(target: Target, case: Case, data: CaseData, ev: CaseEvidence,
                    "returned differently from the first of that run (behaviour that depends on how often it was "
                    "called: state between calls)")
     result.passed = failure is None
-    notes = [failure] if failure else [first.note, "non-deterministic within the target's declared atomic bound: two "
-                                       "calls on the same inputs differ bitwise" if nondeterministic else "", why_not]
+    repeats = ("non-deterministic (atomics): two calls on the same inputs differ bitwise, within the target's "
+               "atomic-reduction bound") if nondeterministic else ""
+    notes = [failure] if failure else [first.note, repeats, why_not]
     result.note = "; ".join(n for n in [*notes, ev.sampled or ""] if n)
     return result, nondeterministic
 
@@ -261,7 +262,8 @@ def _repeat_failure(target: Target, case: Case, again, first) -> str | None:
     bound = target.atomic_tolerance.get(case.dtype) if target.atomic_tolerance else None
     if bound is None:
         return ("two calls on the same inputs differ bitwise (a race between programs, a result that depends on "
-                "the output's address, or state; this target declares no atomic reduction that would excuse it)")
+                "the output's address, or state; this target declares no atomic reduction that would excuse it, or "
+                "verify.bitwise_repeats demands bitwise repeats)")
     for j, (a, b) in enumerate(zip(again, first)):
         if not same_bits(a, b) and not compare(a, b, b.double(), bound).passed:
             return (f"two calls on the same inputs differ by more than the target's atomic-reduction bound (rtol "
