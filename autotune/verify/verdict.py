@@ -188,6 +188,7 @@ class Verdict:
     speedup_geomean: float | None = None  # weighted by the profile's call counts
     measured: bool = False  # timings come from a GPU
     nondeterministic: bool = False
+    fp32_dots: list[str] = dataclasses.field(default_factory=list)  # fp32 tl.dot taken below IEEE (e.g. ["tf32"])
     policy: list[str] = dataclasses.field(default_factory=list)  # static-scan findings
     sandbox: dict[str, Any] = dataclasses.field(default_factory=dict)  # isolation that was applied
     stderr_tail: str = ""  # the candidate process's stderr, trimmed (compile errors, tracebacks)

@@ -226,3 +226,18 @@ def test_declared_in_place_writes_are_checked_and_others_forbidden():
     wrote_x = again(good, inputs_after=[data.written[1].clone()] + after[1:])
     note = judge_case(INPLACE, case, data, wrote_x, FP32)[0].note
     assert "modified its input `x`" in note and "only to: `residual`" in note and "(second call)" in note
+
+
+def test_tf32_reads_fp32_as_a_tensor_core_does_and_the_reference_takes_its_products_so():
+    from autotune.verify.plan.data import tf32, tf32_reference
+
+    x = torch.tensor([1.0 + 2.0 ** -12, -(1.0 + 2.0 ** -10 + 2.0 ** -11), float("nan"), float("inf"), 3.0])
+    assert tf32(x)[:2].tolist() == [1.0, -(1.0 + 2.0 ** -10)]  # the 13 low bits dropped (toward zero)
+    assert tf32(x)[2].isnan() and tf32(x)[3:].tolist() == [float("inf"), 3.0]
+    from autotune.targets import get
+
+    g = torch.Generator().manual_seed(0)
+    a, w = torch.randn(8, 64, generator=g), torch.randn(16, 64, generator=g)
+    (through,) = tf32_reference(get("linear"), (a, w))
+    assert torch.equal(through, tf32(a) @ tf32(w).T)  # F.linear's product, its factors in TF32
+    assert not torch.equal(through, a @ w.T)

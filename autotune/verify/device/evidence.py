@@ -29,6 +29,7 @@ class CaseRecord:
     sampled: str | None = None  # a range case: what its sample compared
     output_valid: list | None = None
     inputs_written: list | None = None
+    fp32_dots: set[str] = dataclasses.field(default_factory=set)  # reduced input precisions of fp32 tl.dot
 
     def record_ops(self, ops) -> None:
         if isinstance(ops, dict):
@@ -42,7 +43,8 @@ class CaseRecord:
             output_strides=self.output_strides, aliased=self.aliased, reused=self.reused, clobbered=clobbered,
             guards_broken=guards_broken, torch_ops=dict(self.torch_ops), long_calls=long_calls,
             long_differs=self.long_differs, repeat=self.calls.get("repeat"), refill=self.calls.get("refill"),
-            output_valid=self.output_valid, inputs_written=self.inputs_written, sampled=self.sampled)
+            output_valid=self.output_valid, inputs_written=self.inputs_written, sampled=self.sampled,
+            fp32_dots=sorted(self.fp32_dots))
 
 
 def outputs(buffers: Buffers, refs) -> tuple[list, list[str]]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import re
 import sys
 import time
 from pathlib import Path
@@ -33,6 +34,9 @@ from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction, create_function_from_signature
 
 TARGET = GPUTarget("cuda", 90, 32)  # H100: the front end's checks do not depend on the architecture
+# an fp32 x fp32 tt.dot below IEEE: `tt.dot %a, %b, %c, inputPrecision = tf32 : tensor<16x16xf32> * ...` (IEEE
+# prints no inputPrecision); tl.dot's default on NVIDIA is tf32
+_REDUCED_FP32_DOT = re.compile(r"tt\.dot [^:\n]*inputPrecision = (\w+) : tensor<[^>]*xf32> \* tensor<[^>]*xf32>")
 MODULE_NAME = "candidate_for_the_compiler"
 
 
@@ -46,7 +50,7 @@ class FrontEnd:
     def __init__(self, kernels: dict[str, JITFunction]):
         self.kernels = kernels
         self.backend = make_backend(TARGET)
-        self.compiled: set[tuple] = set()
+        self.compiled: dict[tuple, frozenset[str]] = {}  # specialization -> its reduced fp32 dot precisions
         self.seconds = 0.0
 
     @classmethod
@@ -69,11 +73,12 @@ class FrontEnd:
             triton.knobs.runtime.interpret = interpret
         return cls(_kernels(vars(module)))
 
-    def check(self, name: str, args: tuple, kwargs: dict) -> None:
-        """Compile the kernel `name` for these launch arguments, unless this specialization already was."""
+    def check(self, name: str, args: tuple, kwargs: dict) -> frozenset[str]:
+        """Compile the kernel `name` for these launch arguments, unless this specialization already was; the input
+        precisions below IEEE at which it takes fp32 tl.dot operands (tf32 unless the kernel says otherwise)."""
         started = time.perf_counter()
         try:
-            self._compile(name, args, kwargs)
+            return self._compile(name, args, kwargs)
         except CompilationError:
             raise
         except Exception as e:  # noqa: BLE001 - untrusted code's failure, of any kind, is reported, never raised here
@@ -84,7 +89,7 @@ class FrontEnd:
         finally:
             self.seconds += time.perf_counter() - started
 
-    def _compile(self, name: str, args: tuple, kwargs: dict) -> None:
+    def _compile(self, name: str, args: tuple, kwargs: dict) -> frozenset[str]:
         fn = self.kernels.get(name)
         if fn is None:
             raise CompilationError(f"the launched kernel `{name}` is not a top-level @triton.jit function of the file")
@@ -93,15 +98,16 @@ class FrontEnd:
         options, signature, constexprs, attrs = fn._pack_args(self.backend, kwargs, bound, specialization, options)
         key = (name, repr(signature), repr(constexprs), repr(attrs), repr(sorted(options.__dict__.items())))
         if key in self.compiled:
-            return
+            return self.compiled[key]
         source = ASTSource(fn, signature, constexprs, attrs)
         context = ir.context()
         ir.load_dialects(context)
         self.backend.load_dialects(context)
         codegen = self.backend.get_codegen_implementation(options)
         with _library_compiled():
-            source.make_ir(TARGET, options, codegen, self.backend.get_module_map(), context)  # verifies the module
-        self.compiled.add(key)
+            module = source.make_ir(TARGET, options, codegen, self.backend.get_module_map(), context)  # verified
+        self.compiled[key] = frozenset(_REDUCED_FP32_DOT.findall(str(module)))
+        return self.compiled[key]
 
 
 def _kernels(namespace: dict) -> dict[str, JITFunction]:

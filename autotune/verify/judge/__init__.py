@@ -103,7 +103,11 @@ def _judge(target: Target, source: str, path: str, cfg_verify, verdict: Verdict,
     with _one_thread():
         # verify.bitwise_repeats: no atomic-reduction bound excuses two calls that differ
         judged = dataclasses.replace(target, atomic_tolerance=None) if cfg_verify.get("bitwise_repeats") else target
-        session = Session(judged, plan, {})
+        fp32_dot = str(cfg_verify.get("fp32_dot", "tf32"))
+        if fp32_dot not in ("tf32", "ieee"):
+            raise UserError(f"verify.fp32_dot={fp32_dot!r}: tf32 (accept fp32 tl.dot at TF32, held to a TF32 "
+                            "reference) or ieee (demand IEEE fp32 products)")
+        session = Session(judged, plan, {}, fp32_dot)
         interpreted = not plan_config.whole
         reach = case_plan.coverage_cases(target, case_plan.served_calls(target, shapes, plan_config), plan_config,
                                          len(plan)) if interpreted else []  # what may follow the plan
@@ -135,6 +139,7 @@ def _record(verdict: Verdict, session: Session, run: SandboxResult, cut_note: st
     """The evidence of the isolated run, into the verdict."""
     verdict.cases = [session.results[i] for i in sorted(session.results)]
     verdict.nondeterministic = session.nondeterministic
+    verdict.fp32_dots = sorted(session.fp32_dots)
     verdict.sandbox = run.isolation
     verdict.stderr_tail = (session.compile_error or (session.case_error.error if session.case_error else "")
                            or run.stderr_tail)

@@ -34,7 +34,7 @@ import torch
 
 from autotune.targets.base import Target, Tolerance, dtype_name
 from autotune.verify.plan.cases import Case
-from autotune.verify.plan.data import CaseData
+from autotune.verify.plan.data import CaseData, tf32_reference
 from autotune.verify.protocol import CaseEvidence
 from autotune.verify.verdict import CaseResult
 
@@ -200,9 +200,22 @@ def evidence(data: CaseData, tol: Tolerance) -> tuple[bool, str]:
     return True, ""
 
 
+# tl.dot input precisions at or above TF32's accuracy (Triton 3.9's names); one not listed is held to IEEE
+REDUCED_FP32_DOTS = ("tf32", "tf32x3", "bf16x3", "bf16x6")
+THROUGH_TF32 = ("fp32 through TF32 (tl.dot's default input_precision on NVIDIA): judged against the reference with "
+                "its matrix products in TF32")
+
+
 def judge_case(target: Target, case: Case, data: CaseData, ev: CaseEvidence,
-               tol: Tolerance) -> tuple[CaseResult, bool]:
-    """(the case's result, whether the candidate was non-deterministic on it)."""
+               tol: Tolerance, fp32_dot: str = "tf32") -> tuple[CaseResult, bool]:
+    """(the case's result, whether the candidate was non-deterministic on it). `fp32_dot` (verify.fp32_dot): "tf32"
+    holds an fp32 case whose tl.dot ran below IEEE to the accuracy of the reference with TF32 matrix products (as
+    torch.backends.cuda.matmul.allow_tf32 computes); "ieee" to the IEEE reference, like any other."""
+    reduced = case.dtype == torch.float32 and bool(ev.fp32_dots)
+    tf32 = reduced and fp32_dot == "tf32" and set(ev.fp32_dots) <= set(REDUCED_FP32_DOTS)
+    if tf32:
+        data = dataclasses.replace(data, reference=tf32_reference(target, data.args), refill_reference=(
+            tf32_reference(target, data.refill_args) if data.refill_args is not None else None))
     if ev.output_valid is not None:  # a range case: only what the sampled programs wrote is compared
         ev, data = _sampled(ev, data)
     counted, why_not = evidence(data, tol)
@@ -230,9 +243,13 @@ def judge_case(target: Target, case: Case, data: CaseData, ev: CaseEvidence,
                    "returned differently from the first of that run (behaviour that depends on how often it was "
                    "called: state between calls)")
     result.passed = failure is None
+    if failure and reduced and not tf32:
+        failure += (f" (its fp32 tl.dot ran at {', '.join(ev.fp32_dots)}, and verify.fp32_dot=ieee demands IEEE: pass "
+                    "input_precision=\"ieee\")" if fp32_dot == "ieee" else
+                    f" (its fp32 tl.dot ran at {', '.join(ev.fp32_dots)}, held to IEEE)")
     repeats = ("non-deterministic (atomics): two calls on the same inputs differ bitwise, within the target's "
                "atomic-reduction bound") if nondeterministic else ""
-    notes = [failure] if failure else [first.note, repeats, why_not]
+    notes = [failure] if failure else [first.note, repeats, THROUGH_TF32 if tf32 else "", why_not]
     result.note = "; ".join(n for n in [*notes, ev.sampled or ""] if n)
     return result, nondeterministic
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+import torch
+
 from autotune.targets.base import Target
 from autotune.verify import protocol
 from autotune.verify.judge.compare import judge_case
@@ -16,8 +18,9 @@ from autotune.verify.verdict import CaseResult
 class Session:
     """The judge's state while the worker runs; `on_frame` sees each frame as it arrives."""
 
-    def __init__(self, target: Target, cases: list[Case], data: dict[int, CaseData]):
-        self.target, self.cases, self.data = target, cases, data
+    def __init__(self, target: Target, cases: list[Case], data: dict[int, CaseData], fp32_dot: str = "tf32"):
+        self.target, self.cases, self.data, self.fp32_dot = target, cases, data, fp32_dot
+        self.fp32_dots: set[str] = set()  # the reduced precisions its fp32 cases' tl.dot ran at
         self.results: dict[int, CaseResult] = {}
         self.running: int | None = None
         self.compile_error = ""
@@ -87,8 +90,10 @@ class Session:
             self.protocol = f"an unexpected or malformed result for case {i!r}"
             return True
         case = self.cases[i]
-        result, nondeterministic = judge_case(self.target, case, self.data.pop(i), ev,
-                                              self.target.tolerances[case.dtype])  # its data is needed no more
+        result, nondeterministic = judge_case(self.target, case, self.data.pop(i), ev,  # its data is needed no more
+                                              self.target.tolerances[case.dtype], self.fp32_dot)
+        if case.dtype == torch.float32:
+            self.fp32_dots.update(ev.fp32_dots)
         self.results[i] = result
         self.nondeterministic |= nondeterministic
         launches = ev.launches

@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 
 import torch
+import torch.utils._python_dispatch
 
 from autotune.targets.base import Shape, Target, dtype_name
 from autotune.verify.plan.cases import Case
@@ -74,6 +75,39 @@ def _aten_gemms():
     an Inf or NaN, where a GPU's GEMM and ATen's keep them to their own row. About 50 ms for a 2048 x 583 x 583
     range case, a few ms for the others; CUDA tensors do not use these flags."""
     return torch.backends.mkldnn.flags(enabled=False, deterministic=False, allow_tf32=None, fp32_precision=None)
+
+
+_TF32_LOW_BITS = 0x1FFF  # the 13 mantissa bits an fp32 has and a TF32 lacks
+# The matrix products of aten (what torch.matmul, F.linear and einsum come to): the positions of their factors
+_PRODUCTS = {"mm": (0, 1), "bmm": (0, 1), "addmm": (1, 2), "baddbmm": (1, 2), "mv": (0, 1), "addmv": (1, 2),
+             "dot": (0, 1), "addbmm": (1, 2)}
+
+
+def tf32(x: torch.Tensor) -> torch.Tensor:
+    """fp32 values as a TF32 tensor core reads them (Triton's tl.dot: the low mantissa bits dropped); NaN stays."""
+    truncated = (x.contiguous().view(torch.int32) & ~_TF32_LOW_BITS).view(torch.float32).view(x.shape)
+    return torch.where(torch.isnan(x), x, truncated)
+
+
+class _TF32Products(torch.utils._python_dispatch.TorchDispatchMode):
+    """Every fp32 matrix product of the reference with its factors read as TF32: the reference as
+    `torch.backends.cuda.matmul.allow_tf32` computes it, but truncating as Triton's tl.dot does."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        factors = _PRODUCTS.get(func.overloadpacket.__name__, ())
+        args = tuple(tf32(a) if i in factors and isinstance(a, torch.Tensor) and a.dtype == torch.float32 else a
+                     for i, a in enumerate(args))
+        return func(*args, **(kwargs or {}))
+
+
+def tf32_reference(target: Target, args: tuple) -> tuple[torch.Tensor, ...]:
+    """The reference's outputs on these (fp32) inputs with its matrix products through TF32: the accuracy a kernel
+    whose fp32 tl.dot runs at TF32 (its default on NVIDIA) is held to."""
+    names = target.arg_names
+    own = tuple(a.clone() if isinstance(a, torch.Tensor) and names[i] in target.mutates else a
+                for i, a in enumerate(args))
+    with _aten_gemms(), _TF32Products():
+        return as_tuple(target.reference(*own))
 
 
 def answers(target: Target, args: tuple) -> tuple[tuple, tuple]:
