@@ -17,6 +17,8 @@ from tests.production.wheels import Source, read, take
 HEADER = "import torch\nimport triton\nimport triton.language as tl\n"
 LIGER = ("liger-kernel", "0.8.5")
 FLAG_GEMS = ("flag-gems", "5.0.2")
+UNSLOTH = ("unsloth", "2026.10.9")
+SGLANG = ("sglang", "0.5.23")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,18 +31,20 @@ class Port:
     imports: str = ""  # what the module's own (conditional) imports bind, as Triton 3.9 on NVIDIA resolves them
     helpers: tuple[tuple[Source, tuple[str, ...]], ...] = ()  # jit helpers from the library's other modules
     # textual edits of the taken code, each (old, new), for library plumbing the checker cannot import: FlagGems'
-    # `@libentry()` (a host-side launch cache) and `tle.program_id` (its helper, taken from its own module)
+    # `tle.program_id` (its helper, taken from its own module)
     edits: tuple[tuple[str, str], ...] = ()
+    from_jit: bool = False  # drop the library's wrappers above @triton.jit (FlagGems' libentry cache, libtuner)
 
     def candidate(self) -> str:
         parts = [take(read(src), names, str(src)) for src, names in self.helpers]
-        parts.append(take(read(self.source), self.names, str(self.source)))
+        parts.append(take(read(self.source), self.names, str(self.source), self.from_jit))
         taken = "\n\n\n".join(parts)
         for old, new in self.edits:
             if old not in taken:
                 raise KeyError(f"{self.name}: the edit {old!r} -> {new!r} finds nothing (the wheel changed)")
             taken = taken.replace(old, new)
-        edits = "; ".join(f"{old!r} -> {new!r}" for old, new in self.edits) or "none"
+        edits = "; ".join([*(f"{old!r} -> {new!r}" for old, new in self.edits),
+                           *(["the decorators above @triton.jit dropped"] if self.from_jit else [])]) or "none"
         return (f'"""{self.name}: {self.source}, taken at test time (edits: {edits}); the launcher is autotune\'s '
                 f'test adapter."""\n\n{HEADER}{self.imports}\n\n{taken}\n\n\n{self.launcher.strip()}\n')
 
@@ -53,9 +57,12 @@ def _flag_gems(path: str) -> Source:
     return Source(*FLAG_GEMS, f"flag_gems/{path}")
 
 
-NO_LIBENTRY = ("@libentry()\n", "")
+def _unsloth(path: str) -> Source:
+    return Source(*UNSLOTH, f"unsloth/kernels/{path}")
+
+
 FLAG_GEMS_PLUMBING = dict(helpers=((_flag_gems("utils/triton_lang_extension.py"), ("program_id",)),),
-                          edits=(NO_LIBENTRY, ("tle.program_id(", "program_id(")))
+                          edits=(("tle.program_id(", "program_id("),), from_jit=True)
 LIBDEVICE_RSQRT = "from triton.language.extra.libdevice import rsqrt\n"
 
 PORTS = (
@@ -139,7 +146,7 @@ def rms_norm(x, weight, eps):
     # YAML, not taken): this single-block kernel is correct for every N, so it serves every width here
     rms_norm_kernel[M,](y, inv_rms, x2, weight, N, 1, x2.stride(0), 1, N, eps, triton.next_power_of_2(N))
     return y.reshape(shape)
-''', edits=(NO_LIBENTRY,)),
+''', from_jit=True),
     Port("flag_gems/fused_add_rms_norm", "fused_add_rms_norm", _flag_gems("fused/fused_add_rms_norm.py"),
          ("fused_add_rms_norm_kernel",), '''
 def fused_add_rms_norm(x, residual, weight, eps):
@@ -170,5 +177,55 @@ def rotary_embedding(x, cos, sin):
         k_out.stride(2), 0, cos.stride(0), sin.stride(0), tokens, heads, 1, head_dim,
         max(triton.next_power_of_2(head_dim), 16), False, MAX_POSITIONS)
     return q_out
+''', **FLAG_GEMS_PLUMBING),
+    Port("unsloth/rms_layernorm", "rms_norm", _unsloth("rms_layernorm.py"), ("_rms_layernorm_forward",), '''
+def rms_norm(x, weight, eps):
+    shape = x.shape
+    X = x.reshape(-1, shape[-1])
+    n_rows, n_cols = X.shape
+    Y = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    r = torch.empty(n_rows, dtype=torch.float32, device=x.device)
+    BLOCK_SIZE = triton.next_power_of_2(n_cols)
+    # strides, width and eps are constexprs in Unsloth's kernel: one compile per model, as Unsloth launches it
+    _rms_layernorm_forward[(n_rows,)](Y, X, weight, r, Y.stride(0), X.stride(0), weight.stride(0), r.stride(0),
+                                      n_cols, eps, n_rows * max(X.stride(0), n_cols) > 2 ** 31 - 1024,
+                                      BLOCK_SIZE=BLOCK_SIZE, num_warps=8 if BLOCK_SIZE >= 2048 else 4)
+    return Y.reshape(shape)
+'''),
+    Port("unsloth/swiglu", "silu_and_mul", _unsloth("swiglu.py"), ("_fg_kernel",), '''
+def silu_and_mul(x):
+    half = x.shape[-1] // 2
+    e = x[..., :half].contiguous()  # Unsloth's gate and up are separate tensors: split the fused projection
+    g = x[..., half:].contiguous()
+    h = torch.empty(e.shape, dtype=x.dtype, device=x.device)
+    n_elements = e.numel()
+    _fg_kernel[(triton.cdiv(n_elements, 1024),)](e, g, h, n_elements, BLOCK_SIZE=1024,
+                                                 LONG_INDEXING=0 if n_elements <= 2 ** 31 - 4096 else 1)
+    return h
+'''),
+    Port("sglang/fused_rmsnorm", "rms_norm", Source(*SGLANG, "sglang/kernels/ops/layernorm/fused_rmsnorm.py"),
+         ("fused_rmsnorm_kernel",), '''
+def rms_norm(x, weight, eps):
+    shape = x.shape
+    hidden_dim = shape[-1]
+    x2 = x.reshape(-1, hidden_dim).contiguous()  # SGLang's kernel takes dense rows (its wrapper asserts 2-D)
+    output = torch.empty_like(x2)
+    fused_rmsnorm_kernel[(x2.shape[0],)](output, x2, weight, eps=eps, hidden_dim=hidden_dim,
+                                         BLOCK_SIZE=triton.next_power_of_2(hidden_dim),
+                                         num_warps=max(min(triton.next_power_of_2(triton.cdiv(hidden_dim, 256)), 32), 4))
+    return output.reshape(shape)
+'''),
+    Port("flag_gems/mm", "linear", _flag_gems("ops/mm.py"), ("prev_multiple_of", "mm_kernel_general"), '''
+def linear(x, weight):
+    M, K = x.shape
+    N = weight.shape[0]
+    b = weight.t()  # [K, N], strides (1, K): FlagGems' mm reads B by its strides
+    c = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    # one of FlagGems' tuned configs for its `mm` key (its runtime's YAML, not taken); GROUP_M as its wrapper passes
+    BLOCK_M, BLOCK_N = 64, 64
+    mm_kernel_general[(triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)](
+        x, b, c, M, N, K, x.stride(0), x.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=32, GROUP_M=8, num_stages=3, num_warps=4)
+    return c
 ''', **FLAG_GEMS_PLUMBING),
 )

@@ -33,3 +33,6 @@ def test_a_port_takes_definitions_verbatim_and_names_what_is_missing():
     assert take(text, ("C", "f")) == "@deco(1)\ndef f(a):\n    return a  # kept\n\n\nC: int = 3"
     with pytest.raises(KeyError, match="defines no \\['g'\\]"):
         take(text, ("f", "g"), "the module")
+    wrapped = "@libentry()\n@libtuner(\n    configs=[],\n)\n@triton.jit(do_not_specialize=['eps'])\ndef k(x):\n    pass\n"
+    assert take(wrapped, ("k",), from_jit=True) == "@triton.jit(do_not_specialize=['eps'])\ndef k(x):\n    pass"
+    assert take(wrapped, ("k",)).startswith("@libentry()")

@@ -96,9 +96,21 @@ def _defined(node: ast.stmt) -> list[str]:
     return []
 
 
-def take(text: str, names: tuple[str, ...], where: str = "") -> str:
-    """The top-level definitions `names` of a module's text, verbatim and in the module's order; KeyError names
-    the ones the module does not define (the wheel changed: the port needs a look)."""
+def _decorators_kept(node: ast.stmt, from_jit: bool) -> list:
+    decorators = getattr(node, "decorator_list", [])
+    if not from_jit:
+        return decorators
+    for i, d in enumerate(decorators):  # the library's own wrappers above @triton.jit (FlagGems' libentry, libtuner)
+        d = d.func if isinstance(d, ast.Call) else d
+        if isinstance(d, ast.Attribute) and d.attr == "jit":
+            return decorators[i:]
+    return decorators
+
+
+def take(text: str, names: tuple[str, ...], where: str = "", from_jit: bool = False) -> str:
+    """The top-level definitions `names` of a module's text, verbatim and in the module's order (with `from_jit`, a
+    kernel's decorators from `@triton.jit` down); KeyError names the ones the module does not define (the wheel
+    changed: the port needs a look)."""
     lines = text.splitlines()
     kept, found = [], set()
     for node in ast.parse(text).body:
@@ -106,7 +118,7 @@ def take(text: str, names: tuple[str, ...], where: str = "") -> str:
         if not hit:
             continue
         found.update(hit)
-        start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        start = min([node.lineno] + [d.lineno for d in _decorators_kept(node, from_jit)])
         kept.append("\n".join(lines[start - 1:node.end_lineno]))
     missing = [n for n in names if n not in found]
     if missing:
