@@ -79,9 +79,9 @@ def licence(source: Source) -> str:
             name = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
             meta = email.message_from_bytes(z.read(name))
     for key in ("License-Expression", "License"):
-        value = meta.get(key)
-        if value and len(value) < 80:
-            return value.strip()
+        value = (meta.get(key) or "").strip().splitlines()
+        if value and len(value[0]) < 80:  # a whole licence text in the field: its first line names it
+            return value[0].strip()
     classifiers = [c.split("::")[-1].strip() for c in meta.get_all("Classifier") or [] if c.startswith("License")]
     return ", ".join(classifiers) or "not declared"
 
