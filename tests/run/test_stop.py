@@ -60,8 +60,11 @@ def test_a_signal_while_judging_stops_the_run_at_once_and_resume_finishes_it(tmp
     args = ["run", f"publish.repo={tmp_path / 'repo'}", f"hydra.run.dir={run_dir}", "targets=[rms_norm]",
             f"trace={TRACE}", "agent.candidates=1", "run.check_prompts=1", "run.check_new_tokens=2",
             "verify.dtypes=[float32]"]  # the default plan: judging lasts long enough to be interrupted
+    # SIGINT as a terminal leaves it: pytest-xdist's workers ignore SIGINT, and an ignored signal stays ignored
+    # across exec (Python then installs no KeyboardInterrupt handler), so the run would rightly not stop on it
     proc = subprocess.Popen([sys.executable, "-m", "autotune.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 300
     workers: set[int] = set()
     while not workers:  # a candidate's sandboxed worker is running (confined: under a private uid)
