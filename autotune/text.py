@@ -14,6 +14,17 @@ from __future__ import annotations
 import math
 import re
 
+from rich.console import Console
+
+LOG_WIDTH = 1000  # a table written to a file or a pipe is as wide as its rows need
+
+
+def console(**options) -> Console:
+    """The commands' rich Console. Written to a file or a pipe (cli.log, a cluster job's output) its tables keep
+    whole rows, every column as wide as its cells (rich would squeeze them to 80 columns: `29…`, `rms_nor`)."""
+    shown = Console(**options)
+    return shown if shown.is_terminal else Console(width=LOG_WIDTH, **options)
+
 
 def pct(share: float | None, decimals: int = 1) -> str:
     """`share` (0.847) as a percentage cut at `decimals` places ("84.7%"); "-" for None or NaN."""

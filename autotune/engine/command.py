@@ -19,8 +19,8 @@ interpreter, so B is much slower there: the outputs' equality is what such a ben
 from __future__ import annotations
 
 from omegaconf import DictConfig
-from rich.console import Console
 
+from autotune import text
 from autotune.engine.bench import bench, markdown
 
 USAGE = "autotune bench engine=vllm|sglang [+bench.b.KEY=VALUE ...] [bench.margin=0.05] [key=value ...]"
@@ -38,7 +38,7 @@ def main(argv: list[str]) -> int:
 
 
 def run_bench(cfg: DictConfig) -> int:
-    console = Console(highlight=False)
+    console = text.console(highlight=False)
     record = bench(cfg)
     console.print(markdown(record), soft_wrap=True)
     console.print(f"wrote {record['dir']}/ (bench.json, bench.md)")

@@ -48,6 +48,7 @@ from omegaconf import DictConfig
 from rich.console import Console, JustifyMethod
 from rich.table import Table
 
+from autotune import text
 from autotune.env import Environment
 from autotune.errors import UserError
 from autotune.profile.hotspots import hotspots_in
@@ -70,7 +71,7 @@ def main(argv: list[str]) -> int:
 
 def profile(cfg: DictConfig) -> int:
     result = profile_trace(cfg, cfg.trace) if cfg.trace else _profile(cfg)
-    console = Console()
+    console = text.console()
     console.print(hotspot_table(result.hotspots, int(cfg.profile.top)))
     if "coverage" in result.hotspots:
         console.print(coverage_table(Coverage.from_dict(result.hotspots["coverage"]), int(cfg.profile.top)))

@@ -1,6 +1,7 @@
 """Review the kernels `autotune run` proposed, in the repository given by publish.repo (default: here).
 
-  list               every proposal: id, target, status, verdict and speedup, when it was made
+  list               every proposal, by what a reviewer triages with: the target's share of serving time, the
+                     measured speedup (or "not measured"), the review state, the evidence page; then when
   show ID            the evidence page a reviewer decides from (the same text as the PR body)
   approve ID         merge the proposal branch into publish.base with a merge commit (--no-ff); needs a
                      clean checkout of the base branch. The kernel then sits in kernels/<op>/<id>/, and
@@ -20,7 +21,7 @@ from rich.console import Console
 from rich.markdown import Markdown
 from rich.table import Table
 
-from autotune import publish
+from autotune import publish, text
 from autotune.errors import UserError
 from autotune.publish.types import ProposalStatus
 
@@ -52,9 +53,7 @@ def main(argv: list[str]) -> int:
     if not args:
         raise UserError(f"say what to do: list, show ID, approve ID or reject ID --reason TEXT (usage: {USAGE})")
     ns = _parser().parse_args(args)
-    console = Console()
-    if not console.is_terminal:  # piped or captured: full rows, no wrapping at 80 columns
-        console = Console(width=200)
+    console = text.console()
     if ns.action == "list":
         return _list(cfg, console)
     if ns.action == "show":
@@ -75,16 +74,21 @@ def _list(cfg, console: Console) -> int:
     if not proposals:
         console.print("no proposals yet: `autotune run` publishes one per target whose best kernel passes the checker")
         return 0
+    # the biggest hot spots first: a reviewer's triage order (no profile: last)
+    proposals = sorted(proposals, key=lambda p: -(p.share or -1.0))
     table = Table(title=f"proposals ({len(proposals)})")
-    for col in ("id", "target", "status", "verdict", "speedup", "created", "branch, PR or reason"):
-        table.add_column(col, no_wrap=col in ("id", "created"))
+    for col in ("id", "target", "share of serving time", "speedup", "status", "verdict", "evidence", "created",
+                "branch, PR or reason"):
+        table.add_column(col, no_wrap=col in ("id", "created", "evidence"))
     for p in proposals:
         speed = f"{p.speedup:.2f}x" if p.speedup else "not measured"
+        share = text.pct(p.share) if p.share is not None else "no profile"
         decided = (p.merge_commit or "")[:10] or p.reason or ""
         where = p.pr_url or (p.branch if p.status is ProposalStatus.OPEN else decided)
         style = {ProposalStatus.APPROVED: "green", ProposalStatus.REJECTED: "red"}.get(p.status, "")
-        table.add_row(p.id, p.target, f"[{style}]{p.status}[/]" if style else p.status, p.verdict_status, speed,
-                      p.created_at.replace("T", " ").removesuffix("+00:00"), where)
+        table.add_row(p.id, p.target, share, speed, f"[{style}]{p.status}[/]" if style else p.status,
+                      p.verdict_status, p.evidence_path or "-", p.created_at.replace("T", " ").removesuffix("+00:00"),
+                      where)
     console.print(table)
     console.print("`autotune review show ID` prints a proposal's evidence; approve ID merges it; "
                   "reject ID --reason TEXT drops it.")

@@ -78,7 +78,8 @@ def draft(request: ProposalRequest, cfg, backend: str) -> Draft:
         id=pid, target=request.target, branch=branch, base=str(pub.base), commit="", status=ProposalStatus.OPEN,
         created_at=created_at, pr_url=None, pr_number=None, reason=None, evidence_path="",
         verdict_status=v.status.value, speedup=v.speedup_geomean if v.measured else None, backend=backend,
-        run_id=request.run_id, sha256=sha256, kernel_dir=kernel_dir)
+        run_id=request.run_id, sha256=sha256, kernel_dir=kernel_dir,
+        share=request.hotspot.share if request.hotspot else None)
     d = Draft(repo=repo, proposal=proposal, existing=existing, files=files, evidence=text)
     if existing is None or existing.status is ProposalStatus.OPEN:
         d.commit = gitops.build_commit(repo, base, files, commit_message(request, pid, kernel_dir), pub.author)

@@ -76,6 +76,7 @@ class Proposal:
     kernel_dir: str = ""  # "kernels/<op>/<short id>"
     merge_commit: str | None = None
     decided_at: str | None = None
+    share: float | None = None  # the target's share of serving time in the run's profile (None: no profile)
 
     def __post_init__(self):
         self.status = ProposalStatus(self.status)  # read back from its JSON record as text

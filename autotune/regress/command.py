@@ -24,7 +24,7 @@ from omegaconf import DictConfig
 from rich.console import Console
 from rich.table import Table
 
-from autotune import kernels, targets
+from autotune import kernels, targets, text
 from autotune.errors import UserError
 
 USAGE = "autotune regress [--margin 0.05] [--out regress.md] [key=value ...]"
@@ -137,7 +137,7 @@ def main(argv: list[str]) -> int:
         raise UserError(f"unexpected argument(s) {' '.join(unknown)} "
                         "(usage: autotune regress [--margin 0.05] [--out regress.md] [key=value ...])")
     checks = run_checks(cfg, ns.margin)
-    console = Console(highlight=False)
+    console = text.console(highlight=False)
     print_table(checks, console)
     Path(ns.out).write_text(markdown(checks, environment_line(collect().to_dict())))
     bad = [c for c in checks if c.finding is not Finding.OK]

@@ -37,9 +37,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig, OmegaConf
-from rich.console import Console
 
-from autotune import env, targets
+from autotune import env, targets, text
 from autotune.config import as_dict
 from autotune.errors import UserError
 from autotune.ledger import Ledger
@@ -48,7 +47,7 @@ from autotune.text import pct
 if TYPE_CHECKING:
     from autotune.records import Hotspot
 
-console = Console(highlight=False)
+console = text.console(highlight=False)
 _PUBLISH = threading.Lock()
 STOP_GRACE_S = 10  # after Ctrl-C or SIGTERM, how long the searches get to notice before the process leaves
 SUPERVISED = "AUTOTUNE_SWEEP_JOB"  # set in a sweep job's child process (see supervise)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import shutil
-import sys
-
 from rich.console import Console
 from rich.table import Table
 
+from autotune import text
 from autotune.verify.verdict import Status, Verdict
 
 STYLE = {Status.ACCEPTED: "bold green", Status.UNMEASURED: "bold green", Status.SLOWER: "bold yellow"}
@@ -45,8 +43,7 @@ def timing_table(verdict: Verdict) -> Table:
 
 def render(verdict: Verdict, console: Console | None = None) -> None:
     if console is None:
-        wide = max(110, shutil.get_terminal_size((110, 40)).columns)
-        console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else wide, highlight=False)
+        console = text.console(highlight=False)
     console.print(f"[bold]autotune verify[/] {verdict.target}  {verdict.candidate}  "
                   f"(sha256 {verdict.candidate_sha256[:12]}, {verdict.duration_s:.1f} s)")
     if verdict.policy:

@@ -187,6 +187,12 @@ def test_review_command(project, make_request, cfg_of, capsys):
     assert cli.main(["review", "list", repo]) == 0
     listed = capsys.readouterr().out
     assert p.id in listed and "unmeasured" in listed and "open" in listed
+    # what a reviewer triages by (issue 29): the share of serving time in percent, the speed or that it is unmeasured,
+    # and where the evidence is; every column headed, whole rows in a log
+    header = next(line for line in listed.splitlines() if "share of serving time" in line)
+    row = next(line for line in listed.splitlines() if p.id in line)
+    assert "12.0%" in row and "not measured" in row and p.evidence_path in row, row
+    assert all(col in header for col in ("speedup", "status", "evidence")), header
     assert cli.main(["review", "show", p.id, repo]) == 0
     assert "## Correctness" in capsys.readouterr().out
     assert cli.main(["review", "reject", p.id, "--reason", "wrong eps handling", repo]) == 0
