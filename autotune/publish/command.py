@@ -3,9 +3,11 @@
   list               every proposal, by what a reviewer triages with: the target's share of serving time, the
                      measured speedup (or "not measured"), the review state, the evidence page; then when
   show ID            the evidence page a reviewer decides from (the same text as the PR body)
-  approve ID         merge the proposal branch into publish.base with a merge commit (--no-ff); needs a
+  approve ID [--unmeasured]
+                     merge the proposal branch into publish.base with a merge commit (--no-ff); needs a
                      clean checkout of the base branch. The kernel then sits in kernels/<op>/<id>/, and
-                     `kernels.enable=true` makes the served model use it.
+                     `kernels.enable=true` makes the served model use it. A kernel whose speed was never
+                     measured (judged without a GPU) is merged only with --unmeasured: correct, not known faster.
   reject ID --reason TEXT
                      delete the proposal branch and keep the reason: the next run's prompts include it.
 
@@ -25,7 +27,7 @@ from autotune import publish, text
 from autotune.errors import UserError
 from autotune.publish.types import ProposalStatus
 
-USAGE = "autotune review list | show ID | approve ID | reject ID --reason TEXT  [key=value ...]"
+USAGE = "autotune review list | show ID | approve ID [--unmeasured] | reject ID --reason TEXT  [key=value ...]"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,8 +39,10 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="autotune review", add_help=False)
     sub = parser.add_subparsers(dest="action", required=True, parser_class=_Parser)
     sub.add_parser("list", add_help=False)
-    for action in ("show", "approve"):
-        sub.add_parser(action, add_help=False).add_argument("id")
+    sub.add_parser("show", add_help=False).add_argument("id")
+    approve = sub.add_parser("approve", add_help=False)
+    approve.add_argument("id")
+    approve.add_argument("--unmeasured", action="store_true")
     rej = sub.add_parser("reject", add_help=False)
     rej.add_argument("id")
     rej.add_argument("--reason", required=True)
@@ -59,6 +63,11 @@ def main(argv: list[str]) -> int:
     if ns.action == "show":
         return _show(cfg, ns.id, console)
     if ns.action == "approve":
+        unmeasured = publish.get_proposal(cfg, ns.id)
+        if unmeasured.status is ProposalStatus.OPEN and unmeasured.speedup is None and not ns.unmeasured:
+            raise UserError(f"{unmeasured.id} was never timed (judged without a GPU: correct on every case, not known "
+                            f"to be faster than what it replaces); merge it anyway with `autotune review approve "
+                            f"{unmeasured.id} --unmeasured`, or time it first on a GPU (`autotune verify`)")
         p = publish.approve(cfg, ns.id)
         console.print(f"approved {p.id}: merged {p.branch} into {p.base} (merge commit {(p.merge_commit or '')[:10]}); "
                       f"the kernel is in {p.kernel_dir}/. `autotune profile kernels.enable=true` serves with it.")

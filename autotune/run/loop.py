@@ -402,11 +402,13 @@ def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
         for line in summary_lines(summary["engine"]):
             console.print(line, soft_wrap=True)
     console.print(f"files: {run_dir}")
-    proposals = [o["proposal"] for o in summary["outcomes"] if o["proposal"]]
-    if proposals:
-        console.print(f"review what was proposed ({', '.join(proposals)}):\n  autotune review list\n"
-                      f"  autotune review show {proposals[0]}\n  autotune review approve {proposals[0]}\n"
-                      f"  autotune review reject {proposals[0]} --reason TEXT")
+    proposed = [o for o in summary["outcomes"] if o["proposal"]]
+    if proposed:
+        first = proposed[0]["proposal"]
+        unmeasured = " --unmeasured" if proposed[0]["verdict"] == "unmeasured" else ""  # merged only if asked
+        console.print(f"review what was proposed ({', '.join(o['proposal'] for o in proposed)}):\n"
+                      f"  autotune review list\n  autotune review show {first}\n"
+                      f"  autotune review approve {first}{unmeasured}\n  autotune review reject {first} --reason TEXT")
 
 
 def accounting_line(agent: str, acc: dict[str, Any]) -> str:

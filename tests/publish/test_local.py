@@ -193,6 +193,8 @@ def test_review_command(project, make_request, cfg_of, capsys):
     row = next(line for line in listed.splitlines() if p.id in line)
     assert "12.0%" in row and "not measured" in row and p.evidence_path in row, row
     assert all(col in header for col in ("speedup", "status", "evidence")), header
+    assert cli.main(["review", "approve", p.id, repo]) == 2  # never timed: merged only when asked
+    assert f"autotune review approve {p.id} --unmeasured" in capsys.readouterr().err
     assert cli.main(["review", "show", p.id, repo]) == 0
     assert "## Correctness" in capsys.readouterr().out
     assert cli.main(["review", "reject", p.id, "--reason", "wrong eps handling", repo]) == 0

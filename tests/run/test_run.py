@@ -61,7 +61,7 @@ def test_run_ends_with_a_proposal_the_checker_passes(proposed, tmp_path):
     (outcome,) = proposed["summary"]["outcomes"]
     assert outcome["target"] == "rms_norm" and outcome["status"] == "proposed", outcome
     pid = outcome["proposal"]
-    assert f"autotune review approve {pid}" in proposed["stdout"]  # the run says how to review
+    assert f"autotune review approve {pid} --unmeasured" in proposed["stdout"]  # the run says how to review
     repo = git.Repo(proposed["repo"])
     branch = next(h for h in repo.heads if h.name.endswith(pid))
     assert repo.heads.main.commit.message.strip() == "init"  # nothing was committed to the base branch
@@ -91,7 +91,9 @@ def copy_repo(proposed, name: str, tmp_path: Path) -> Path:
 def test_approve_merges_and_the_served_model_dispatches_to_the_kernel(proposed, tmp_path):
     repo_dir = copy_repo(proposed, "approve", tmp_path)
     pid = proposed["summary"]["outcomes"][0]["proposal"]
-    done = autotune("review", "approve", pid, f"publish.repo={repo_dir}")
+    refused = autotune("review", "approve", pid, f"publish.repo={repo_dir}")  # unmeasured: only when asked
+    assert refused.returncode == 2 and "--unmeasured" in refused.stderr, refused.stderr
+    done = autotune("review", "approve", pid, "--unmeasured", f"publish.repo={repo_dir}")
     assert done.returncode == 0, done.stderr
     repo = git.Repo(repo_dir)
     assert len(repo.heads.main.commit.parents) == 2  # a merge commit
