@@ -61,12 +61,18 @@ def expected(target: Target, args: tuple) -> Answers:
         out = as_tuple(target.reference(*inputs))
         return out, tuple(a if names[i] in target.mutates else None for i, a in enumerate(inputs))
 
-    own = tuple(a.clone() if isinstance(a, torch.Tensor) and names[i] in target.mutates else a
-                for i, a in enumerate(args))
+    own = _own_copies(target, args)
     wide = tuple(a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args)
     with _aten_gemms():
         (reference, written), (golden, written_golden) = run(own), run(wide)
     return Answers(reference, golden, written, written_golden)
+
+
+def _own_copies(target: Target, args: tuple) -> tuple:
+    """The arguments with a copy of each the target writes in place (`mutates`): the reference runs on these, and
+    the inputs the candidate gets stay as they were made."""
+    return tuple(a.clone() if isinstance(a, torch.Tensor) and target.arg_names[i] in target.mutates else a
+                 for i, a in enumerate(args))
 
 
 def _aten_gemms():
@@ -103,11 +109,8 @@ class _TF32Products(torch.utils._python_dispatch.TorchDispatchMode):
 def tf32_reference(target: Target, args: tuple) -> tuple[torch.Tensor, ...]:
     """The reference's outputs on these (fp32) inputs with its matrix products through TF32: the accuracy a kernel
     whose fp32 tl.dot runs at TF32 (its default on NVIDIA) is held to."""
-    names = target.arg_names
-    own = tuple(a.clone() if isinstance(a, torch.Tensor) and names[i] in target.mutates else a
-                for i, a in enumerate(args))
     with _aten_gemms(), _TF32Products():
-        return as_tuple(target.reference(*own))
+        return as_tuple(target.reference(*_own_copies(target, args)))
 
 
 def answers(target: Target, args: tuple) -> tuple[tuple, tuple]:
