@@ -213,9 +213,8 @@ sys.path.insert(0, sys.argv[1])
 import autotune_hf_kernels as hf
 from kernels import Mode, kernelize, register_kernel_mapping, replace_kernel_forward_from_hub
 from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeRMSNorm
-# transformers 5.24 hands its @use_kernel_forward_from_hub layers to kernels 0.18.2 to 0.19 only; with an older
-# kernels (0.17.2 is the newest this registry has) its decorator is inert, so the layer class is marked here as
-# transformers would have marked it
+# transformers 5.24+ hands its @use_kernel_forward_from_hub layers to kernels 0.18.2 to 0.19 (5.25 requires 0.19.1);
+# with an older kernels its decorator is inert, so the layer class is marked here as transformers would have marked it
 by_transformers = getattr(Qwen3MoeRMSNorm, "kernel_layer_name", None) == "RMSNorm"
 if not by_transformers:
     replace_kernel_forward_from_hub(Qwen3MoeRMSNorm, "RMSNorm")
@@ -229,7 +228,9 @@ model = transformers.Qwen3MoeForCausalLM(config).eval()
 prompt = torch.randint(0, 64, (1, 5))
 with torch.no_grad():
     plain = model(prompt).logits
-kernelize(model, mode=Mode.INFERENCE, device="cpu", use_fallback=False)
+# the README's call: layers the package has no kernel for (transformers 5.25 also marks the rotary embedding) keep their
+# own forward; the file check below says the RMSNorm layer is the package's
+kernelize(model, mode=Mode.INFERENCE, device="cpu")
 with torch.no_grad():
     ours = model(prompt).logits
 norm = model.model.norm
