@@ -67,6 +67,12 @@ DEFAULT_TOLERANCES: Mapping[torch.dtype, Tolerance] = {
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
+# The softmax scales attention kernels are called with: head_dim ** -0.5 of the presets' head dims (32, 64, 128) and
+# Gemma 2's query_pre_attn_scalar ** -0.5 = 144 ** -0.5, which is not its head_dim's (256). They take turns over
+# the cases, off the case's own head_dim most of the time: a kernel that ignores `scale` and computes
+# head_dim ** -0.5 itself fails.
+ATTENTION_SCALES = (144 ** -0.5, 128 ** -0.5, 64 ** -0.5, 32 ** -0.5)
+
 # For ops whose kernels sum with atomic adds by idiom (split-K GEMMs, the MoE combine over top-k experts): two
 # calls on the same inputs land their partial sums in another order, so they may differ, within the op's own
 # tolerance (which the call must meet against the reference anyway). `verify.bitwise_repeats=true` demands bitwise
@@ -83,6 +89,8 @@ LAYOUTS = {
              "token stride 3*H*D, storage offset 0",
     "qkv_k": "the first argument [T, H, D] as the model's k: a view of the fused qkv projection, "
              "token stride 3*H*D, storage offset H*D",
+    "kv_cache_vllm": "k_cache and v_cache [NB, BS, KVH, D] as autotune's vLLM plugin hands them: the two halves of "
+                     "one [NB, KVH, BS, 2*D] cache tensor, transposed (strides (KVH*BS*2D, 2D, BS*2D, 1))",
 }
 
 

@@ -19,7 +19,7 @@ test_correct.py), and the checker's fp64-golden fallback accepts results that su
 
 import torch
 
-from autotune.targets.base import OpClass, Target, activations, upcast
+from autotune.targets.base import ATTENTION_SCALES, OpClass, Target, activations, upcast
 from autotune.targets.space import Knob, SearchSpace, configs
 
 
@@ -126,6 +126,7 @@ SEARCH = SearchSpace(
 
 TARGET = Target(
     name="decode_attention",
+    scalar_values={"scale": ATTENTION_SCALES},  # off head_dim ** -0.5 too (Gemma 2)
     summary="GQA decode attention: one query token per sequence over its KV-cache slot, variable context lengths",
     reference=decode_attention,
     make_inputs=make_inputs,

@@ -29,7 +29,7 @@ Tolerances: torch.testing's per-dtype defaults; the fp64-golden fallback accepts
 
 import torch
 
-from autotune.targets.base import RANGE_ELEMENTS, ForeignOp, OpClass, Target, activations, upcast
+from autotune.targets.base import ATTENTION_SCALES, RANGE_ELEMENTS, ForeignOp, OpClass, Target, activations, upcast
 from autotune.targets.space import Knob, SearchSpace, configs
 
 
@@ -225,6 +225,8 @@ SEARCH = SearchSpace(
 
 TARGET = Target(
     name="paged_attention",
+    layouts=("contiguous", "offset0", "kv_cache_vllm"),  # the cache views autotune's vLLM plugin passes
+    scalar_values={"scale": ATTENTION_SCALES},  # off head_dim ** -0.5 too (Gemma 2)
     summary="vLLM's unified attention: varlen prefill and decode rows over a paged KV cache (block table), "
             "causal, optional sliding window, GQA",
     reference=paged_attention,
@@ -236,9 +238,11 @@ TARGET = Target(
     # 8192 for all but the tiny ones, comes with model_shapes)
     default_shapes=((17, 32, 8, 128, 16, 512, 4096), (64, 32, 8, 128, 16, 1, 1024)),
     # one decode of context 1; MHA with block 32 and a ragged context; MQA; head_dim not a power of two; the real
-    # vLLM CPU trace's 128-token blocks (Qwen2.5-0.5B's group of 7 and every preset's heads come with model_shapes)
+    # vLLM CPU trace's 128-token blocks (Qwen2.5-0.5B's group of 7 and every preset's heads come with model_shapes);
+    # a block of 528 tokens, not a power of two, as vLLM sizes attention blocks to a hybrid (attention + Mamba)
+    # model's state, its context over three blocks
     edge_shapes=((1, 4, 2, 32, 16, 1, 1), (3, 4, 4, 64, 32, 7, 70), (2, 8, 1, 128, 16, 5, 100),
-                 (3, 12, 4, 96, 16, 9, 37), (2, 8, 2, 32, 128, 17, 512)),
+                 (3, 12, 4, 96, 16, 9, 37), (2, 8, 2, 32, 128, 17, 512), (2, 4, 2, 64, 528, 9, 1100)),
     foreign_ops=(
         # vLLM's CPU attention backend (the op under vllm::unified_attention_with_output in its CPU traces);
         # the wrapper itself is not mapped: its arguments hold no cache, and as the outer op it would hide this

@@ -22,7 +22,7 @@ fp64-golden fallback accepts results that sum in another order.
 
 import torch
 
-from autotune.targets.base import OpClass, Target, activations, upcast
+from autotune.targets.base import ATTENTION_SCALES, OpClass, Target, activations, upcast
 from autotune.targets.space import Knob, SearchSpace, configs
 
 
@@ -159,6 +159,7 @@ SEARCH = SearchSpace(
 
 TARGET = Target(
     name="prefill_attention",
+    scalar_values={"scale": ATTENTION_SCALES},  # off head_dim ** -0.5 too (Gemma 2)
     summary="causal GQA attention of packed prompt chunks (cu_seqlens, per-chunk start) over their KV-cache slots",
     reference=prefill_attention,
     make_inputs=make_inputs,

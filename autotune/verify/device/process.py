@@ -25,6 +25,7 @@ from autotune.verify.device.replay import Device
 from autotune.verify.interp import bounds
 from autotune.verify.interp.launch import caused_by
 from autotune.verify.interp.races import race_in
+from autotune.verify.interp.sampling import UnwrittenRead
 from autotune.verify.static import size
 
 HOST_FRAME_BYTES = 64 << 20  # a call's events and references: a few KB; a compile error's traceback: a few KB
@@ -104,7 +105,8 @@ def follow(device: Device, host_fd: int, send) -> str:
         except BaseException as e:  # noqa: BLE001 - untrusted code's failure, of any kind, is reported, never raised here
             protocol.CaseError(device.case.index if device.case else None,
                                trim_traceback(e, keep_files=("kernels.py",)), compile=_is_compile_error(e),
-                               out_of_bounds=caused_by(e, bounds.OutOfBounds), race=race_in(e)).send(send)
+                               out_of_bounds=caused_by(e, bounds.OutOfBounds) or caused_by(e, UnwrittenRead),
+                               race=race_in(e)).send(send)
             return "stop"
         if ended:
             return ended

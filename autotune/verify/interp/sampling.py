@@ -45,6 +45,13 @@ INVALID, INPUT, WRITTEN = 0, 1, 2  # a state byte: not (validly) written yet; as
 # judge's, or a zero fill), but not a kernel's answer; written in this call by a sampled, untainted program
 
 
+class UnwrittenRead(Exception):
+    """A program read bytes of a storage the call allocated that nothing had written before its launch (no earlier
+    launch was given it, no fill or copy wrote it): an output or scratch read before it is written, which on a GPU
+    reads whatever the memory held. On the sample's terms it would only have tainted the program, taking its own
+    later stores out of the comparison, so it is a finding instead."""
+
+
 class _Done(Exception):
     """Raised by the grid loop's next set_grid_idx once the sample has run: the launch ends there."""
 
@@ -58,6 +65,7 @@ class Sample:
         self.indices: dict[int, np.ndarray] = {}  # axis length -> the indices drawn for it in this call
         self.starts: list[int] = []
         self.state_maps: list[tuple[int, int, np.ndarray]] = []  # (start, end, valid bytes)
+        self.exposed: set[int] = set()  # starts of the storages something could have written before this launch
         self.tainted = False
         self.launch_sampled = False
         self.left = 0  # programs still to run in the launch under way
@@ -80,6 +88,10 @@ class Sample:
         (`state` INPUT: valid to read, and what the sampled programs write in it is told apart: `written`)."""
         self.state_maps = [s for s in self.state_maps if not (s[0] < start + nbytes and start < s[1])]
         self.state_maps.append((start, start + nbytes, np.full(nbytes, state, dtype=np.uint8)))
+        if state != INVALID:
+            self.exposed.add(start)
+        else:
+            self.exposed.discard(start)
         self.state_maps.sort(key=lambda s: s[0])
         self.starts = [s[0] for s in self.state_maps]
 
@@ -104,6 +116,7 @@ class Sample:
         b = self._bytes(t)
         if b is None:
             return
+        self._expose(t)
         if source is None:
             b.fill_(INPUT)
             return
@@ -115,6 +128,8 @@ class Sample:
         """After a launch that ran a sample: what its skipped programs might have written is no longer good to read
         in the storages it was given (a zero fill, the input an op writes in place); what sampled programs wrote
         stays."""
+        for t in tensors:
+            self._expose(t)  # a later launch may read what this one wrote (all of it, had it run whole)
         if not self.launch_sampled:
             return
         for t in tensors:
@@ -131,9 +146,14 @@ class Sample:
         self.may_widen = self.launch_sampled = False
         self.notes.append("a launch that read partial results ran whole")
 
+    def _expose(self, t: torch.Tensor) -> None:
+        storage = t.untyped_storage()
+        first, end = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+        self.exposed.update(start for start, stop, _ in self.state_maps if start < end and first < stop)
+
     def read(self, addrs: np.ndarray, width: int) -> None:
         """A program of the launch reads these bytes: one that nothing valid wrote taints it (and widens a launch
-        given a partly written storage)."""
+        given a partly written storage); one that nothing could have written yet is an UnwrittenRead."""
         if not self.tainted:
             self.tainted = self._invalid_read(addrs, width)
         if self.tainted and self.may_widen and self.unvisited:
@@ -155,10 +175,13 @@ class Sample:
         return any(0 < np.count_nonzero(part) < part.size for part in self._state_bytes_of(t))
 
     def _invalid_read(self, addrs: np.ndarray, width: int) -> bool:
-        for _, _, states, offs in self._locate(addrs):
+        invalid = False
+        for start, _, states, offs in self._locate(addrs):
             if not states[offs].all():
-                return True
-        return False
+                if start not in self.exposed:
+                    raise UnwrittenRead(_unwritten(start + int(offs[~states[offs].astype(bool)][0])))
+                invalid = True
+        return invalid
 
     def _locate(self, addrs: np.ndarray):
         if not self.state_maps or addrs.size == 0:
@@ -187,6 +210,17 @@ class Sample:
         self.launch_sampled = True
         self.notes.append(f"{len(chosen)} of {n} along grid axis {axis}")
         return self.rng.permutation(ids.reshape(-1))
+
+
+def _unwritten(address: int) -> str:
+    launch = interp.current_launch()
+    kernel = launch.kernel if launch is not None else "a kernel"
+    args = launch.args.items() if launch is not None else ()
+    names = [n for n, a in args if isinstance(a, torch.Tensor) and 0 <= address - a.untyped_storage().data_ptr()
+             < a.untyped_storage().nbytes()]
+    where = f"`{names[0]}`" if names else "a tensor"
+    return (f"kernel `{kernel}` read {where} where nothing had written (an output or scratch read before it is "
+            "written: on a GPU it holds whatever the memory held; write it first, or fill it with torch.zeros)")
 
 
 def _width(handle) -> int:

@@ -104,7 +104,7 @@ PRECEDENCE: tuple[tuple[str, Status, Callable[[Ended], str]], ...] = (
     ("a defence switched off", Status.POLICY_VIOLATION, _case_error("tampered", lambda e: f"{e.error} ({e.where})")),
     ("a rule of the checker broken", Status.POLICY_VIOLATION,
      _case_error("refused", lambda e: f"{e.error} ({e.where})")),
-    ("an access outside the launch's tensors", Status.INCORRECT,
+    ("an access outside the launch's tensors, or of memory nothing wrote", Status.INCORRECT,
      _case_error("out_of_bounds", lambda e: f"{e.error} ({e.where})")),
     ("a dry call at a served shape raised", Status.RUNTIME_ERROR,
      _case_error("dry", lambda e: f"raised when called at a served shape (launches recorded, not run): {e.error}")),

@@ -132,6 +132,14 @@ def lay_out(args: tuple, layout: str) -> tuple:
     padding element or the other heads of the qkv row gets NaN in its output. "offset0" and "contiguous"
     differ only in where the worker puts them (Case.front_guard)."""
     x = args[0]
+    if layout == "kv_cache_vllm":  # args 1 and 2: the caches, k and v halves of one head-major tensor
+        k, v = args[1], args[2]
+        blocks, block_size, kv_heads, head_dim = k.shape
+        joint = torch.full((blocks, kv_heads, block_size, 2 * head_dim), float("nan"), dtype=k.dtype)
+        k_view, v_view = joint.transpose(1, 2).split(head_dim, dim=-1)  # as export/vllm_plugin.py makes them
+        k_view.copy_(k)
+        v_view.copy_(v)
+        return (x, k_view, v_view, *args[3:])
     if layout == "padded" and x.dim() >= 2:
         wide = torch.full((*x.shape[:-1], x.shape[-1] + PAD_ELEMENTS), float("nan"), dtype=x.dtype)
         view = wide[..., :x.shape[-1]]

@@ -1,0 +1,56 @@
+"""Issue 27, section 1: the checker judges the domain engines really call with. Each class of a wrong kernel that a
+plan cut to the CPU's budget used to pass (a reduction dimension cut, a scalar never varied) is rejected with a
+reason that names the value: a GEMM's K runs whole at every served value, and the attention targets' softmax scale
+takes the values models pass, off head_dim ** -0.5 too."""
+
+import re
+from pathlib import Path
+
+from autotune.config import compose
+from autotune.targets import get
+from autotune.targets.base import ATTENTION_SCALES
+from autotune.verify import verify
+from autotune.verify.verdict import Status
+from tests.verify.reasons import WRONG_VALUES, says
+
+CANDIDATES = Path(__file__).parent / "candidates"
+QUICK_FP32 = compose(["verify=quick", "verify.dtypes=[float32]"])
+
+
+def test_a_gemm_runs_every_served_k_whole():
+    cut = get("linear").cut_shape
+    assert cut((512, 896, 4864), 64, 65536)[2] == 4864 and cut((8, 4096, 14336), 256, 262144)[2] == 14336
+    v = verify("linear", CANDIDATES / "linear_splitk_rounded_down.py", QUICK_FP32)
+    assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
+    failing = v.failing_case()
+    assert failing is not None and failing.shape[2] % 512, failing.shape  # a K the rounded-down share misses
+
+
+def test_the_attention_scale_takes_values_off_the_head_dim():
+    assert all(abs(s - d ** -0.5) > 1e-6 for s in ATTENTION_SCALES[:1] for d in (32, 64, 128, 256))  # Gemma 2's
+    v = verify("decode_attention", CANDIDATES / "decode_ignores_scale.py", QUICK_FP32)
+    assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
+    scale = re.search(r"scale=([0-9.e-]+)", v.reason)
+    assert scale and v.failing_case().shape[3] ** -0.5 != float(scale[1]), v.reason  # the case's scale is named
+
+
+def test_a_sampled_program_cannot_take_its_own_stores_out_of_the_comparison():
+    """Issue 27, section 2: reading memory nothing wrote (its own output, before writing it) is a finding, not a
+    taint that drops the program's later stores from the comparison."""
+    v = verify("rms_norm", CANDIDATES / "rms_norm_self_taint.py", QUICK_FP32)
+    assert v.status is Status.INCORRECT, v.reason
+    assert "read `y_ptr` where nothing had written" in v.reason, v.reason
+
+
+def test_a_block_size_that_is_not_a_power_of_two_is_served():
+    assert any(shape[4] == 528 for shape in get("paged_attention").edge_shapes)
+    v = verify("paged_attention", CANDIDATES / "paged_attention_pow2_blocks.py", QUICK_FP32)
+    assert v.status is Status.INCORRECT, v.reason
+    assert v.failing_case().shape[4] == 528, v.reason  # the block size names the case
+
+
+def test_the_cache_views_the_vllm_export_hands_over_are_checked():
+    assert "kv_cache_vllm" in get("paged_attention").layouts
+    v = verify("paged_attention", CANDIDATES / "paged_attention_dense_cache.py", QUICK_FP32)
+    assert v.status is Status.INCORRECT, v.reason
+    assert v.failing_case().layout == "kv_cache_vllm", v.reason
