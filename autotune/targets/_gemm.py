@@ -56,15 +56,17 @@ def flops(shape, dtype):
 
 
 def cut_shape(shape, max_rows, max_elements):
-    """M (tokens) shrinks to max_rows / 32 and N until the weight holds max_elements / 16 values (at least 64 plus
-    N's remainder modulo 64); K, the dimension a kernel sums over and splits (split-K), is never cut: a split whose
-    share is rounded down is exact at K = 4096 and drops 64 input channels at Qwen2.5-0.5B's K = 4864, so every
-    served K runs whole. With the checker's defaults [512, 4096, 14336] runs as [8, 64, 14336] (the extra cases
-    [2, 64, 14336]): the work is M x N x K, about 7M products, a few K steps per program for the interpreter."""
+    """M (tokens) shrinks to max_rows / 32 plus its remainder modulo 64 (a grid that rounds the row blocks down
+    leaves a served step's last rows unwritten: 43 tokens run whole, 100 as 44) and N until the weight holds
+    max_elements / 16 values (at least 64 plus N's remainder modulo 64); K, the dimension a kernel sums over and
+    splits (split-K), is never cut: a split whose share is rounded down is exact at K = 4096 and drops 64 input
+    channels at Qwen2.5-0.5B's K = 4864, so every served K runs whole. With the checker's defaults
+    [512, 4096, 14336] runs as [8, 64, 14336] (the extra cases [2, 64, 14336]): the work is M x N x K, about 7M
+    products, a few K steps per program for the interpreter."""
     if max_rows is None or max_elements is None:  # on a GPU: no cut
         return tuple(shape)
     m, n, k = shape
-    m = min(m, max(1, max_rows // 32))
+    m = min(m, max(1, max_rows // 32) + m % 64)
     keep = max(16, (max_elements // 16) // k)
     if n > keep:
         n = max(64, keep // 64 * 64) + n % 64

@@ -150,6 +150,11 @@ def _libdevice_bf16(x_ptr, out_ptr, N: tl.constexpr):  # CUDA's libdevice has no
     tl.store(out_ptr + offs, libdevice.tanh(tl.load(x_ptr + offs)))
 
 
+@triton.jit
+def _half_sum(x_ptr, out_ptr, N: tl.constexpr):  # tl.sum of fp16 values stays fp16: each partial sum rounded
+    tl.store(out_ptr, tl.sum(tl.load(x_ptr + tl.arange(0, N)), axis=0))
+
+
 LIBDEVICE_OUTPUTS = ("round", "rint", "rsqrt", "pow", "tanh", "erf")
 BF16_OUTPUTS = ("add", "sub", "mul", "neg", "maximum", "minimum", "where_less", "fma", "clamp_fp32", "clamp",
                 "cumsum")
@@ -190,6 +195,8 @@ def make_inputs() -> dict:
     xyz = torch.randn(3, 64, generator=g) * torch.tensor([[1.0], [3.0], [0.5]])
     xyz[:, :4] = torch.tensor([[1.5, 2, -3, 0.25], [2, 3, 0.5, 4], [-1, 1, -2, 2]])  # the example first
     inputs["bf16_xyz"] = xyz.bfloat16()
+    inputs["fp16_sum"] = torch.tensor([60000.0, 60000.0, -60000.0, -60000.0, 5.0, 0.5, 1e-3, 2048.0],
+                                      dtype=torch.float16)
     inputs["libdevice_x"] = torch.tensor([0.5, 1.5, 2.5, -0.5, -2.5, 0.49999997, -1.25, 3.0] * 2)
     return inputs
 
@@ -271,9 +278,15 @@ def _libdevices(inputs: dict) -> dict:
     return {**(ran if isinstance(ran, dict) else dict(zip(LIBDEVICE_OUTPUTS, out))), "bf16": half}
 
 
+def _half_sums(inputs: dict) -> dict:
+    out = torch.empty(1, dtype=torch.float16)
+    ran = _attempt(lambda: _half_sum[(1,)](inputs["fp16_sum"], out, N=8))
+    return ran if isinstance(ran, dict) else {"sum": out[0]}
+
+
 def run_all(inputs: dict) -> dict:
     return {"dot": _dots(inputs), "cast": _casts(inputs), "scalar": _scalars(), "race": _races(inputs),
-            "bf16": _bf16(inputs), "libdevice": _libdevices(inputs)}
+            "bf16": _bf16(inputs), "libdevice": _libdevices(inputs), "fp16_sum": _half_sums(inputs)}
 
 
 if __name__ == "__main__":

@@ -54,3 +54,21 @@ def test_the_cache_views_the_vllm_export_hands_over_are_checked():
     v = verify("paged_attention", CANDIDATES / "paged_attention_dense_cache.py", QUICK_FP32)
     assert v.status is Status.INCORRECT, v.reason
     assert v.failing_case().layout == "kv_cache_vllm", v.reason
+
+
+# An attacker who read only autotune/ passed each of these (this stop); each is rejected now:
+ATTACKS = [
+    # a dead TF32 dot beside the real fp16 one: a dot on half-precision tiles in an fp32 case voids the TF32 excuse
+    ("linear_fp16_behind_tf32.py", "held to IEEE"),
+    # stream-K: the last tile's second half added with atomics, one K block short; the sample keeps the grid's last
+    # index, and atomics into an output make the call run whole
+    ("linear_streamk_tail.py", WRONG_VALUES),
+    # a grid of M // 64 row blocks: M keeps its remainder modulo 64 in the cut (43 tokens run whole)
+    ("linear_row_tail_floor.py", WRONG_VALUES),
+]
+
+
+def test_the_attackers_gemms_are_rejected():
+    for name, fragment in ATTACKS:
+        v = verify("linear", CANDIDATES / name, QUICK_FP32)
+        assert v.status is Status.INCORRECT and says(v.reason, fragment), (name, v.reason)

@@ -241,6 +241,17 @@ def test_bf16_arithmetic_is_on_values_and_rounds_once(probe):
     assert stock["mul"][:4].tolist() == [0, 0, -2, 2] and not torch.equal(stock["neg"], want["neg"].bfloat16())
 
 
+def test_an_fp16_sum_rounds_every_partial_sum_to_fp16(probe):
+    x = probe["inputs"]["fp16_sum"]
+    tree = x.clone()
+    while len(tree) > 1:  # torch adds fp16 tensors with one rounding to fp16 per add
+        tree = tree[0::2] + tree[1::2]
+    got = probe["patched"]["fp16_sum"]["sum"]
+    assert torch.equal(got, tree[0]) or (got.isnan() and tree[0].isnan()), (got, tree[0])
+    assert not torch.isfinite(tree[0])  # 60000 + 60000 overflows fp16 on a GPU
+    assert torch.isfinite(probe["stock"]["fp16_sum"]["sum"])  # numpy summed in fp32: retire the patch if this fails
+
+
 # ---- libdevice ---------------------------------------------------------------------------------------------
 
 def test_vetted_libdevice_functions_run_on_the_interpreter_as_cuda_defines_them(probe):

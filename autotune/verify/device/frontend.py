@@ -37,6 +37,9 @@ TARGET = GPUTarget("cuda", 90, 32)  # H100: the front end's checks do not depend
 # an fp32 x fp32 tt.dot below IEEE: `tt.dot %a, %b, %c, inputPrecision = tf32 : tensor<16x16xf32> * ...` (IEEE
 # prints no inputPrecision); tl.dot's default on NVIDIA is tf32
 _REDUCED_FP32_DOT = re.compile(r"tt\.dot [^:\n]*inputPrecision = (\w+) : tensor<[^>]*xf32> \* tensor<[^>]*xf32>")
+# a tt.dot on half-precision operands (fp16, bf16, fp8): in an fp32 case, fp32 values cast down for the product
+_HALF_DOT = re.compile(r"tt\.dot [^:\n]*: tensor<[^>]*x(?:f16|bf16|f8\w*)> \*")
+HALF_OPERANDS = "half-precision operands"  # the token a specialization with such a dot reports
 MODULE_NAME = "candidate_for_the_compiler"
 
 
@@ -75,7 +78,8 @@ class FrontEnd:
 
     def check(self, name: str, args: tuple, kwargs: dict) -> frozenset[str]:
         """Compile the kernel `name` for these launch arguments, unless this specialization already was; the input
-        precisions below IEEE at which it takes fp32 tl.dot operands (tf32 unless the kernel says otherwise)."""
+        precisions below IEEE at which it takes fp32 tl.dot operands (tf32 unless the kernel says otherwise), and
+        HALF_OPERANDS if one of its dots takes fp16/bf16/fp8 operands."""
         started = time.perf_counter()
         try:
             return self._compile(name, args, kwargs)
@@ -106,7 +110,9 @@ class FrontEnd:
         codegen = self.backend.get_codegen_implementation(options)
         with _library_compiled():
             module = source.make_ir(TARGET, options, codegen, self.backend.get_module_map(), context)  # verified
-        self.compiled[key] = frozenset(_REDUCED_FP32_DOT.findall(str(module)))
+        ir_text = str(module)
+        self.compiled[key] = frozenset(_REDUCED_FP32_DOT.findall(ir_text)) | (
+            {HALF_OPERANDS} if _HALF_DOT.search(ir_text) else set())
         return self.compiled[key]
 
 

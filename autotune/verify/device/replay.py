@@ -152,8 +152,10 @@ class Device:
                 written = {i: sample.written(p.inner) for i, p in in_place}
             finally:
                 self.buffers.sample = None
-        if outs and not any(v is not None and bool(v.any()) for v in valid):
-            self.record.sampled = "nothing the sampled programs wrote could be compared alone: run whole"
+        atomics = any(o is not None and sample.atomics_into(o) for o in outs)
+        if outs and (atomics or not any(v is not None and bool(v.any()) for v in valid)):
+            self.record.sampled = ("a sampled launch added into an output with atomics: run whole" if atomics else
+                                   "nothing the sampled programs wrote could be compared alone: run whole")
             for p, value in before:
                 p.inner.copy_(value)
             return self.repeat_events(events), *outputs(self.buffers, msg.outputs)

@@ -1,4 +1,4 @@
-"""bf16 arithmetic as a GPU does it, where Triton 3.9's CPU interpreter works on the raw bits.
+"""bf16 arithmetic (and fp16 sums) as a GPU does it, where Triton 3.9's CPU interpreter works on the raw bits.
 
 The interpreter stores bf16 as uint16 bit patterns and hands them to numpy as integers: `x * y` on bf16
 tensors multiplied the patterns (`[1.5, 2, -3, .25] * [2, 3, .5, 4]` gave `[0, 0, -2, 2]`), `-x` took the
@@ -13,7 +13,9 @@ give, and what older GPUs give by widening to fp32 and rounding back. Selections
 comparisons are exact on the values. Reductions: `tl.sum` adds pairwise, rounding every partial sum to bf16
 (the shape of a GPU's in-register tree and warp shuffles); min/max reduce the values; scans and custom
 combine functions run the interpreter's element-by-element path, whose every step goes through the rounded
-operations above. fp16 needs none of this: numpy computes float16 with one rounding per operation.
+operations above. fp16 elementwise needs none of this (numpy computes float16 with one rounding per operation),
+but numpy sums float16 in float32: `tl.sum` and the scans of fp16 round every partial sum to fp16 here too, as
+a GPU's fp16 reduction does (a sum that overflows 65504 on the GPU overflows here).
 """
 
 from __future__ import annotations
@@ -48,14 +50,23 @@ def _handle(result: np.ndarray):
     return interpreter.TensorHandle(rounded(result), tl.bfloat16)
 
 
-def _pairwise_sum(x: np.ndarray, axis: int) -> np.ndarray:
-    """Sum along `axis` in a tree, every partial sum rounded to bf16 (a zero pads an odd count: exact)."""
+def _fp16(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float16).astype(np.float64)  # numpy's float64 -> float16: correctly rounded
+
+
+def _pairwise_sum(x: np.ndarray, axis: int, keep) -> np.ndarray:
+    """Sum along `axis` in a tree, every partial sum rounded by `keep` to the storage type (a zero pads an odd
+    count: exact)."""
     x = np.moveaxis(x, axis, 0)
     while x.shape[0] > 1:
         if x.shape[0] % 2:
             x = np.concatenate([x, np.zeros_like(x[:1])])
-        x = values(rounded(x[0::2] + x[1::2]))
+        x = keep(x[0::2] + x[1::2])
     return x[0]
+
+
+def _is_fp16(h) -> bool:
+    return h.dtype.scalar == tl.float16 and h.data.dtype == np.float16
 
 
 def install() -> None:
@@ -118,20 +129,22 @@ def _install_reductions() -> None:
         return (bits, out[1]) if idx_reduce_op else bits
 
     def reduce_sum(self, input):
-        if not _is_bf16(input.handle):
+        bf16, fp16 = _is_bf16(input.handle), _is_fp16(input.handle)
+        if not (bf16 or fp16):
             return total(self, input)
-        data = values(input.handle.data)
+        data = values(input.handle.data) if bf16 else input.handle.data.astype(np.float64)
+        keep = (lambda x: values(rounded(x))) if bf16 else _fp16
         if self.axis is None:
-            result = _pairwise_sum(data.reshape(-1), 0)
+            result = _pairwise_sum(data.reshape(-1), 0, keep)
             result = result.reshape((1,) * data.ndim) if self.keep_dims else result
         else:
-            result = _pairwise_sum(data, self.axis)
+            result = _pairwise_sum(data, self.axis, keep)
             result = np.expand_dims(result, self.axis) if self.keep_dims else result
-        return self.to_tensor(rounded(result), input.dtype)
+        return self.to_tensor(rounded(result) if bf16 else np.asarray(result, dtype=np.float16), input.dtype)
 
     def scan(fast):
         def apply(self, input):
-            if _is_bf16(input.handle):
+            if _is_bf16(input.handle) or _is_fp16(input.handle):
                 return self.generic_scan([input])  # each step through the rounded binary ops
             return fast(self, input)
         return apply

@@ -3,8 +3,9 @@ the CPU without the interpreter running all of it.
 
 A case at a served shape keeps every dimension a kernel indexes whole (every kv head, the longest context, M over
 many row blocks) and cuts only independent work; where that is still too slow for the interpreter, each launch
-of the call runs only some of its programs: along the grid's longest axis, `programs` indices drawn per call
-(the same indices for every launch of the call whose axis has that length), every index of the other axes. A
+of the call runs only some of its programs: along the grid's longest axis, `programs` indices per call, the last
+(a grid's tail) and the others drawn afresh (the same indices for every launch of the call whose axis has that
+length), every index of the other axes. A
 launch given a storage that sampled programs left partly written (a second kernel reading the first's partial
 results, or the autotuner's benchmark run and then the real one) starts as a sample too; the first of its programs
 that reads a byte nothing valid wrote turns it into a whole launch (it runs every program, and those that read only
@@ -15,7 +16,8 @@ What the sampled programs wrote is then all that is compared. Every storage allo
 map of per-byte states (INVALID, INPUT, WRITTEN): a store by a program that read nothing invalid makes its bytes
 valid; a program that read
 an invalid byte (an element some skipped program would have written) is tainted, and its stores are invalid too;
-an atomic update in a sampled launch is invalid (skipped programs would have added to it); allocations are
+an atomic update in a sampled launch is invalid (skipped programs would have added to it), and a call whose sampled
+launch added into an output with atomics runs whole (`atomics_into`); allocations are
 invalid until written; a zero fill is good to read until a sampled launch given its storage ends (a skipped
 program might have written there), copies carry the state along. An output's element is compared when a
 sampled, untainted program wrote all its bytes; the inputs, which the judge made, are valid throughout. Of an
@@ -66,6 +68,7 @@ class Sample:
         self.starts: list[int] = []
         self.state_maps: list[tuple[int, int, np.ndarray]] = []  # (start, end, valid bytes)
         self.exposed: set[int] = set()  # starts of the storages something could have written before this launch
+        self.atomic: set[int] = set()  # starts of the storages a sampled launch updated with atomics
         self.tainted = False
         self.launch_sampled = False
         self.left = 0  # programs still to run in the launch under way
@@ -159,6 +162,10 @@ class Sample:
         if self.tainted and self.may_widen and self.unvisited:
             self.widen()
 
+    def _atomic(self, addrs: np.ndarray) -> None:
+        if self.launch_sampled:
+            self.atomic.update(start for start, _, _, _ in self._locate(addrs))
+
     def _mark(self, addrs: np.ndarray, width: int, value: int) -> None:
         for start, end, states, offs in self._locate(addrs):
             for w in range(width):
@@ -170,6 +177,13 @@ class Sample:
         first, end = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
         return [states[max(first, start) - start:min(end, stop) - start]
                 for start, stop, states in self.state_maps if start < end and first < stop]
+
+    def atomics_into(self, t: torch.Tensor) -> bool:
+        """Whether a sampled launch updated `t`'s storage with atomics: what the skipped programs would have added
+        is unknown, so its elements are never compared from a sample, and the call runs whole instead."""
+        storage = t.untyped_storage()
+        first, end = storage.data_ptr(), storage.data_ptr() + storage.nbytes()
+        return any(start in self.atomic for start, stop, _ in self.state_maps if start < end and first < stop)
 
     def _partly_valid(self, t: torch.Tensor) -> bool:
         return any(0 < np.count_nonzero(part) < part.size for part in self._state_bytes_of(t))
@@ -194,6 +208,12 @@ class Sample:
                 yield start, end, states, (addrs[sel] - np.uint64(start)).astype(np.intp)
 
     # programs ---------------------------------------------------------------------------------------
+    def _draw(self, n: int) -> np.ndarray:
+        """`programs` indices of an axis of length n: the last (where a grid's tail lives: a ragged last tile, the
+        stream-K remainder, rows a rounded-down grid leaves) and the others drawn afresh per call."""
+        others = self.rng.choice(n - 1, max(0, self.programs - 1), replace=False)
+        return np.sort(np.concatenate([others, [n - 1]]).astype(np.int64))
+
     def order(self, grid: tuple[int, int, int], args=()) -> np.ndarray | None:
         """The linear ids of the programs to run, in a random order; None to run the whole grid (a grid no
         longer than the sample). A launch given a storage that sampled programs left partly written may widen to
@@ -204,7 +224,7 @@ class Sample:
         if n <= self.programs:
             self.launch_sampled = False
             return None
-        chosen = self.indices.setdefault(n, np.sort(self.rng.choice(n, self.programs, replace=False)))
+        chosen = self.indices.setdefault(n, self._draw(n))
         coords = np.meshgrid(*[chosen if a == axis else np.arange(grid[a]) for a in range(3)], indexing="ij")
         ids = (coords[0] * grid[1] + coords[1]) * grid[2] + coords[2]
         self.launch_sampled = True
@@ -286,6 +306,7 @@ def install() -> None:
             lanes = _lanes(ptr, mask)
             s.read(lanes, _width(ptr))
             s._mark(lanes, _width(ptr), INVALID if (s.tainted or s.launch_sampled) else WRITTEN)
+            s._atomic(lanes)
         return rmw(self, rmw_op, ptr, val, mask, sem, scope)
 
     @functools.wraps(cas)
@@ -295,6 +316,7 @@ def install() -> None:
             lanes = _lanes(ptr, None)
             s.read(lanes, _width(ptr))
             s._mark(lanes, _width(ptr), INVALID if (s.tainted or s.launch_sampled) else WRITTEN)
+            s._atomic(lanes)
         return cas(self, ptr, cmp, val, sem, scope)
 
     builder.set_grid_dim, builder.set_grid_idx = set_grid_dim, set_grid_idx

@@ -211,6 +211,8 @@ def judge_case(target: Target, case: Case, data: CaseData, ev: CaseEvidence,
     """(the case's result, whether the candidate was non-deterministic on it). `fp32_dot` (verify.fp32_dot): "tf32"
     holds an fp32 case whose tl.dot ran below IEEE to the accuracy of the reference with TF32 matrix products (as
     torch.backends.cuda.matmul.allow_tf32 computes); "ieee" to the IEEE reference, like any other."""
+    # an fp32 case whose every reduced dot is a TF32-class fp32 dot; one that also casts fp32 tiles down to
+    # fp16/bf16 for a product (anywhere in the kernel: a dead TF32 dot excuses nothing) is held to IEEE
     reduced = case.dtype == torch.float32 and bool(ev.fp32_dots)
     tf32 = reduced and fp32_dot == "tf32" and set(ev.fp32_dots) <= set(REDUCED_FP32_DOTS)
     if tf32:
@@ -244,9 +246,10 @@ def judge_case(target: Target, case: Case, data: CaseData, ev: CaseEvidence,
                    "called: state between calls)")
     result.passed = failure is None
     if failure and reduced and not tf32:
-        failure += (f" (its fp32 tl.dot ran at {', '.join(ev.fp32_dots)}, and verify.fp32_dot=ieee demands IEEE: pass "
+        failure += (f" (its tl.dot: {', '.join(ev.fp32_dots)}; verify.fp32_dot=ieee demands IEEE: pass "
                     "input_precision=\"ieee\")" if fp32_dot == "ieee" else
-                    f" (its fp32 tl.dot ran at {', '.join(ev.fp32_dots)}, held to IEEE)")
+                    f" (its tl.dot in this fp32 case: {', '.join(ev.fp32_dots)}; held to IEEE, as a kernel that casts "
+                    "fp32 tiles down for a product is)")
     repeats = ("non-deterministic (atomics): two calls on the same inputs differ bitwise, within the target's "
                "atomic-reduction bound") if nondeterministic else ""
     notes = [failure] if failure else [first.note, repeats, THROUGH_TF32 if tf32 else "", why_not]

@@ -8,7 +8,7 @@ import torch
 
 from autotune.targets.base import Target
 from autotune.verify import protocol
-from autotune.verify.judge.compare import judge_case
+from autotune.verify.judge.compare import REDUCED_FP32_DOTS, judge_case
 from autotune.verify.plan.cases import Case
 from autotune.verify.plan.data import CaseData
 from autotune.verify.static import policy
@@ -92,8 +92,8 @@ class Session:
         case = self.cases[i]
         result, nondeterministic = judge_case(self.target, case, self.data.pop(i), ev,  # its data is needed no more
                                               self.target.tolerances[case.dtype], self.fp32_dot)
-        if case.dtype == torch.float32:
-            self.fp32_dots.update(ev.fp32_dots)
+        if case.dtype == torch.float32 and set(ev.fp32_dots) <= set(REDUCED_FP32_DOTS):
+            self.fp32_dots.update(ev.fp32_dots)  # judged through TF32
         self.results[i] = result
         self.nondeterministic |= nondeterministic
         launches = ev.launches

@@ -72,7 +72,8 @@ class CaseEvidence(Frame):
     inputs_written: list | None = spec(_TENSORS, None)  # ... and which elements of the inputs it writes
     sampled: str | None = spec(Text(500), None)
     # the input precisions (Triton's names: tf32, tf32x3, bf16x3 ...) at which the case's launches took fp32 tl.dot
-    # operands below IEEE, from the compiled TTIR: the judge holds such a case to that precision's accuracy
+    # operands below IEEE, and "half-precision operands" for a dot on fp16/bf16/fp8 tiles, from the compiled TTIR:
+    # the judge holds an fp32 case with only the former to that precision's accuracy
     fp32_dots: list = spec(ListOf(Text(20), max_len=8), [])
 
 
