@@ -57,16 +57,17 @@ def flops(shape, dtype):
 
 def cut_shape(shape, max_rows, max_elements):
     """M (tokens) shrinks to max_rows / 32 plus its remainder modulo 64 (a grid that rounds the row blocks down
-    leaves a served step's last rows unwritten: 43 tokens run whole, 100 as 44) and N until the weight holds
-    max_elements / 16 values (at least 64 plus N's remainder modulo 64); K, the dimension a kernel sums over and
-    splits (split-K), is never cut: a split whose share is rounded down is exact at K = 4096 and drops 64 input
-    channels at Qwen2.5-0.5B's K = 4864, so every served K runs whole. With the checker's defaults
-    [512, 4096, 14336] runs as [8, 64, 14336] (the extra cases [2, 64, 14336]): the work is M x N x K, about 7M
-    products, a few K steps per program for the interpreter."""
+    leaves a served step's last rows unwritten: 43 tokens run whole, 100 as 44); K to at most max_elements / 128
+    (at least 256) plus its remainder modulo 64, and N until the weight holds max_elements / 16 values, at least 64
+    plus N's remainder modulo 64. Every served K also runs whole, in a range case (`range_cuts`). With the checker's
+    defaults [512, 4096, 14336] runs as [8, 64, 2048] (the extra cases [2, 64, 512])."""
     if max_rows is None or max_elements is None:  # on a GPU: no cut
         return tuple(shape)
     m, n, k = shape
     m = min(m, max(1, max_rows // 32) + m % 64)
+    k_cap = max(256, max_elements // 128)
+    if k > k_cap:
+        k = k_cap + k % 64
     keep = max(16, (max_elements // 16) // k)
     if n > keep:
         n = max(64, keep // 64 * 64) + n % 64
@@ -84,10 +85,12 @@ DIMS = ("M_tokens", "N_out", "K_in")  # x [M, K], weight [N, K], y [M, N]
 
 
 def range_cuts(shape):
-    """M whole (many row blocks, the large-M code paths), N and K to two of the largest tiles of the search space
-    (256) plus their remainders modulo 64: beyond one tile, and the reference stays cheap to compute."""
+    """Two: M whole (many row blocks, the large-M code paths) with N and K to two of the largest tiles of the
+    search space (256) plus their remainders modulo 64; and K whole, the dimension a kernel sums over and splits,
+    with M and N to a tile plus their remainders (a split-K share rounded down is exact at K = 4096 and drops 64
+    input channels at Qwen2.5-0.5B's K = 4864). Each a sample of programs where it is large."""
     m, n, k = shape
-    return ((m, min(n, 512 + n % 64), min(k, 512 + k % 64)),)
+    return ((m, min(n, 512 + n % 64), min(k, 512 + k % 64)), (min(m, 8 + m % 64), min(n, 64 + n % 64), k))
 
 
 def model_shapes(dims, rows):

@@ -18,9 +18,12 @@ QUICK_FP32 = compose(["verify=quick", "verify.dtypes=[float32]"])
 
 
 def test_a_gemm_runs_every_served_k_whole():
-    cut = get("linear").cut_shape
-    assert cut((512, 896, 4864), 64, 65536)[2] == 4864 and cut((8, 4096, 14336), 256, 262144)[2] == 14336
-    v = verify("linear", CANDIDATES / "linear_splitk_rounded_down.py", QUICK_FP32)
+    linear = get("linear")
+    assert {r[2] for r in linear.range_cuts((512, 896, 4864))} >= {4864}  # a range case holds the served K
+    assert linear.cut_shape((43, 896, 4864), 64, 65536)[0] == 43  # M keeps its remainder modulo 64
+    # every range shape (the plans keep at most verify.max_range_shapes of each family: 2 quick, 6 default)
+    every = compose(["verify=quick", "verify.dtypes=[float32]", "verify.max_range_shapes=0"])
+    v = verify("linear", CANDIDATES / "linear_splitk_rounded_down.py", every)
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
     failing = v.failing_case()
     assert failing is not None and failing.shape[2] % 512, failing.shape  # a K the rounded-down share misses
