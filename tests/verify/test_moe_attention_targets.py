@@ -28,8 +28,10 @@ CASES = [
     ("fused_moe", "fused_moe_renormalises.py", Status.INCORRECT, WRONG_VALUES),
     # capacity factor 2: the hot expert (about 3/4 of the tokens) overflows it
     ("fused_moe", "fused_moe_capacity.py", Status.INCORRECT, WRONG_VALUES),
-    # reads the pool's blocks in order, not the table's: other sequences' values, or blocks nobody wrote (NaN)
-    ("paged_attention", "paged_attention_blocks_in_order.py", Status.INCORRECT, WRONG_VALUES),
+    # reads the pool's blocks in order, not the table's: other sequences' values, blocks nobody wrote (NaN), or, in
+    # the cache views autotune's vLLM plugin hands over (a half of one tensor), past the view's end
+    ("paged_attention", "paged_attention_blocks_in_order.py", Status.INCORRECT,
+     (*WRONG_VALUES, "outside every tensor argument of its launch")),
     ("paged_attention", "paged_attention_no_window.py", Status.INCORRECT, WRONG_VALUES),
     ("paged_attention", "paged_attention_kv_head_mod_4.py", Status.INCORRECT, WRONG_VALUES),
     ("paged_attention", "paged_attention_whole_blocks.py", Status.INCORRECT, WRONG_VALUES),

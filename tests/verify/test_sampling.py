@@ -39,3 +39,16 @@ def test_after_a_sampled_launch_a_zero_fill_it_was_given_is_no_longer_good_to_re
     sample.carry(out, None)
     sample.after_launch([out])
     assert bool((sample._bytes(out) == INPUT).all())  # ... and changes nothing
+
+
+def test_a_sample_keeps_the_grids_last_program_and_draws_the_others_afresh_per_call():
+    # the last program is where a grid's tail lives (a ragged tile, a stream-K remainder); the last alone would be
+    # a sample a kernel could predict, so `programs` others are drawn besides, different from call to call
+    rng = np.random.default_rng(0)
+    drawn = []
+    for _ in range(20):
+        ids = Sample(1, rng).order((100, 1, 1))
+        assert ids is not None and len(ids) == 2 and 99 in ids.tolist()
+        drawn.append(int(ids[ids != 99][0]))
+    assert len(set(drawn)) > 10
+    assert Sample(1, rng).order((2, 1, 1)) is None  # a grid no longer than the sample and its last runs whole

@@ -35,10 +35,14 @@ def test_tensor_core_kernels_in_the_styles_people_write_them_are_accepted(target
     v = verify(target, CANDIDATES / name, QUICK)
     assert v.status is Status.UNMEASURED, v.reason
     assert {c.dtype for c in v.cases} == {"float32", "bfloat16", "float16"} and all(c.passed for c in v.cases)
-    sampled = [re.search(r"(\d+) of \d+ output values compared", c.note) for c in v.cases if "sampled" in c.note]
-    assert sampled and all(m and int(m[1]) > 0 for m in sampled), [c.note for c in v.cases]  # a range case compares
+    # a range case compares what its sample wrote, or runs whole (a GEMM's K range case, M and N to one tile, has
+    # no output a lone program writes)
+    sampled = [c.note for c in v.cases if "sampled" in c.note]
+    compared = [re.search(r"(\d+) of \d+ output values compared", n) for n in sampled]
+    assert sampled and not [n for n, m in zip(sampled, compared) if "run whole" not in n and not (m and int(m[1]))]
     if name == "int8_linear_splitk.py":  # stage 2 reads stage 1's sampled partials on its own grid: it runs whole
-        assert all("a launch that read partial results ran whole" in c.note for c in v.cases if "sampled" in c.note)
+        # (unless its drawn programs happen to read only partials stage 1's sample wrote: ~1.5% of the cases)
+        assert any("a launch that read partial results ran whole" in n for n in sampled), sampled
 
 
 def test_a_kernel_may_cast_its_float_scalar_argument():

@@ -3,9 +3,9 @@ the CPU without the interpreter running all of it.
 
 A case at a served shape keeps every dimension a kernel indexes whole (every kv head, the longest context, M over
 many row blocks) and cuts only independent work; where that is still too slow for the interpreter, each launch
-of the call runs only some of its programs: along the grid's longest axis, `programs` indices per call, the last
-(a grid's tail) and the others drawn afresh (the same indices for every launch of the call whose axis has that
-length), every index of the other axes. A
+of the call runs only some of its programs: along the grid's longest axis, `programs` indices drawn afresh per call
+and the last (a grid's tail) besides (the same indices for every launch of the call whose axis has that length),
+every index of the other axes. A
 launch given a storage that sampled programs left partly written (a second kernel reading the first's partial
 results, or the autotuner's benchmark run and then the real one) starts as a sample too; the first of its programs
 that reads a byte nothing valid wrote turns it into a whole launch (it runs every program, and those that read only
@@ -209,9 +209,10 @@ class Sample:
 
     # programs ---------------------------------------------------------------------------------------
     def _draw(self, n: int) -> np.ndarray:
-        """`programs` indices of an axis of length n: the last (where a grid's tail lives: a ragged last tile, the
-        stream-K remainder, rows a rounded-down grid leaves) and the others drawn afresh per call."""
-        others = self.rng.choice(n - 1, max(0, self.programs - 1), replace=False)
+        """`programs` indices of an axis of length n drawn afresh per call, and the last besides (where a grid's tail
+        lives: a ragged last tile, the stream-K remainder, rows a rounded-down grid leaves). The last alone would be
+        a sample a kernel could predict."""
+        others = self.rng.choice(n - 1, self.programs, replace=False)
         return np.sort(np.concatenate([others, [n - 1]]).astype(np.int64))
 
     def order(self, grid: tuple[int, int, int], args=()) -> np.ndarray | None:
@@ -221,7 +222,7 @@ class Sample:
         axis = int(np.argmax(grid))
         n = grid[axis]
         self.may_widen = any(self._partly_valid(a) for a in args if isinstance(a, torch.Tensor))
-        if n <= self.programs:
+        if n <= self.programs + 1:
             self.launch_sampled = False
             return None
         chosen = self.indices.setdefault(n, self._draw(n))
