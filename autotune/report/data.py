@@ -2,7 +2,8 @@
 
 Each function takes the loaded `Runs` and returns a DataFrame that both the plots and the CSVs use, so a
 figure and its CSV can never disagree. Speedups are measured only on a GPU; without one they are NaN
-here (and the plots say "not measured"), never zero.
+here (the tables say "not measured" and the figures that would plot them are not drawn), never zero, and no
+gain is projected from an assumed speedup.
 """
 
 from __future__ import annotations
@@ -178,30 +179,57 @@ def cache_per_turn(r: Runs) -> pd.DataFrame:
     return g
 
 
-def gains(r: Runs) -> pd.DataFrame:
-    """Per proposal: the end-to-end gain the profile projects (its share at the measured speedup, or the
-    assumed one) and the measured one (time per output token before/after, GPU only)."""
+PROPOSAL_COLUMNS = ["run", "proposal", "target", "share", "speedup", "projected_gain", "measured_gain", "status",
+                    "evidence"]
+
+
+def proposals(r: Runs) -> pd.DataFrame:
+    """Per proposal, what a reviewer triages by: the target's share of serving time in its run's profile, the
+    measured speedup (NaN: not measured), the end-to-end gain the profile projects from that speedup (NaN without
+    one: no assumed speedup is ever drawn or printed), the measured gain (time per output token before and after,
+    GPU only), the review state now (the publish repository's record; as published where that is gone) and the
+    evidence page. The largest share first."""
     props, prof, checks = _of(r.ledger, "proposal"), _of(r.ledger, "profile"), _of(r.ledger, "model_check")
+    states = _review_states(r)
     rows = []
     for _, p in props.iterrows():
-        share, assumed = _hotspot(prof, p["run"], p["target"])
-        speedup = p.get("speedup")
-        s = speedup if isinstance(speedup, (int, float)) and speedup == speedup and speedup else None
-        rows.append({"run": p["run"], "proposal": p["id"], "target": p["target"], "share": share,
-                     "projected_gain": share * (1 - 1 / s) if s and share is not None else assumed,
-                     "projected_from": "measured speedup" if s else "assumed speedup",
-                     "measured_gain": _measured_gain(checks, p["run"], p["candidate"])})
-    return pd.DataFrame(rows, columns=["run", "proposal", "target", "share", "projected_gain", "projected_from",
-                                       "measured_gain"])
+        share = _share(prof, p["run"], p["target"])
+        speedup = pd.to_numeric(p.get("speedup"), errors="coerce")
+        s = float(speedup) if speedup == speedup and speedup else None
+        rows.append({"run": p["run"], "proposal": p["id"], "target": p["target"],
+                     "share": np.nan if share is None else share, "speedup": s if s else np.nan,
+                     "projected_gain": share * (1 - 1 / s) if s and share is not None else np.nan,
+                     "measured_gain": _measured_gain(checks, p["run"], p["candidate"]),
+                     "status": states.get(p["id"]) or f"{p.get('status') or 'open'} (as published)",
+                     "evidence": p.get("evidence_path") or ""})
+    out = pd.DataFrame(rows, columns=PROPOSAL_COLUMNS)
+    return out.sort_values("share", ascending=False, na_position="last", kind="stable").reset_index(drop=True)
 
 
-def _hotspot(prof: pd.DataFrame, run: str, target: str) -> tuple[float | None, float | None]:
+def _review_states(r: Runs) -> dict[str, str]:
+    """Each proposal's review state in the publish repositories the runs named (config.yaml's publish.repo);
+    a repository that is gone or unreadable answers nothing (the ledger's state at publishing stands)."""
+    from autotune.publish import gitops, records
+
+    states: dict[str, str] = {}
+    for repo in {str((_saved_config(Path(run)).get("publish") or {}).get("repo") or "") for run in r.runs["run"]}:
+        if not repo:
+            continue
+        try:
+            states.update({p.id: str(p.status) for p in records.all_records(gitops.open_repo(repo))})
+        except UserError:  # gone, or not a repository now: the report reads it only for the review state
+            continue
+    return states
+
+
+def _share(prof: pd.DataFrame, run: str, target: str) -> float | None:
+    """The target's share of serving time in the run's profile (None: no profile, or not a hot spot there)."""
     rows = prof[prof["run"] == run] if not prof.empty else prof
     for hotspots in rows.get("hotspots", []):
         for h in hotspots or []:
             if h.get("target") == target:
-                return h.get("share"), h.get("projected_gain")
-    return None, None
+                return h.get("share")
+    return None
 
 
 def _measured_gain(checks: pd.DataFrame, run: str, candidate: str) -> float:

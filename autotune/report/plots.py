@@ -1,8 +1,8 @@
 """The report's figures (matplotlib, Agg backend: no display needed), each returned as PNG bytes.
 
-Every figure carries the environment it came from in its footer (GPU, driver, torch, triton, commit).
-Where a quantity was not measured (speedups without a GPU, cached tokens a server did not report) the
-axes say so in words instead of drawing zeros.
+Every figure carries the environment it came from in its footer (GPU, driver, torch, triton, commit). A figure
+with nothing to show is not drawn (build.figures says why in one line instead); within one that is, a quantity not
+measured (a run without timings, a proposal without a measured gain) is said in words, never drawn as a zero.
 """
 
 from __future__ import annotations
@@ -36,13 +36,6 @@ def _png(fig, environments: list[str]) -> bytes:
     return buf.getvalue()
 
 
-def _say(ax, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, fontsize=11, color="#a33",
-            wrap=True)
-    ax.set_xticks([])
-    ax.set_yticks([])
-
-
 def _label(run: str, target: str, agent: str) -> str:
     return f"{target} / {agent} ({Path(run).name})"
 
@@ -51,10 +44,6 @@ def best_so_far(p: pd.DataFrame, x: str, environments: list[str]) -> bytes:
     """Best measured speedup so far against candidates tried (x="tried") or dollars spent (x="dollars")."""
     xlabel = {"tried": "candidates tried", "dollars": "dollars spent (USD)"}[x]
     fig, ax = _figure(f"best speedup so far vs {xlabel}, per target and agent")
-    if p.empty or p["speedup"].notna().sum() == 0:
-        n = len(p)
-        _say(ax, f"speedup not measured (no GPU): {n} candidate(s) judged for correctness only")
-        return _png(fig, environments)
     for (run, target, agent), g in p.groupby(["run", "target", "agent"], sort=False):
         if g["best_so_far"].notna().any():  # a run without timings has no line (the text below says so)
             ax.step(g[x], g["best_so_far"], where="post", marker="o", label=_label(run, target, agent))
@@ -73,9 +62,6 @@ def best_so_far(p: pd.DataFrame, x: str, environments: list[str]) -> bytes:
 
 def statuses(t: pd.DataFrame, environments: list[str]) -> bytes:
     fig, ax = _figure("how candidates end, per turn")
-    if t.empty:
-        _say(ax, "no candidates judged")
-        return _png(fig, environments)
     t.plot.bar(stacked=True, ax=ax, rot=0)
     ax.set_xlabel("turn")
     ax.set_ylabel("candidates")
@@ -85,9 +71,6 @@ def statuses(t: pd.DataFrame, environments: list[str]) -> bytes:
 
 def cost_per_kernel(c: pd.DataFrame, environments: list[str]) -> bytes:
     fig, ax = _figure("tokens per kernel, and the shares spent on failed attempts and on retries, per run")
-    if c.empty or c["tokens"].sum() == 0:
-        _say(ax, "no LLM tokens spent (agent=search writes candidates from templates)")
-        return _png(fig, environments)
     labels = [Path(r).name for r in c["run"]]
     ax.bar(labels, c["tokens_per_kernel"].fillna(0), color="#4a7")
     ax.set_ylabel("tokens per kernel (" + ", ".join(sorted(set(c["per_kernel_basis"]))) + ")")
@@ -97,14 +80,12 @@ def cost_per_kernel(c: pd.DataFrame, environments: list[str]) -> bytes:
     twin.set_ylim(0, 1)
     twin.set_ylabel("share of tokens", color="#c44")
     twin.legend(fontsize=8, loc="upper right")
+    ax.tick_params(axis="x", labelrotation=30, labelsize=7)
     return _png(fig, environments)
 
 
 def cache_rate(g: pd.DataFrame, environments: list[str]) -> bytes:
     fig, ax = _figure("prompt-cache hit rate per turn (goal: >= 85% from turn 2)")
-    if g.empty:
-        _say(ax, "cache hits not reported (no LLM requests, or the server did not report cached tokens)")
-        return _png(fig, environments)
     ax.bar(g["turn"].astype(str), g["hit_rate"], color="#47a")
     ax.axhline(CACHE_GOAL, color="#c44", ls="--", label="goal 85%")
     ax.set_ylim(0, 1)
@@ -115,19 +96,19 @@ def cache_rate(g: pd.DataFrame, environments: list[str]) -> bytes:
 
 
 def gains(g: pd.DataFrame, environments: list[str]) -> bytes:
-    fig, ax = _figure("end-to-end gain per proposal: projected and measured")
-    if g.empty:
-        _say(ax, "no proposals")
-        return _png(fig, environments)
+    """Per proposal (autotune.report.data.proposals): the gain projected from its measured speedup and the
+    measured one; either not measured is said under its bar's place."""
+    fig, ax = _figure("end-to-end gain per proposal: projected from the measured speedup, and measured")
     labels = [f"{p}\n({Path(r).name})" for p, r in zip(g["proposal"], g["run"])]
     xs = range(len(labels))
-    ax.bar([x - 0.2 for x in xs], g["projected_gain"].fillna(0) * 100, width=0.4, label="projected", color="#888")
-    measured = g["measured_gain"]
-    ax.bar([x + 0.2 for x in xs], measured.fillna(0) * 100, width=0.4, label="measured", color="#4a7")
-    for x, m in zip(xs, measured):
-        if m != m:  # NaN: say it, do not draw a zero
-            ax.text(x + 0.2, 0, "not\nmeasured\n(no GPU)", ha="center", va="bottom", fontsize=7, color="#a33")
-    ax.set_xticks(list(xs), labels, fontsize=7)
+    for offset, column, label, color in ((-0.2, "projected_gain", "projected", "#888"),
+                                         (0.2, "measured_gain", "measured", "#4a7")):
+        values = g[column]
+        ax.bar([x + offset for x in xs], values.fillna(0) * 100, width=0.4, label=label, color=color)
+        for x, v in zip(xs, values):
+            if v != v:  # NaN: say it, do not draw a zero
+                ax.text(x + offset, 0, "not\nmeasured", ha="center", va="bottom", fontsize=7, color="#a33")
+    ax.set_xticks(list(xs), labels, fontsize=7, rotation=30, ha="right")
     ax.set_ylabel("serving time saved (%)")
     ax.legend(fontsize=8)
     return _png(fig, environments)

@@ -70,7 +70,9 @@ def sweep(tmp_path_factory) -> Path:
              latency={"before": {"tpot_p50_ms": 10.0}, "after": {"tpot_p50_ms": 9.0}})
     make_run(root / "1", temperature=0.8, env=CPU_ENV,
              candidates=[(0, 1, "compile_error", None), (1, 1, "unmeasured", None)],
-             llm=[(0, 1, 1000, 0, 400, 0.008), (1, 1, 1000, 0, 600, 0.012)])
+             llm=[(0, 1, 1000, 0, 400, 0.008), (1, 1, 1000, 0, 600, 0.012)],
+             proposal={"id": "rms_norm-bbbbbb", "candidate": "rms_norm-c1-t1", "speedup": None, "status": "open",
+                       "evidence_path": "/repo/.git/autotune/evidence/rms_norm-bbbbbb.md"})
     return root
 
 
@@ -109,16 +111,19 @@ def test_costs_failures_and_cache_per_turn(report):
 def test_statuses_gains_and_settings(report):
     s = csv(report, "statuses_per_turn").set_index("turn")
     assert s.loc[1, "accepted"] == 1 and s.loc[2, "accepted"] == 1 and s.loc[1, "compile_error"] == 1
-    g = csv(report, "gains").iloc[0]
-    assert g["projected_gain"] == pytest.approx(0.2 * (1 - 1 / 1.6)) and g["projected_from"] == "measured speedup"
-    assert g["measured_gain"] == pytest.approx(0.1)
+    g = csv(report, "proposals").set_index("proposal")
+    assert g.loc["rms_norm-aaaaaa", "projected_gain"] == pytest.approx(0.2 * (1 - 1 / 1.6))
+    assert g.loc["rms_norm-aaaaaa", "measured_gain"] == pytest.approx(0.1)
+    # never timed: no gain projected from an assumed speedup (the profile's projected_gain is 0.1)
+    assert pd.isna(g.loc["rms_norm-bbbbbb", "speedup"]) and pd.isna(g.loc["rms_norm-bbbbbb", "projected_gain"])
+    assert g.loc["rms_norm-bbbbbb", "status"] == "open (as published)"  # no publish repository to ask
     settings = csv(report, "settings")
     assert settings["set:agent.temperature"].tolist() == [0.2, 0.8]  # the sweep's axis, read from config.yaml
     assert settings["best_speedup"].tolist()[0] == 1.6 and pd.isna(settings["best_speedup"].tolist()[1])
 
 
 def test_every_figure_names_its_environment(report):
-    assert len(report.pngs) == 6 and all(p.stat().st_size > 5000 for p in report.pngs)
+    assert len(report.pngs) == 6 and all(p.stat().st_size > 5000 for p in report.pngs)  # the GPU run measured
     html = report.html.read_text()
     assert "NVIDIA H100 80GB HBM3, driver 550.54, torch 2.13.0, triton 3.9.0, commit 0123456789" in html
     assert html.count('src="data:image/png;base64,') == 6 and "<img src=\"http" not in html
@@ -127,10 +132,41 @@ def test_every_figure_names_its_environment(report):
     assert "| 0 | 0.2 | openai | qwen-coder | 0.2 | 2 | 2 | default | rms_norm | 4 | 3 | 2 | 2 | 1.6 |" in md  # judged, correct, passing, accepted, best
 
 
-def test_without_a_gpu_the_speedup_plots_say_so(sweep, tmp_path):
+def test_without_a_gpu_the_report_opens_with_the_proposals_and_draws_nothing_unmeasured(sweep, tmp_path):
     cpu_only = build([sweep / "1"], tmp_path / "cpu")
-    assert "No speedup was measured (no GPU)" in cpu_only.html.read_text()
+    html = cpu_only.html.read_text()
+    assert html.index("Proposed kernels (1)") < html.index("Cost per run") < html.index("Settings side by side")
+    row = re.search(r"<td>rms_norm-bbbbbb</td>.*?</tr>", html, re.S).group(0)
+    cells = re.findall(r"<td>(.*?)</td>", row)
+    assert cells[2:7] == ["20.0%", "not measured", "-", "-", "open (as published)"], cells  # share as a percentage
+    assert "No speedup was measured (no GPU)" in html
+    # the speedup plots and the gains plot have nothing to show: one line each, no image, no PNG
+    assert "<b>Best speedup so far vs candidates tried</b>: not drawn: no speedup was measured" in html
+    assert "not drawn: no proposal has a measured speedup or a measured end-to-end gain" in html
+    assert html.count('src="data:image/png;base64,') == 3 and len(cpu_only.pngs) == 3  # verdicts, cost, cache
+    assert "not drawn: no speedup was measured" in cpu_only.markdown.read_text()
     assert pd.read_csv(cpu_only.out / "progress.csv")["best_so_far"].isna().all()
+
+
+def test_the_review_state_is_the_publish_repositorys_now(sweep, tmp_path):
+    """A proposal approved after its run: the report says "approved", read from the repository the run published
+    into (config.yaml's publish.repo), not "open" as the ledger recorded it at publishing."""
+    import git
+
+    from autotune.publish import records
+    from autotune.publish.types import Proposal, ProposalStatus
+
+    repo = git.Repo.init(tmp_path / "repo", initial_branch="main")
+    repo.index.commit("init", author=git.Actor("t", "t@localhost"), committer=git.Actor("t", "t@localhost"))
+    records.save(repo, Proposal(id="rms_norm-bbbbbb", target="rms_norm", branch="b", base="main", commit="c",
+                                status=ProposalStatus.APPROVED, created_at="2026-12-03T00:00:00+00:00", pr_url=None,
+                                pr_number=None, reason=None, evidence_path="e", verdict_status="unmeasured",
+                                speedup=None))
+    run = shutil.copytree(sweep / "1", tmp_path / "run")
+    cfg = OmegaConf.load(run / "config.yaml")
+    cfg.publish = {"repo": str(tmp_path / "repo")}
+    OmegaConf.save(cfg, run / "config.yaml")
+    assert pd.read_csv(build([run], tmp_path / "out").out / "proposals.csv")["status"].tolist() == ["approved"]
 
 
 def test_a_run_that_died_before_judging_anything_is_a_row_that_says_why(sweep, tmp_path):
