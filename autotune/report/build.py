@@ -24,7 +24,7 @@ class Figure:
 
     @property
     def data_uri(self) -> str:
-        return "data:image/png;base64," + base64.b64encode(self.png).decode()
+        return "data:image/png;base64," + base64.b64encode(self.png or b"").decode()
 
 
 @dataclasses.dataclass(frozen=True)
