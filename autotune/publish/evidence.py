@@ -43,7 +43,6 @@ def _env() -> jinja2.Environment:
     env.filters.update(us=_us, num=_num, err=_err, pct=_pct, cell=_cell, fence=fence,
                        pct100=lambda x: "—" if x is None else f"{x:.0f}%",
                        times=lambda x: "—" if x is None else f"{x:.2f}×",
-                       usd=lambda x: "cost unknown" if x is None else f"${x:.4f}",
                        shape=lambda s: "×".join(str(d) for d in s))
     return env
 
@@ -173,16 +172,16 @@ def _profile_lines(request: ProposalRequest) -> dict[str, str]:
     hs, v, t = request.hotspot, request.verdict, request.target
     if not hs:
         return {"profile_line": "unknown (no profile)", "gain_line": "unknown (no profile)", "gain_sentence": ""}
-    share, assumed = hs.share, hs.assumed_speedup
-    at = f"{assumed:g}× faster" if assumed else "at the profile's assumed speedup"
-    projected = f"{_pct(hs.projected_gain)} of serving time if `{t}` ran {at}"
+    share = hs.share
     if v.measured and v.speedup_geomean:
         gain = _pct(amdahl_gain(share, v.speedup_geomean))
         line = f"**{gain}** of serving time at the measured {v.speedup_geomean:.2f}×"
         sentence = f"At the measured {v.speedup_geomean:.2f}×, serving takes {gain} less time end to end"
-    else:
-        line = f"{projected} (projection; this kernel's speed is not measured: no GPU)"
-        sentence = f"Projected: {projected}; this kernel's own speed is not measured (no GPU)"
+    else:  # no number from a speed nobody measured; the share itself bounds any gain
+        line = (f"not projected: this kernel's speed is not measured (no GPU); at most {_pct(share)}, the whole share "
+                f"of `{t}`")
+        sentence = (f"No gain is projected: this kernel's own speed is not measured (no GPU); no kernel of `{t}` can "
+                    f"save more than its {_pct(share)}")
     return {"profile_line": f"{_pct(share)} ({hs.calls} calls)", "gain_line": line,
             "gain_sentence": sentence + ". Amdahl: gain = 1 − ((1 − share) + share / speedup)."}
 
@@ -214,7 +213,8 @@ def render(request: ProposalRequest, *, proposal_id: str, short_id: str, branch:
         cases={"rows": rows, "passed": passed, "total": total, "not_evidence": sum(not c.evidence for c in v.cases),
                "by_dtype": dtype_rows(v)},
         timings=v.timings if v.measured else [], speed_line=_speed_line(v), candidate=cand,
-        tokens_line=_tokens_line(cand), hotspot=_hotspot(request), model_check=request.model_check,
+        tokens_line=_tokens_line(cand), cost_line=_cost_line(cand), hotspot=_hotspot(request),
+        model_check=request.model_check,
         model_line=_model_sentence(request.model_check) if request.model_check else "not run",
         model_sentence=_model_sentence(request.model_check), latency_rows=_latency_rows(request.model_check),
         engine_bench=request.engine_bench,
@@ -242,6 +242,23 @@ def _tokens_line(cand) -> str:
         return "no LLM tokens"
     return (f"{cand['prompt_tokens'] or 0:,} prompt tokens ({cand['cached_tokens'] or 0:,} cached), "
             f"{cand['completion_tokens'] or 0:,} completion tokens")
+
+
+def _cost_line(cand) -> str:
+    """What the kernel cost: this turn's dollars and all of its target's LLM requests in the run (the failed attempts
+    too: `spent` in the candidate); unset prices (tokens at $0) say so instead of printing $0.0000."""
+    spent = cand["spent"] or {}
+    tokens = spent.get("tokens", (cand["prompt_tokens"] or 0) + (cand["completion_tokens"] or 0))
+    if not tokens:
+        return "no cost"
+    dollars = spent.get("cost_usd", cand["cost_usd"] or 0.0)
+    if not dollars:
+        return "dollars not counted (agent.price is not set)"
+    line = f"${cand['cost_usd'] or 0.0:.4f} this turn"
+    if spent:
+        line += (f"; the kernel cost ${dollars:.4f} in all ({spent.get('requests', 0)} requests, "
+                 f"{tokens:,} tokens, failed attempts included)")
+    return line
 
 
 def fit(markdown: str, limit: int) -> str:

@@ -360,13 +360,22 @@ def check_and_publish(name: str, best, hotspot: Hotspot | None, cfg: DictConfig,
     environment = json.loads((run_dir / "env.json").read_text())
     request = ProposalRequest(
         target=name, source=source, verdict=best.verdict, hotspot=hotspot, model_check=check.to_dict(),
-        candidate={k: getattr(best, k) for k in ("id", "agent", "model", "turn", "prompt_tokens", "cached_tokens",
-                                                 "completion_tokens", "cost_usd")},
+        candidate={**{k: getattr(best, k) for k in ("id", "agent", "model", "turn", "prompt_tokens", "cached_tokens",
+                                                    "completion_tokens", "cost_usd")}, "spent": _spent(ledger, name)},
         environment=environment, run_dir=str(run_dir), run_id=str(cfg.run_id), engine_bench=_bench_of(source, cfg))
     with _PUBLISH:  # targets finish side by side; their branches go into one repository one at a time
         proposal = publish(request, cfg)
     ledger.append("proposal", candidate=best.id, **dataclasses.asdict(proposal))
     return Outcome(name, OutcomeStatus.PROPOSED, check.reason, best.id, best.status, proposal.id, proposal.pr_url)
+
+
+def _spent(ledger: Ledger, name: str) -> dict[str, Any]:
+    """All the LLM requests the target's search made in this run (a resumed run's earlier ones too): what the
+    kernel cost, failed attempts included."""
+    llm = [r for r in ledger.read("llm") if r.get("target") == name]
+    return {"requests": len(llm), "tokens": sum(int(r.get("prompt_tokens") or 0) + int(r.get("completion_tokens") or 0)
+                                                for r in llm),
+            "cost_usd": round(sum(float(r.get("cost_usd") or 0.0) for r in llm), 6)}
 
 
 def _bench_of(source: str, cfg: DictConfig) -> dict | None:

@@ -68,7 +68,8 @@ def request(source: str | None = None, *, run_id: str = "2026-11-30/10-00-00", v
     hotspot = {"target": "rms_norm", "share": 0.12, "calls": 40, "total_us": 1234.5, "projected_gain": 0.06,
                "serving_time_us": 10287.5, "shapes": [{"shape": [7, 1000], "dtype": "float32", "calls": 40, "total_us": 1234.5}]}
     candidate = {"id": "c0_t1", "agent": "openai", "model": "qwen-coder", "turn": 2, "prompt_tokens": 5120,
-                 "cached_tokens": 4096, "completion_tokens": 900, "cost_usd": 0.0123}
+                 "cached_tokens": 4096, "completion_tokens": 900, "cost_usd": 0.0123,
+                 "spent": {"requests": 3, "tokens": 16540, "cost_usd": 0.0687}}  # the target's search, failures too
     model_check = {"prompts": 4, "new_tokens": 8, "tokens_identical": True, "max_logit_diff": 3.0e-6, "latency": None}
     return ProposalRequest(target="rms_norm", source=source or KERNEL.read_text(), verdict=v or verdict(),
                            candidate=candidate, hotspot=hotspot, model_check=model_check,

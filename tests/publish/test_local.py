@@ -44,15 +44,24 @@ def test_publish_makes_one_commit_on_a_new_branch_and_leaves_the_checkout_alone(
     assert prov["verdict"]["status"] == "unmeasured" and prov["environment"]["labels"] == {"pool": "ci"}
 
 
+def test_unset_prices_are_said_not_printed_as_zero_dollars(project, make_request, cfg_of):
+    request = make_request()
+    request.candidate = {**request.candidate, "cost_usd": 0.0, "spent": {"requests": 3, "tokens": 16540, "cost_usd": 0}}
+    text = Path(publish.publish(request, cfg_of(project)).evidence_path).read_text()
+    assert "900 completion tokens, dollars not counted (agent.price is not set)" in text and "$0.0000" not in text
+
+
 def test_evidence_reads_as_a_review_page(project, git, make_request, cfg_of):
     p = publish.publish(make_request(), cfg_of(project))
     text = Path(p.evidence_path).read_text()
     assert text == git(project, "show", f"{p.branch}:{p.kernel_dir}/EVIDENCE.md") + "\n"
     assert "| 7×1000 | bfloat16 | special | profile | 2.4e-07 | 3.1e-07 | 1.6e-02, 1.0e-05 | 1/1 |" in text
     assert "**Not measured (no GPU).**" in text and "8/8 cases pass" in text
-    assert "12.0% (40 calls)" in text and "6.0% of serving time if `rms_norm` ran" in text
+    assert "12.0% (40 calls)" in text and "not projected: this kernel's speed is not measured (no GPU)" in text
+    assert "6.0%" not in text  # the profile's gain at an assumed 2x: no number from a speed nobody measured
     assert "Greedy tokens identical to the reference model's on 4 prompts × 8 new tokens" in text
-    assert "5,120 prompt tokens (4,096 cached), 900 completion tokens, $0.0123" in text
+    assert ("5,120 prompt tokens (4,096 cached), 900 completion tokens, $0.0123 this turn; the kernel cost $0.0687 in "
+            "all (3 requests, 16,540 tokens, failed attempts included)") in text
     assert "torch 2." in text and "| labels | {'pool': 'ci'} |" in text  # Environment.summary() and details
     assert "Sandbox: network: unshared; uid: 65534" in text
     assert evidence.parse_metadata(text) == {"proposal": p.id, "run": "2026-11-30/10-00-00", "target": "rms_norm",
