@@ -74,8 +74,9 @@ def _opt(x: Any, kind: type) -> Any:
 
 def search_target(target: Target, hotspot: Hotspot | None, cfg: DictConfig, run_dir: Path, ledger: Ledger, *,
                   rejections: Iterable[str] = (), verify_fn: VerifyFn | None = None,
-                  incumbent: CandidateRecord | None = None) -> TargetSearch:
-    """Search for kernels for one target; `incumbent` (optional) is the best kernel known before it."""
+                  incumbent: prompts.Incumbent | None = None) -> TargetSearch:
+    """Search for kernels for one target; `incumbent` (optional) is the best kernel known before it (the one a
+    reviewer merged), shown in every task as the one to beat."""
     run_dir = Path(run_dir)
     settings = Settings.from_cfg(cfg.agent)
     client = clients.make(cfg, run_dir, target.name)
@@ -168,7 +169,7 @@ class _Search:
         self.target, self.hotspot, self.run_dir, self.ledger = target, hotspot, run_dir, ledger
         self.client, self.settings, self.n, self.verify_fn = client, settings, n, verify_fn
         self.rejections = rejections
-        self.incumbent = prompts.incumbent_from(incumbent.id, incumbent.path, incumbent.verdict) if incumbent else None
+        self.incumbent = incumbent
         self.system = prompts.system_message(cfg=cfg)
         self.roofline = prompts.roofline(cfg)
         self.missing = missing_from_trace(cfg, hotspot)

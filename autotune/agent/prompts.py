@@ -24,9 +24,10 @@ from omegaconf import OmegaConf
 from autotune.config import PROMPTS_DIR
 from autotune.targets.base import FIRST_DIRECTION, INPUT_KINDS, LAYOUTS, Target, dtype_name, numel, parse_dtype
 from autotune.text import fence, pct, size, us
-from autotune.verify.verdict import Status, Verdict
+from autotune.verify.verdict import Verdict, is_passed
 
 if TYPE_CHECKING:
+    from autotune.kernels import MergedKernel
     from autotune.records import Hotspot
 
 EXAMPLE_TARGET = "rms_norm"  # whose correct example kernel (Target.example) the system message shows
@@ -267,16 +268,14 @@ def layout_in_words(target: Target | None, case) -> str:
     return f"`{case.layout}`: {words}{where}"
 
 
-def incumbent_from(name: str, path: Path, verdict: Verdict | None) -> Incumbent:
-    """An `Incumbent` from a judged kernel file, summarised by its verdict."""
-    summary = f"`{name}`"
-    if verdict is not None:
-        summary += f": {verdict.status.value}"
-        if verdict.speedup_geomean:
-            summary += f", {_ratio(verdict.speedup_geomean)} over the best baseline (weighted by calls)"
-        elif verdict.status is Status.UNMEASURED:
-            summary += " (correct; not timed, no GPU)"
-    return Incumbent(name=name, source=Path(path).read_text(), summary=summary + ".")
+def incumbent_from(kernel: MergedKernel, base: str) -> Incumbent:
+    """The kernel a reviewer merged for this target (autotune.kernels), summarised by its recorded verdict."""
+    summary = f"`{kernel.target}-{kernel.id}`, merged into `{base}` after review: {kernel.status}"
+    if kernel.speedup:
+        summary += f", {_ratio(kernel.speedup)} over the best baseline (weighted by calls)"
+    elif is_passed(kernel.status):
+        summary += " (correct; not timed, no GPU)"
+    return Incumbent(name=f"{kernel.target}-{kernel.id}", source=kernel.source_path.read_text(), summary=summary + ".")
 
 
 _ABS_PATH = re.compile(r"(?<![\w.~])(?:/[\w.+@-]+)+/([\w.+@-]+)")

@@ -20,7 +20,7 @@ from __future__ import annotations
 from autotune.publish.types import Proposal, ProposalRequest, ProposalStatus
 
 __all__ = ["Proposal", "ProposalRequest", "ProposalStatus", "approve", "get_proposal", "list_proposals", "publish",
-           "reject", "rejection_reasons"]
+           "merged_kernel", "reject", "rejection_reasons"]
 
 
 def publish(request: ProposalRequest, cfg) -> Proposal:
@@ -68,3 +68,13 @@ def rejection_reasons(cfg, target: str) -> list[str]:
     """Reviewers' reasons for rejecting earlier proposals of `target`, oldest first (for the next prompts)."""
     return [p.reason for p in list_proposals(cfg)
             if p.target == target and p.status is ProposalStatus.REJECTED and p.reason]
+
+
+def merged_kernel(cfg, target: str):
+    """The best kernel of `target` a reviewer merged into the publish repository's checkout (its kernels/<op>/<id>/,
+    as `review approve` left it), an `autotune.kernels.MergedKernel`; None when there is none."""
+    from pathlib import Path
+
+    from autotune import kernels
+
+    return kernels.best(Path(str(cfg.publish.repo)).expanduser() / "kernels", target)

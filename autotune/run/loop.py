@@ -57,6 +57,8 @@ class OutcomeStatus(str, enum.Enum):
     """What became of a target (a str enum: the ledger and summary.json hold its value)."""
 
     PROPOSED = "proposed"
+    ALREADY_MERGED = "already_merged"  # the best kernel is one a reviewer approved before: nothing new to review
+    ALREADY_REJECTED = "already_rejected"  # ... or rejected before (its reason stands)
     NO_PASSING_CANDIDATE = "no_passing_candidate"
     FAILED_MODEL_CHECK = "failed_model_check"
     SKIPPED = "skipped"
@@ -316,7 +318,8 @@ def work_on(name: str, hotspot: Hotspot | None, cfg: DictConfig, run_dir: Path, 
     """Agent and checker, then the model-level check, then publish: one target, start to end."""
     from autotune.agent import search_target
     from autotune.agent.loop import INTERRUPTED, missing_from_trace
-    from autotune.publish import rejection_reasons
+    from autotune.agent.prompts import incumbent_from
+    from autotune.publish import merged_kernel, rejection_reasons
     from autotune.run.model_check import never_called
     from autotune.sandbox import Stopped
 
@@ -332,8 +335,9 @@ def work_on(name: str, hotspot: Hotspot | None, cfg: DictConfig, run_dir: Path, 
     missing = missing_from_trace(cfg, hotspot)
     if missing:
         console.print(f"[yellow]note[/]: {name}: {missing} The agent is given its default shapes.")
-    search = search_target(targets.get(name), hotspot, cfg, run_dir, ledger,
-                           rejections=rejection_reasons(cfg, name))
+    merged = merged_kernel(cfg, name)  # the one to beat: the agent is shown it, not left to write it again
+    search = search_target(targets.get(name), hotspot, cfg, run_dir, ledger, rejections=rejection_reasons(cfg, name),
+                           incumbent=incumbent_from(merged, str(cfg.publish.base)) if merged else None)
     if INTERRUPTED.is_set():  # the search ended because the run was told to stop: no outcome, `resume=` goes on
         raise Stopped(f"{name}: stopped during its search")
     best = search.best
@@ -348,7 +352,7 @@ def work_on(name: str, hotspot: Hotspot | None, cfg: DictConfig, run_dir: Path, 
 
 def check_and_publish(name: str, best, hotspot: Hotspot | None, cfg: DictConfig, run_dir: Path,
                       ledger: Ledger) -> Outcome:
-    from autotune.publish import ProposalRequest, publish
+    from autotune.publish import ProposalRequest, ProposalStatus, publish
     from autotune.run.model_check import check_model
 
     source = Path(best.path).read_text()
@@ -365,6 +369,13 @@ def check_and_publish(name: str, best, hotspot: Hotspot | None, cfg: DictConfig,
         environment=environment, run_dir=str(run_dir), run_id=str(cfg.run_id), engine_bench=_bench_of(source, cfg))
     with _PUBLISH:  # targets finish side by side; their branches go into one repository one at a time
         proposal = publish(request, cfg)
+    if proposal.status is ProposalStatus.APPROVED:  # the same source, decided before: announced as what it is
+        return Outcome(name, OutcomeStatus.ALREADY_MERGED, f"the same kernel is already merged as {proposal.id} "
+                       f"(merge commit {(proposal.merge_commit or '')[:10]}): nothing new to review", best.id,
+                       best.status, proposal.id)
+    if proposal.status is ProposalStatus.REJECTED:
+        return Outcome(name, OutcomeStatus.ALREADY_REJECTED, f"the same kernel was rejected before as {proposal.id}: "
+                       f"{proposal.reason}", best.id, best.status, proposal.id)
     ledger.append("proposal", candidate=best.id, **dataclasses.asdict(proposal))
     return Outcome(name, OutcomeStatus.PROPOSED, check.reason, best.id, best.status, proposal.id, proposal.pr_url)
 
@@ -400,7 +411,8 @@ def write_summary(cfg: DictConfig, run_dir: Path, ledger: Ledger, outcomes: list
 def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
     console.rule(f"[bold]run {summary['run_id']}[/]")
     for o in summary["outcomes"]:
-        head = f"proposed {o['pr_url'] or o['proposal']}" if o["proposal"] else o["status"].replace("_", " ")
+        head = (f"proposed {o['pr_url'] or o['proposal']}" if o["status"] == OutcomeStatus.PROPOSED
+                else o["status"].replace("_", " ") + (f" as {o['proposal']}" if o["proposal"] else ""))
         console.print(f"[bold]{o['target']}[/]: {head}")
         best = f"best {o['best']} ({o['verdict']}); " if o["best"] else ""
         console.print(f"  {best}{o['detail']}")
@@ -411,7 +423,7 @@ def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
         for line in summary_lines(summary["engine"]):
             console.print(line, soft_wrap=True)
     console.print(f"files: {run_dir}")
-    proposed = [o for o in summary["outcomes"] if o["proposal"]]
+    proposed = [o for o in summary["outcomes"] if o["status"] == OutcomeStatus.PROPOSED]
     if proposed:
         first = proposed[0]["proposal"]
         unmeasured = " --unmeasured" if proposed[0]["verdict"] == "unmeasured" else ""  # merged only if asked

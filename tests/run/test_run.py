@@ -105,6 +105,25 @@ def test_approve_merges_and_the_served_model_dispatches_to_the_kernel(proposed, 
     (run,) = [p for p in out.iterdir() if not p.name.startswith(".")]
     environment = json.loads((run / "env.json").read_text())
     assert environment["kernels_enabled"] == {"rms_norm": pid.split("-")[-1]}
+    # the merged kernel is the next search's one to beat, shown in its task ...
+    from autotune import targets
+    from autotune.agent import prompts
+    from autotune.config import compose
+    from autotune.publish import merged_kernel
+
+    merged = merged_kernel(compose([f"publish.repo={repo_dir}"]), "rms_norm")
+    assert merged is not None and f"rms_norm-{merged.id}" == pid
+    task = prompts.task_message(targets.get("rms_norm"), None, prompts.roofline(compose([])), index=0, candidates=1,
+                                incumbent=prompts.incumbent_from(merged, "main"))
+    assert f"`{pid}`, merged into `main` after review: unmeasured (correct; not timed, no GPU)." in task
+    assert all(line in task for line in merged.source_path.read_text().splitlines())  # (blank runs collapse)
+    # ... and a run that finds the same kernel says it is merged already, with no review commands that would fail
+    again = autotune("run", f"publish.repo={repo_dir}", f"hydra.run.dir={tmp_path / 'again'}", "targets=[rms_norm]",
+                     *FAST)
+    assert again.returncode == 0, again.stderr[-3000:]
+    (outcome,) = json.loads((tmp_path / "again" / "summary.json").read_text())["outcomes"]
+    assert outcome["status"] == "already_merged" and outcome["proposal"] == pid, outcome
+    assert f"already merged as {pid}" in again.stdout and "autotune review approve" not in again.stdout
 
 
 def test_reject_deletes_the_branch_and_keeps_the_reason(proposed, tmp_path):
