@@ -186,6 +186,14 @@ def settings_problems(agent: DictConfig, *, engine_serves: bool = False) -> list
     return problems
 
 
+def endpoint_problem(agent: DictConfig) -> str:
+    """For agent=openai: why its endpoint cannot serve the run, asked before any work
+    (`OpenAIClient.endpoint_problem`); "" otherwise."""
+    if agent.get("name") != "openai" or unset(agent, "base_url") or unset(agent, "model"):
+        return ""
+    return OpenAIClient(agent, Transcript(Path(os.devnull), writable=False)).endpoint_problem()
+
+
 def _transcript_path(agent: DictConfig, run_dir: Path) -> Path:
     own = agent.get("transcript") if agent.get("name") == "openai" else None
     path = Path(own or TRANSCRIPT)
@@ -261,6 +269,24 @@ class OpenAIClient:
                     parts.append(choice.delta.content)
                 finish = choice.finish_reason or finish
         return "".join(parts), finish, usage_from_response(usage)
+
+    def endpoint_problem(self) -> str:
+        """Why the endpoint cannot serve this run, found by asking it for its model list (no retries, at most 10 s):
+        unreachable, no answer, a refused key, or a model list without agent.model; "" when it answers (a server
+        without a model list answers too)."""
+        import openai
+
+        try:
+            listed = self._client.with_options(timeout=min(self.timeout_s, 10.0), max_retries=0).models.list()
+            served = [m.id for m in listed.data]
+        except openai.APIStatusError as e:
+            return self._status_message(e, _display_url(self.base_url)) if e.status_code in (401, 403) else ""
+        except openai.APIError as e:
+            return str(self._explain(e)).replace(f"after {self.max_retries} retries ", "")
+        if served and self.model not in served:
+            return (f"the LLM endpoint {_display_url(self.base_url)} does not serve agent.model={self.model} (it "
+                    f"serves {', '.join(served[:10])}{' ...' if len(served) > 10 else ''})")
+        return ""
 
     def _explain(self, e: Exception) -> Exception:
         import openai

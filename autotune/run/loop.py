@@ -235,16 +235,19 @@ def start(cfg: DictConfig, run_dir: Path) -> DictConfig:
 
 def preflight(cfg: DictConfig, *, publish: bool = False) -> None:
     """Every input error a run would otherwise meet minutes in, found before any work starts and said in one
-    message: settings left unset (???), agent settings missing or contradictory, unknown targets, a missing
+    message: settings left unset (???), agent settings missing or contradictory, an LLM endpoint that cannot be
+    reached or does not serve agent.model, unknown targets, a missing
     trace, a checkpoint the sandboxed model check cannot read, and with `publish` a publish.repo that cannot
     take a proposal. `autotune run` calls it (with publish) before Hydra makes the run directory, so a refused
     run leaves nothing to resume; a sweep's job checks all but the repository when it starts (a job whose
     repository is fixed later resumes)."""
-    from autotune.agent.clients import settings_problems
+    from autotune.agent.clients import endpoint_problem, settings_problems
     from autotune.engine.selfopt import serves_the_run
     from autotune.run.model_check import unreadable_checkpoint
 
     problems = settings_problems(cfg.agent, engine_serves=serves_the_run(cfg))
+    if not problems:  # the endpoint itself, asked now rather than after the profile and a search's retries
+        problems.append(endpoint_problem(cfg.agent))
     unset = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("agent."))
     problems += [f"{k} is not set (pass {k}=VALUE)" for k in unset]
     for name in cfg.targets:

@@ -170,24 +170,27 @@ def test_the_review_state_is_the_publish_repositorys_now(sweep, tmp_path):
 
 
 def test_a_run_that_died_before_judging_anything_is_a_row_that_says_why(sweep, tmp_path):
-    """A real `autotune run` whose LLM endpoint refuses connections, reported beside a sweep (issue 29: the report
-    crashed on it with "invalid literal for int()")."""
+    """A real `autotune run` whose LLM endpoint answers the preflight (it lists the model) and then fails every
+    request, reported beside a sweep (issue 29: the report crashed on such a run with "invalid literal for int()")."""
     import git
+
+    from tests.llm_stub import listing_endpoint
 
     repo = git.Repo.init(tmp_path / "repo", initial_branch="main")
     repo.index.commit("init", author=git.Actor("t", "t@localhost"), committer=git.Actor("t", "t@localhost"))
     trace = Path(__file__).resolve().parents[1] / "profile" / "fixtures" / "vllm_eager_worker.json.gz"
     dead = tmp_path / "dead"
-    done = subprocess.run([sys.executable, "-m", "autotune.cli", "run", "agent=openai", "agent.model=m",
-                           "agent.base_url=http://127.0.0.1:9/v1", "agent.max_retries=0", "targets=[rms_norm]",
-                           f"trace={trace}", f"publish.repo={tmp_path / 'repo'}", f"hydra.run.dir={dead}"],
-                          capture_output=True, text=True, timeout=300)
+    with listing_endpoint(["m"]) as url:
+        done = subprocess.run([sys.executable, "-m", "autotune.cli", "run", "agent=openai", "agent.model=m",
+                               f"agent.base_url={url}", "agent.max_retries=0", "targets=[rms_norm]", f"trace={trace}",
+                               f"publish.repo={tmp_path / 'repo'}", f"hydra.run.dir={dead}"],
+                              capture_output=True, text=True, timeout=300)
     assert done.returncode != 0 and (dead / "ledger.jsonl").is_file(), done.stdout + done.stderr
     report = build([sweep, dead], tmp_path / "report")
     settings = pd.read_csv(report.out / "settings.csv")
     died = settings[settings["died"].notna()]
     assert len(settings) == 3 and len(died) == 1  # the sweep's two runs ended well
-    assert "cannot reach the LLM endpoint http://127.0.0.1:9/v1" in died["died"].iloc[0]
+    assert f"the LLM endpoint {url} answered 500" in died["died"].iloc[0]
     assert died["judged"].iloc[0] == 0 and died["correct"].iloc[0] == 0
 
 

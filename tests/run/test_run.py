@@ -197,3 +197,20 @@ def test_missing_settings_are_refused_before_any_work_and_leave_no_run_dir(tmp_p
     for problem in ("agent.base_url is not set", "agent.model is not set", "is not a git repository"):
         assert problem in line, line
     assert not run_dir.exists() and "profiler" not in done.stdout
+
+
+def test_an_llm_endpoint_that_cannot_serve_the_run_is_refused_before_the_profile(tmp_path):
+    """The preflight asks the endpoint for its model list: one that refuses connections, and one that does not serve
+    agent.model, each stop the run in one line before any work, with no run directory left behind."""
+    from tests.llm_stub import listing_endpoint
+
+    repo = new_repo(tmp_path / "repo")
+    with listing_endpoint(["qwen-coder"]) as url:
+        for base_url, model, message in (
+                ("http://127.0.0.1:9/v1", "m", "cannot reach the LLM endpoint http://127.0.0.1:9/v1: ConnectError"),
+                (url, "gpt-x", f"the LLM endpoint {url} does not serve agent.model=gpt-x (it serves qwen-coder)")):
+            run_dir = tmp_path / model
+            done = autotune("run", f"hydra.run.dir={run_dir}", "agent=openai", f"agent.base_url={base_url}",
+                            f"agent.model={model}", f"publish.repo={repo}")
+            assert done.returncode == 2 and message in done.stderr, done.stderr[-2000:]
+            assert not run_dir.exists() and "profiler" not in done.stdout
