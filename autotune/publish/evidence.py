@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import jinja2
+from omegaconf import OmegaConf
 
 from autotune.env import Environment
 from autotune.records import ProfiledShape, amdahl_gain
@@ -199,8 +200,35 @@ def _lead(request: ProposalRequest) -> str:
             f"checker in an isolated process.")
 
 
+CONTRIBUTION = (  # publish.contribution's fields: what vLLM's AGENTS.md and transformers ask of an AI-assisted PR
+    ("issue", "Linked issue", "the upstream issue this answers and the maintainers' coordination on it "
+                              "(publish.contribution.issue=URL)"),
+    ("not_duplicate", "Not a duplicate because", "why no open pull request already does this "
+                                                 "(publish.contribution.not_duplicate=TEXT)"),
+    ("human_checked", "What a person checked", "what a person checked before submitting "
+                                               "(publish.contribution.human_checked=TEXT)"),
+)
+
+
+def contribution_gaps(cfg) -> list[str]:
+    """The publish.contribution fields still empty (an upstream PR needs them all)."""
+    given = OmegaConf.select(cfg, "publish.contribution", default=None) or {}
+    return [f"publish.contribution.{key}" for key, _, _ in CONTRIBUTION if not str(given.get(key) or "").strip()]
+
+
+def _disclosure(request: ProposalRequest) -> str:
+    c = request.candidate
+    if c.get("agent") == "search":
+        return (f"autotune's search baseline, from a template (no LLM), in run `{request.run_id}`; the tests below "
+                f"ran without a person")
+    model = f" (model `{c['model']}`)" if c.get("model") else ""
+    return (f"an AI agent: the `{c.get('agent') or '?'}` agent{model}, turn {c.get('turn', '?')} of run "
+            f"`{request.run_id}`, wrote all of the kernel; the tests below ran without a person")
+
+
 def render(request: ProposalRequest, *, proposal_id: str, short_id: str, branch: str, base: str, backend: str,
-           sha256: str) -> str:
+           sha256: str, contribution: Any = None) -> str:
+    """The evidence page; `contribution`: publish.contribution (the fields an AI-assisted PR must fill)."""
     v = request.verdict
     rows = case_rows(v)
     passed, total = sum(c.passed for c in v.cases), len(v.cases)
@@ -217,7 +245,9 @@ def render(request: ProposalRequest, *, proposal_id: str, short_id: str, branch:
         model_check=request.model_check,
         model_line=_model_sentence(request.model_check) if request.model_check else "not run",
         model_sentence=_model_sentence(request.model_check), latency_rows=_latency_rows(request.model_check),
-        engine_bench=request.engine_bench,
+        engine_bench=request.engine_bench, disclosure=_disclosure(request),
+        contribution=[(label, str((contribution or {}).get(key) or "").strip(), hint)
+                      for key, label, hint in CONTRIBUTION],
         environment=request.environment or {}, environment_summary=env.summary() if env else "not recorded",
         environment_rows=[(k, val) for k, val in (request.environment or {}).items()],
         metadata=json.dumps({"proposal": proposal_id, "run": request.run_id, "target": request.target, "sha256": sha256,

@@ -145,6 +145,9 @@ def _undo_push(remote: git.Remote, branch: str, previous: str | None) -> None:
 
 
 def publish(request: ProposalRequest, cfg) -> Proposal:
+    refused = upstream_gaps(cfg)
+    if refused:
+        raise UserError(refused)
     api = client(cfg)
     d = proposal.draft(request, cfg, "github")
     if d.existing is not None and d.existing.status is not ProposalStatus.OPEN:
@@ -166,6 +169,14 @@ def publish(request: ProposalRequest, cfg) -> Proposal:
     except BaseException:
         gitops.restore_branch(d.repo, branch, local_before)
         raise
+
+
+def upstream_gaps(cfg) -> str:
+    """With publish.upstream=true, why the pull request may not be opened yet: the contribution fields vLLM's and
+    transformers' rules for AI-assisted PRs require, still empty; "" when none is (or upstream is off)."""
+    gaps = evidence.contribution_gaps(cfg) if cfg.publish.get("upstream") else []
+    return (f"publish.upstream=true: an upstream pull request needs {', '.join(gaps)} (vLLM's and transformers' "
+            f"rules for AI-assisted contributions); set them, e.g. publish.contribution.issue=URL") if gaps else ""
 
 
 def _open_or_update(api: GitHub, d: proposal.Draft, request: ProposalRequest, existing_pr: dict | None, cfg) -> dict:

@@ -64,7 +64,7 @@ def draft(request: ProposalRequest, cfg, backend: str) -> Draft:
         raise UserError(f"branch {branch} already exists in {repo.working_dir} but is no proposal autotune knows "
                         f"(delete or rename it, or set publish.branch_prefix=NAME)")
     text = evidence.render(request, proposal_id=pid, short_id=short_id, branch=branch, base=str(pub.base),
-                           backend=backend, sha256=sha256)
+                           backend=backend, sha256=sha256, contribution=pub.get("contribution"))
     prov = evidence.provenance(request, proposal_id=pid, sha256=sha256, created_at=created_at)
     files = {
         f"{kernel_dir}/kernel.py": request.source if request.source.endswith("\n") else request.source + "\n",

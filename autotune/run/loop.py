@@ -273,6 +273,12 @@ def _publish_problem(cfg: DictConfig) -> str:
         gitops.base_commit(gitops.open_repo(cfg.publish.repo), str(cfg.publish.base))
     except UserError as e:
         return str(e)
+    if cfg.publish.backend == "github":
+        from autotune.publish.github import upstream_gaps
+
+        refused = upstream_gaps(cfg)
+        if refused:
+            return refused
     if cfg.publish.backend == "github" and not os.environ.get(str(cfg.publish.token_env), "").strip():
         return (f"no GitHub token: the environment variable {cfg.publish.token_env} is empty or unset (export it, "
                 "or name another with publish.token_env=VAR)")

@@ -101,3 +101,22 @@ def test_reject_closes_the_pull_request(project, bare_remote, github, gh_cfg, gi
     publish.reject(cfg, p.id, "numerics differ from vLLM's kernel")
     assert github.pulls[0]["state"] == "closed" and remote_branches(git, bare_remote) == ["main"]
     assert publish.rejection_reasons(cfg, "rms_norm") == ["numerics differ from vLLM's kernel"]
+
+
+def test_an_upstream_pull_request_needs_every_contribution_field(project, bare_remote, github, gh_cfg, git,
+                                                                 make_request, token):
+    """vLLM's AGENTS.md (and transformers') refuse AI-assisted PRs without a linked issue, a reason it is no duplicate
+    and a person's check: with publish.upstream=true, nothing is pushed or opened while one is empty."""
+    refused = gh_cfg("publish.upstream=true", "publish.contribution.issue=https://github.com/vllm-project/vllm/issues/1")
+    with pytest.raises(UserError, match=r"publish.upstream=true: an upstream pull request needs "
+                                        r"publish.contribution.not_duplicate, publish.contribution.human_checked"):
+        publish.publish(make_request(), refused)
+    nothing_left(project, bare_remote, github, git, refused)
+    filled = gh_cfg("publish.upstream=true", "publish.contribution.issue=https://github.com/vllm-project/vllm/issues/1",
+                    "publish.contribution.not_duplicate=no open PR touches the RMSNorm Triton path",
+                    "publish.contribution.human_checked='read the kernel; ran the generated test on an H200'")
+    publish.publish(make_request(), filled)
+    [pull] = github.pulls
+    assert "| Linked issue | https://github.com/vllm-project/vllm/issues/1 |" in pull["body"]
+    assert "| What a person checked | read the kernel; ran the generated test on an H200 |" in pull["body"]
+    assert "To fill before an upstream PR" not in pull["body"]

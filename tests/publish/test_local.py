@@ -63,6 +63,12 @@ def test_evidence_reads_as_a_review_page(project, git, make_request, cfg_of):
     assert ("5,120 prompt tokens (4,096 cached), 900 completion tokens, $0.0123 this turn; the kernel cost $0.0687 in "
             "all (3 requests, 16,540 tokens, failed attempts included)") in text
     assert "torch 2." in text and "| labels | {'pool': 'ci'} |" in text  # Environment.summary() and details
+    # the contribution section an AI-assisted upstream PR needs: placeholders to fill, the disclosure, the tests run
+    assert "| Linked issue | **To fill before an upstream PR:** the upstream issue this answers" in text
+    assert ("| Who wrote it | an AI agent: the `openai` agent (model `qwen-coder`), turn 2 of run `2026-11-30/10-00-00`, "
+            "wrote all of the kernel; the tests below ran without a person |") in text
+    assert f"`autotune verify rms_norm kernels/rms_norm/{p.id.split('-')[-1]}/kernel.py` (the run's verify settings): " \
+           "**unmeasured**, 8/8 cases pass." in text
     assert "Sandbox: network: unshared; uid: 65534" in text
     assert evidence.parse_metadata(text) == {"proposal": p.id, "run": "2026-11-30/10-00-00", "target": "rms_norm",
                                              "sha256": p.sha256, "status": "unmeasured"}
