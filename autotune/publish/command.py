@@ -96,12 +96,17 @@ def _list(cfg, console: Console) -> int:
         where = p.pr_url or (p.branch if p.status is ProposalStatus.OPEN else decided)
         style = {ProposalStatus.APPROVED: "green", ProposalStatus.REJECTED: "red"}.get(p.status, "")
         table.add_row(p.id, p.target, share, speed, f"[{style}]{p.status}[/]" if style else p.status,
-                      p.verdict_status, p.evidence_path or "-", p.created_at.replace("T", " ").removesuffix("+00:00"),
-                      where)
+                      p.verdict_status, p.evidence_path or "-", _when(p), where)
     console.print(table)
     console.print("`autotune review show ID` prints a proposal's evidence; approve ID merges it; "
                   "reject ID --reason TEXT drops it.")
     return 0
+
+
+def _when(p) -> str:
+    """Created, and updated when a later run found the same kernel (its evidence beside the first)."""
+    day = lambda at: at.replace("T", " ").removesuffix("+00:00")
+    return day(p.created_at) + (f" (found again {day(p.updated_at)})" if p.updated_at else "")
 
 
 def _show(cfg, proposal_id: str, console: Console) -> int:

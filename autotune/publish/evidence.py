@@ -227,8 +227,9 @@ def _disclosure(request: ProposalRequest) -> str:
 
 
 def render(request: ProposalRequest, *, proposal_id: str, short_id: str, branch: str, base: str, backend: str,
-           sha256: str, contribution: Any = None) -> str:
-    """The evidence page; `contribution`: publish.contribution (the fields an AI-assisted PR must fill)."""
+           sha256: str, contribution: Any = None, earlier: Any = ()) -> str:
+    """The evidence page; `contribution`: publish.contribution (the fields an AI-assisted PR must fill); `earlier`:
+    the runs that found this same kernel before (each {"id", "at", "candidate", "page"}), whose pages stay beside."""
     v = request.verdict
     rows = case_rows(v)
     passed, total = sum(c.passed for c in v.cases), len(v.cases)
@@ -245,7 +246,7 @@ def render(request: ProposalRequest, *, proposal_id: str, short_id: str, branch:
         model_check=request.model_check,
         model_line=_model_sentence(request.model_check) if request.model_check else "not run",
         model_sentence=_model_sentence(request.model_check), latency_rows=_latency_rows(request.model_check),
-        engine_bench=request.engine_bench, disclosure=_disclosure(request),
+        engine_bench=request.engine_bench, disclosure=_disclosure(request), earlier=list(earlier),
         contribution=[(label, str((contribution or {}).get(key) or "").strip(), hint)
                       for key, label, hint in CONTRIBUTION],
         environment=request.environment or {}, environment_summary=env.summary() if env else "not recorded",

@@ -10,6 +10,8 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
+import re
+from typing import Any
 
 import git
 
@@ -63,10 +65,15 @@ def draft(request: ProposalRequest, cfg, backend: str) -> Draft:
     if existing is None and branch in repo.heads:
         raise UserError(f"branch {branch} already exists in {repo.working_dir} but is no proposal autotune knows "
                         f"(delete or rename it, or set publish.branch_prefix=NAME)")
+    earlier = _earlier(repo, existing, kernel_dir) if existing and existing.run_id != request.run_id else None
     text = evidence.render(request, proposal_id=pid, short_id=short_id, branch=branch, base=str(pub.base),
-                           backend=backend, sha256=sha256, contribution=pub.get("contribution"))
+                           backend=backend, sha256=sha256, contribution=pub.get("contribution"),
+                           earlier=earlier["runs"] if earlier else ())
     prov = evidence.provenance(request, proposal_id=pid, sha256=sha256, created_at=created_at)
-    files = {
+    if earlier:  # who wrote it first stays; this run is added to its history
+        prov = {**earlier["provenance"], "found_again": earlier["runs"][1:] + [prov["run"] | {
+            "at": now(), "candidate": prov["candidate"], "verdict": prov["verdict"]}]}
+    files = {**(earlier["pages"] if earlier else {}),
         f"{kernel_dir}/kernel.py": request.source if request.source.endswith("\n") else request.source + "\n",
         f"{kernel_dir}/provenance.json": json.dumps(prov, indent=2, default=str) + "\n",
         f"{kernel_dir}/EVIDENCE.md": text,
@@ -78,13 +85,40 @@ def draft(request: ProposalRequest, cfg, backend: str) -> Draft:
         id=pid, target=request.target, branch=branch, base=str(pub.base), commit="", status=ProposalStatus.OPEN,
         created_at=created_at, pr_url=None, pr_number=None, reason=None, evidence_path="",
         verdict_status=v.status.value, speedup=v.speedup_geomean if v.measured else None, backend=backend,
-        run_id=request.run_id, sha256=sha256, kernel_dir=kernel_dir,
-        share=request.hotspot.share if request.hotspot else None)
+        run_id=existing.run_id if earlier and existing else request.run_id, sha256=sha256, kernel_dir=kernel_dir,
+        share=request.hotspot.share if request.hotspot else None, updated_at=now() if earlier else None)
     d = Draft(repo=repo, proposal=proposal, existing=existing, files=files, evidence=text)
     if existing is None or existing.status is ProposalStatus.OPEN:
         d.commit = gitops.build_commit(repo, base, files, commit_message(request, pid, kernel_dir), pub.author)
         proposal.commit = d.commit.hexsha
     return d
+
+
+def _earlier(repo: git.Repo, existing: Proposal, kernel_dir: str) -> dict[str, Any] | None:
+    """What an open proposal's branch holds from the runs that found this kernel before: its provenance (first
+    writer kept), every run's evidence page (each kept beside the new one under evidence/), and the list of runs.
+    None when the branch is gone (the proposal is then written afresh)."""
+    try:
+        tree = repo.commit(existing.commit).tree / kernel_dir
+        prov = json.loads((tree / "provenance.json").data_stream.read())
+        page = (tree / "EVIDENCE.md").data_stream.read().decode()
+    except (ValueError, KeyError, git.BadName):
+        return None
+    first = {**prov.get("run", {}), "at": prov.get("created_at"), "candidate": prov.get("candidate", {})}
+    runs = [first, *prov.get("found_again", [])]
+    pages = {}
+    for r in runs[:-1]:
+        try:
+            pages[f"{kernel_dir}/{_page(r)}"] = (tree / _page(r)).data_stream.read().decode()
+        except KeyError:  # a page written before pages were kept
+            continue
+    pages[f"{kernel_dir}/{_page(runs[-1])}"] = page  # the last run's page was EVIDENCE.md until now
+    return {"provenance": prov, "runs": [r | {"page": _page(r)} for r in runs], "pages": pages}
+
+
+def _page(run: dict[str, Any]) -> str:
+    """Where a run's evidence page is kept once a later run found the same kernel."""
+    return "evidence/" + re.sub(r"[^\w.-]+", "_", str(run.get("id") or "run")) + ".md"
 
 
 def _exists(commit: git.Commit, path: str) -> bool:

@@ -77,6 +77,7 @@ class Proposal:
     merge_commit: str | None = None
     decided_at: str | None = None
     share: float | None = None  # the target's share of serving time in the run's profile (None: no profile)
+    updated_at: str | None = None  # when a later run found the same kernel and added its evidence beside the first
 
     def __post_init__(self):
         self.status = ProposalStatus(self.status)  # read back from its JSON record as text

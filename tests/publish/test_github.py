@@ -47,7 +47,8 @@ def test_publishing_again_updates_the_pull_request_never_duplicates(project, bar
     first = publish.publish(make_request(run_id="run-1"), cfg)
     second = publish.publish(make_request(run_id="run-2"), cfg)
     assert len(github.pulls) == 1 and second.pr_number == first.pr_number
-    assert "run-2" in github.pulls[0]["body"] and "run-1" not in github.pulls[0]["body"]
+    body = github.pulls[0]["body"]  # the newest run's page, the first run's kept beside it on the branch
+    assert "in run `run-2`" in body and "run `run-1`" in body and "its page: `evidence/run-1.md`" in body
     assert ("PATCH", "/repos/acme/widgets/pulls/1") in [(m, p) for m, p, _ in github.calls]
     assert git(bare_remote, "rev-parse", second.branch) == second.commit != first.commit
 

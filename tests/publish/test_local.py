@@ -74,14 +74,27 @@ def test_evidence_reads_as_a_review_page(project, git, make_request, cfg_of):
                                              "sha256": p.sha256, "status": "unmeasured"}
 
 
-def test_publishing_the_same_kernel_again_updates_its_proposal(project, git, make_request, cfg_of):
+def test_the_same_kernel_found_again_adds_its_evidence_beside_the_first(project, git, make_request, cfg_of):
+    """Another run (a replay, a rerun) that finds an open proposal's kernel never rewrites who wrote it or the
+    evidence it was proposed on: each run's page is kept, the first writer stays, the record says it was updated."""
     cfg = cfg_of(project)
     first = publish.publish(make_request(run_id="run-1"), cfg)
-    second = publish.publish(make_request(run_id="run-2"), cfg)
-    assert second.id == first.id and second.created_at == first.created_at
-    assert [p.id for p in publish.list_proposals(cfg)] == [first.id]
+    replayed = make_request(run_id="run-2")
+    replayed.candidate = {**replayed.candidate, "agent": "replay", "model": "qwen-coder"}
+    second = publish.publish(replayed, cfg)
+    third = publish.publish(make_request(run_id="run-3"), cfg)
+    assert second.id == third.id == first.id and third.created_at == first.created_at and third.updated_at
+    assert [(p.id, p.run_id) for p in publish.list_proposals(cfg)] == [(first.id, "run-1")]
     assert git(project, "branch", "--list", "autotune/*").split() == [first.branch]
-    assert "run-2" in git(project, "show", f"{first.branch}:{first.kernel_dir}/provenance.json")
+    show = lambda path: git(project, "show", f"{first.branch}:{first.kernel_dir}/{path}")  # noqa: E731
+    prov = json.loads(show("provenance.json"))
+    assert prov["run"]["id"] == "run-1" and prov["candidate"]["agent"] == "openai"  # who wrote it first stays
+    assert [(r["id"], r["candidate"]["agent"]) for r in prov["found_again"]] == [("run-2", "replay"),
+                                                                                ("run-3", "openai")]
+    assert "run `run-1`" in show("evidence/run-1.md") and "run `run-2`" in show("evidence/run-2.md")
+    page = show("EVIDENCE.md")  # the newest run's page, naming the earlier ones
+    assert "Found before by 2 run(s)" in page and "its page: `evidence/run-1.md` (who wrote it first)" in page
+    assert "the `replay` agent (model `qwen-coder`), turn 2; its page: `evidence/run-2.md`" in page
     assert git(project, "rev-parse", f"{first.branch}^") == git(project, "rev-parse", "main")
 
 
