@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
+import sys
 
 from autotune.config import from_argv
 from autotune.errors import UserError
@@ -65,7 +67,15 @@ def _main(argv: list[str]) -> int:
 
 
 def judge_file(cfg, target: str, file: str, as_json: bool) -> int:
-    verdict = verify(target, file, cfg)
+    progress = logging.StreamHandler(sys.stderr)  # "judged N of M cases" while it works (stdout: the verdict only)
+    progress.setFormatter(logging.Formatter("%(message)s"))
+    log = logging.getLogger("autotune.verify")
+    log.addHandler(progress)
+    log.setLevel(logging.INFO)
+    try:
+        verdict = verify(target, file, cfg)
+    finally:
+        log.removeHandler(progress)
     if as_json:
         print(json.dumps(_finite(verdict.to_dict()), allow_nan=False))
     else:

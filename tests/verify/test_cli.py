@@ -24,6 +24,8 @@ def test_json_for_a_correct_kernel_is_one_object_and_exit_0(tmp_path):
     assert verdict["status"] == "unmeasured" and "not measured (no GPU)" in verdict["reason"]
     assert verdict["cases"] and all(c["passed"] for c in verdict["cases"])
     assert not any(tmp_path.iterdir())  # nothing written where it ran
+    n = len(verdict["cases"])  # progress goes to stderr, the last line when the last case is judged
+    assert re.search(rf"^rms_norm: judged {n} of {n} cases \(\d+ s\)$", p.stderr, re.M), p.stderr[-2000:]
 
 
 def test_readable_report_for_a_broken_kernel_and_exit_1(tmp_path):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 
 import torch
 
@@ -13,6 +15,9 @@ from autotune.verify.plan.cases import Case
 from autotune.verify.plan.data import CaseData
 from autotune.verify.static import policy
 from autotune.verify.verdict import CaseResult
+
+log = logging.getLogger("autotune.verify")
+PROGRESS_EVERY_S = 10.0  # a line "judged N of M cases" at most this often while a candidate is judged
 
 
 class Session:
@@ -31,6 +36,7 @@ class Session:
         self.setup_error = ""  # the worker could not set up (no GPU inside the sandbox): not the candidate's fault
         self.nondeterministic = False
         self.coverage: protocol.Coverage | None = None  # the device's account of the launches seen at served shapes
+        self.started = self.said = time.monotonic()
         self.dry_labels: dict[int, str] = {}  # dry call index -> the served shape it stands for
         self.uncovered: list[int] | None = None  # dry calls whose launches no planned case ran (the device's word)
         self.answered = threading.Event()  # set when the device answered a coverage check, or the run stopped
@@ -95,6 +101,7 @@ class Session:
         if case.dtype == torch.float32 and set(ev.fp32_dots) <= set(REDUCED_FP32_DOTS):
             self.fp32_dots.update(ev.fp32_dots)  # judged through TF32
         self.results[i] = result
+        self._say_progress()
         self.nondeterministic |= nondeterministic
         launches = ev.launches
         if not launches or launches[0] == 0:
@@ -108,6 +115,14 @@ class Session:
             self.runtime_policy.append(f"torch math at run time in case {case.label}: {', '.join(torch_math)} "
                                        "(outside kernels only allocation, views and copies may run)")
         return bool(self.runtime_policy) or not result.passed
+
+    def _say_progress(self) -> None:
+        """Judging can take minutes: every PROGRESS_EVERY_S a line with the cases done (on stderr for `autotune
+        verify`, through Hydra's logging for `autotune run`), and one when the last is."""
+        now, done = time.monotonic(), len(self.results)
+        if now - self.said >= PROGRESS_EVERY_S or done == len(self.cases):
+            self.said = now
+            log.info("%s: judged %d of %d cases (%.0f s)", self.target.name, done, len(self.cases), now - self.started)
 
     def running_label(self) -> str:
         """What the worker was doing when it last said: 'importing the candidate' or 'running case ...'."""
