@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import os
 import secrets
 import shutil
 import statistics
@@ -30,7 +31,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from autotune import env
+from autotune import env, text
 from autotune.config import as_dict
 from autotune.engine.launch import Server, auth_headers, http, plugin_kernels, serving
 from autotune.engine.profile import measure
@@ -50,6 +51,7 @@ class SetupRun:
     label: str
     settings: EngineSettings
     reports: list[LoadReport] = dataclasses.field(default_factory=list)
+    load: list[float] = dataclasses.field(default_factory=list)  # the machine's 1-minute load after each repeat
     outputs: list[dict] | None = None  # the fixed prompts' greedy outputs
     engine: dict | None = None  # the server's record (version, flags)
 
@@ -105,10 +107,13 @@ def bench(cfg: DictConfig) -> dict[str, Any]:
     rounds, repeats = max(1, int(cfg.bench.rounds)), max(1, int(cfg.bench.repeats))
     if not any(r.settings.launch for r in runs):  # running servers cost nothing to switch: alternate every repeat
         rounds, repeats = rounds * repeats, 1
-    for _ in range(rounds):
+    console = text.console()
+    for r in range(rounds):
         for run in runs:
+            console.print(f"bench: round {r + 1} of {rounds}, setup {run.label} ({run.settings.describe()}): "
+                          f"{'starting the engine' if run.settings.launch else 'attaching'} ...")
             with serving(run.settings, work / run.label) as server:
-                serve_setup(cfg, server, run, repeats)
+                serve_setup(cfg, server, run, repeats, console)
     shutil.rmtree(work, ignore_errors=True)
     record = bench_record(cfg, runs, rounds, repeats)
     out.mkdir(parents=True, exist_ok=True)
@@ -118,10 +123,16 @@ def bench(cfg: DictConfig) -> dict[str, Any]:
     return record
 
 
-def serve_setup(cfg: DictConfig, server: Server, run: SetupRun, repeats: int) -> None:
+def serve_setup(cfg: DictConfig, server: Server, run: SetupRun, repeats: int, console=None) -> None:
     run.engine = server.record()
-    for _ in range(repeats):
-        run.reports.append(measure(cfg, server, profiled=False)[0])
+    for i in range(repeats):
+        report = measure(cfg, server, profiled=False)[0]
+        run.reports.append(report)
+        run.load.append(os.getloadavg()[0])
+        if console is not None:
+            console.print(f"bench: {run.label} repeat {i + 1} of {repeats}: {report.num_requests} requests, "
+                          f"{report.output_tokens_per_s:.1f} output tok/s, load {run.load[-1]:.1f} on "
+                          f"{os.cpu_count()} CPUs")
     if run.outputs is None:
         run.outputs = greedy_outputs(server, int(cfg.bench.prompts), int(cfg.bench.max_tokens))
 
@@ -194,10 +205,13 @@ def bench_record(cfg: DictConfig, runs: list[SetupRun], rounds: int, repeats: in
         reasons.append(f"{b.failed} failed requests against A's {a.failed}")
     if differ:
         reasons.append(f"greedy outputs differ on {len(differ)} of {len(b.outputs or [])} fixed prompts")
-    gate = None if margin is None else {"margin": margin, "passed": not reasons, "reasons": reasons}
+    noisy = [f"{name} ±{50 * sp:.0f}%" for name, _, _ in METRICS for r in (a, b)
+             if (sp := r.spread(name)) is not None and margin is not None and sp / 2 > margin]
+    gate = None if margin is None else {"margin": margin, "passed": not reasons, "reasons": reasons,
+                                        "noise_over_margin": list(dict.fromkeys(noisy))}
     labels = as_dict(cfg.labels) if "labels" in cfg else {}
     return {"environment": env.collect(labels).to_dict(), "workload": as_dict(cfg.workload),
-            "rounds": rounds, "repeats": repeats,
+            "rounds": rounds, "repeats": repeats, "machine": {"cpus": os.cpu_count()},
             "setups": [setup_record(r) for r in runs], "comparison": rows,
             "attribution": [{"label": r.label, "kernels": list(r.settings.plugin_kernels),
                              "comparison": compare(a, r, margin)} for r in runs[2:]],
@@ -211,7 +225,7 @@ def setup_record(run: SetupRun) -> dict[str, Any]:
         kernels = {t: k for t, k in kernels.items() if t in run.settings.plugin_kernels}
     return {"label": run.label, "describe": run.settings.describe(), "engine": run.engine, "kernels": kernels,
             "summary": {name: {"median": run.median(name), "spread": run.spread(name)} for name, _, _ in METRICS},
-            "failed": run.failed, "requests": run.requests,
+            "failed": run.failed, "requests": run.requests, "load_1m": run.load,
             "reports": [r.to_dict(with_requests=False) for r in run.reports], "outputs": run.outputs}
 
 
@@ -238,13 +252,20 @@ def markdown(record: dict[str, Any]) -> str:
                  + ("identical." if outputs["identical"] else f"differ on prompts {outputs['differ']}."))
     lines.append(f"A and B alternated {record['rounds']} time(s), serving the workload {record['repeats']} time(s) "
                  "each time; ± is half the spread between all of a setup's repeats (the measured noise).")
+    cpus = (record.get("machine") or {}).get("cpus")
     for s in setups_:
         engine = s.get("engine") or {}
-        lines.append(f"- {s['label']}: {s['describe']}; {engine.get('name')} {engine.get('version')}")
+        load = s.get("load_1m") or []
+        busy = f"; machine load {min(load):.1f}-{max(load):.1f} on {cpus} CPUs" if load else ""
+        lines.append(f"- {s['label']}: {s['describe']}; {engine.get('name')} {engine.get('version')}{busy}")
     gate = record["gate"]
     if gate is not None:
         verdict = "PASSED" if gate["passed"] else "FAILED: " + "; ".join(gate["reasons"])
         lines.append(f"\nGate (margin {100 * gate['margin']:g}%): {verdict}")
+        if gate.get("noise_over_margin"):
+            lines.append(f"The noise is larger than the margin ({', '.join(gate['noise_over_margin'])}): a difference "
+                         "of the margin's size cannot be told from it here, so 'within noise' says little; rerun on "
+                         "an idle machine or with more bench.repeats.")
     return "\n".join(lines)
 
 

@@ -36,6 +36,9 @@ def test_two_equal_setups_pass_the_gate_with_the_spread_measured(fake, tmp_path,
     assert len(a_setup["reports"]) == 2 and a_setup["summary"]["output tok/s"]["spread"] is not None
     assert a_setup["engine"]["version"] == "0.32.0" and record["environment"]["python"]
     assert "| output tok/s |" in md and "Gate (margin 50%): PASSED" in md and "identical" in md
+    # it says what it is doing while it works, and the machine's load beside each setup's figures
+    assert "bench: round 1 of 2, setup A (" in out and "bench: A repeat 1 of 1: 2 requests, " in out, out
+    assert len(a_setup["load_1m"]) == 2 and record["machine"]["cpus"] and "machine load " in md
 
 
 def test_different_greedy_outputs_fail_the_gate(fake, tmp_path, capsys):
@@ -123,3 +126,17 @@ def test_per_kernel_attribution_adds_b_with_each_plugin_kernel_alone(tmp_path):
     assert [r.label for r in runs] == ["A", "B", "B[rms_norm]", "B[silu_and_mul]"]
     assert runs[1].settings.plugin_kernels == () and runs[3].settings.plugin_kernels == ("silu_and_mul",)
     assert runs[0].settings.plugin is None and runs[2].settings.launch
+
+
+def test_noise_larger_than_the_margin_is_said_beside_the_gate():
+    """A loaded 2-core machine gave TPOT +-78% and "within noise" at a 10% margin: the record and the table say the
+    gate cannot tell such a difference from the noise there."""
+    from autotune.engine.bench import bench_record, markdown
+
+    a, b = _run("A", [10.0, 30.0]), _run("B", [11.0, 12.0])  # A's TTFT spread: (30 - 10) / 20 = 100%
+    a.outputs = b.outputs = []
+    record = bench_record(compose(["bench.margin=0.1"]), [a, b], 1, 2)
+    assert "TTFT p50 ms ±50%" in record["gate"]["noise_over_margin"], record["gate"]
+    assert "The noise is larger than the margin (TTFT p50 ms ±50%" in markdown(record)
+    quiet = bench_record(compose(["bench.margin=0.1"]), [b, b], 1, 2)
+    assert quiet["gate"]["noise_over_margin"] == []
