@@ -149,7 +149,7 @@ def greedy_outputs(server: Server, n: int, max_tokens: int) -> list[dict]:
     """Each fixed prompt's greedy completion: text, and token ids where the server returns them (vLLM)."""
     from autotune.engine.workload import model_vocab_size
 
-    vocab = server.settings.vocab_size or model_vocab_size(server.settings.model) or 1000
+    vocab = server.settings.vocab_size or model_vocab_size(server.settings.model) or server.vocab_size or 1000
     outputs = []
     for prompt in fixed_prompts(n, min(vocab, 1000)):
         body = {"model": server.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,

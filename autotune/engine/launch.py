@@ -44,6 +44,7 @@ class Server:
     version: str | None = None
     model: str | None = None  # the name requests carry
     max_model_len: int | None = None
+    vocab_size: int | None = None  # from the folder the server says it loaded (vLLM's /v1/models "root"), if here
     command: tuple[str, ...] = ()  # launched: the command line, secrets masked
     process: subprocess.Popen | None = None
     log_path: Path | None = None
@@ -235,6 +236,10 @@ def describe(server: Server) -> Server:
         raise UserError(f"the {server.settings.name} server at {server.url} lists no model at /v1/models")
     server.model = chosen.get("id")
     server.max_model_len = chosen.get("max_model_len") or server.settings.max_model_len
+    from autotune.engine.workload import model_vocab_size
+
+    # vLLM names the folder it loaded ("root", else the id is the path): its config.json, where it is on this machine
+    server.vocab_size = model_vocab_size(chosen.get("root")) or model_vocab_size(chosen.get("id"))
     return server
 
 

@@ -88,7 +88,7 @@ def measure_profiled(cfg: DictConfig, server: Server) -> tuple[LoadReport, Path]
 
 
 def requests_for(cfg: DictConfig, server: Server) -> list[EngineRequest]:
-    vocab = server.settings.vocab_size or model_vocab_size(server.settings.model)
+    vocab = server.settings.vocab_size or model_vocab_size(server.settings.model) or server.vocab_size
     time_scale = float(OmegaConf.select(cfg, "serve.time_scale", default=1.0) or 1.0)
     return engine_requests(cfg.workload, vocab, server.max_model_len, time_scale)
 

@@ -4,7 +4,8 @@
   (autotune/serve/workload.py: lengths, Poisson arrivals or fixed concurrency, replay files), sent to
   `/v1/completions` as token ids, `max_tokens` the output length and `ignore_eos` so that every request
   produces that many tokens (as `vllm bench serve` does with random prompts). Token ids are drawn below the
-  model's vocabulary size (engine.vocab_size, or the model folder's config.json).
+  model's vocabulary size (engine.vocab_size, or the config.json of the model folder: engine.model's, or the one
+  a running server names at /v1/models).
 - `workload=agent workload.transcript=PATH` replays the requests of an agent run (`transcript.jsonl`): each
   exchange's messages to `/v1/chat/completions`, with its max_tokens; by default as many output tokens as the
   recorded reply had (`workload.output_tokens=recorded`, with ignore_eos; `limit`: up to max_tokens, the
@@ -50,7 +51,8 @@ def engine_requests(workload: DictConfig, vocab_size: int | None, max_model_len:
     if w.get("name") == "agent" or "transcript" in w:
         return agent_requests(w, time_scale)
     if not vocab_size:
-        raise UserError("the prompts' token ids need the model's vocabulary size: set engine.vocab_size=N, or "
+        raise UserError("the prompts' token ids need the model's vocabulary size, and the server did not name a "
+                        "model folder on this machine at /v1/models (vLLM's \"root\"): set engine.vocab_size=N, or "
                         "engine.model=<the model folder> (its config.json has it)")
     from autotune.serve.workload import make_requests
 

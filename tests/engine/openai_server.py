@@ -24,9 +24,9 @@ FIXTURES = Path(__file__).resolve().parents[1] / "profile" / "fixtures"
 
 
 class State:
-    def __init__(self, kind="vllm", profile_dir=None, first_s=0.02, token_s=0.01, shift=0, model="tiny"):
+    def __init__(self, kind="vllm", profile_dir=None, first_s=0.02, token_s=0.01, shift=0, model="tiny", root=None):
         self.kind, self.profile_dir, self.first_s, self.token_s, self.shift = kind, profile_dir, first_s, token_s, shift
-        self.model = model
+        self.model, self.root = model, root  # root: the model folder vLLM lists at /v1/models
         self.requests: list[dict] = []
         self.profile_bodies: list[dict] = []
         self.in_flight = self.max_in_flight = 0
@@ -56,7 +56,8 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == ("/version" if s.kind == "vllm" else "/get_server_info"):
             return self._json(200, {"version": "0.32.0" if s.kind == "vllm" else "0.5.23"})
         if self.path == "/v1/models":
-            return self._json(200, {"data": [{"id": s.model, "max_model_len": 512}]})
+            listed = {"id": s.model, "max_model_len": 512, **({"root": s.root} if s.root else {})}
+            return self._json(200, {"data": [listed]})
         self._json(404, {"detail": "Not Found"})
 
     def do_POST(self):

@@ -98,3 +98,22 @@ def test_engine_settings_say_what_is_missing(tmp_path):
     with pytest.raises(UserError, match="needs a live engine|live engine"):
         cli_code = cli.main(["profile", "workload=agent", "workload.transcript=x"])
         raise UserError("live engine") if cli_code == 2 else AssertionError(cli_code)
+
+
+def test_attached_to_a_running_server_the_vocabulary_comes_from_the_folder_it_names(fake, tmp_path, capsys):
+    """`autotune profile engine=vllm engine.url=URL engine.profile_dir=DIR`, as the README shows it: no
+    engine.vocab_size, no engine.model; vLLM's /v1/models names the folder it loaded ("root"), whose config.json
+    gives the vocabulary the prompts' token ids are drawn below. Without it, the message says what to set."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"vocab_size": 50}))
+    state, url = fake(kind="vllm", root=str(model))
+    code = cli.main(["profile", "engine=vllm", f"engine.url={url}", f"engine.profile_dir={state.profile_dir}",
+                     *WORKLOAD, f"profile.out_dir={tmp_path / 'traces'}"])
+    assert code == 0, capsys.readouterr().out
+    ids = [i for r in state.requests for i in r["body"]["prompt"]]
+    assert ids and max(ids) < 50
+    bare, url = fake(kind="vllm")
+    with pytest.raises(UserError, match="the server did not name a model folder on this machine"):
+        profile_engine(compose([*WORKLOAD, f"profile.out_dir={tmp_path / 'traces2'}", "engine=vllm",
+                                f"engine.url={url}", f"engine.profile_dir={bare.profile_dir}"]))
