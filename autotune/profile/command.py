@@ -44,6 +44,8 @@ Main settings (conf/profile/default.yaml; override as key=value):
 
 from __future__ import annotations
 
+import os
+
 from omegaconf import DictConfig
 from rich.console import Console, JustifyMethod
 from rich.table import Table
@@ -72,6 +74,12 @@ def main(argv: list[str]) -> int:
 def profile(cfg: DictConfig) -> int:
     result = profile_trace(cfg, cfg.trace) if cfg.trace else _profile(cfg)
     console = text.console()
+    enabled = result.environment.get("kernels_enabled") or {}
+    if enabled:  # the hot spots below include them: say so before the table ranks them
+        where = ("under the Triton interpreter (no GPU): their times are the interpreter's, far slower than any GPU's"
+                 if os.environ.get("TRITON_INTERPRET") == "1" else "compiled by Triton for the GPU")
+        console.print(f"merged kernels served ({', '.join(f'{t} {k}' for t, k in enabled.items())}), {where}",
+                      soft_wrap=True)
     console.print(hotspot_table(result.hotspots, int(cfg.profile.top)))
     if "coverage" in result.hotspots:
         console.print(coverage_table(Coverage.from_dict(result.hotspots["coverage"]), int(cfg.profile.top)))
@@ -100,7 +108,7 @@ def hotspot_table(record: dict, top: int) -> Table:
                   caption=f"serving time {record['serving_time_us'] / 1e3:.1f} ms; gain: the end-to-end time a "
                           f"kernel {speedup:g}x faster would save (Amdahl)")
     columns: tuple[tuple[str, JustifyMethod], ...] = (
-        ("#", "right"), ("target", "left"), ("share", "right"), ("calls", "right"), ("ms", "right"),
+        ("#", "right"), ("target", "left"), ("share of serving time", "right"), ("calls", "right"), ("ms", "right"),
         ("top shapes ×calls", "left"), ("gain", "right"))
     for name, justify in columns:
         table.add_column(name, justify=justify, no_wrap=True)

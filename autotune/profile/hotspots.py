@@ -59,6 +59,26 @@ def rank_hotspots(ops: pd.DataFrame, serving_time_us: float, assumed_speedup: fl
     return sorted(ranked, key=lambda h: (-h.share, h.target))
 
 
+OUTLIER_SHARE = 0.25  # one call holding more than this share of its target's time (over OUTLIER_CALLS calls or more)
+OUTLIER_CALLS = 10
+
+
+def outlier_notes(ops: pd.DataFrame) -> list[str]:
+    """Targets whose time is mostly one call (a first call's compile or autotuning, a page fault): their share
+    is inflated by it, and the screen says so."""
+    if "max_us" not in ops:
+        return []
+    notes = []
+    mapped = ops[ops["target"].astype(str) != ""]
+    for target, rows in mapped.groupby("target", sort=False):
+        total, longest, calls = float(rows["total_us"].sum()), float(rows["max_us"].max()), int(rows["calls"].sum())
+        if calls >= OUTLIER_CALLS and total > 0 and longest > OUTLIER_SHARE * total:
+            notes.append(f"outlier: one call of {target} took {longest / 1e3:.2f} ms, {100 * longest / total:.0f}% of "
+                         f"its {total / 1e3:.2f} ms over {calls} calls (a first call's compile or autotuning?); its "
+                         f"share is inflated by it: warm up longer (profile.warmup_requests) or profile more requests")
+    return notes
+
+
 def hotspots_record(run: str, trace: str, serving_time_us: float, assumed_speedup: float,
                     environment: dict, hotspots: list[Hotspot], coverage: dict | None = None) -> dict[str, Any]:
     """The content of hotspots.json, keys in the documented order."""

@@ -41,7 +41,8 @@ from autotune.profile.opmap import MappedOp, OpMap, declared_map
 from autotune.profile.patterns import Match, find_patterns
 from autotune.records import Coverage
 
-COLUMNS = ["op", "target", "input_shapes", "case_shape", "dtype", "calls", "total_us", "self_us", "device_us", "share"]
+COLUMNS = ["op", "target", "input_shapes", "case_shape", "dtype", "calls", "total_us", "max_us", "self_us", "device_us",
+           "share"]
 SERVE_SPAN = "autotune::serve"  # the record_function around the profiled serving window
 META_ENVIRONMENT = "autotune_environment"  # trace metadata keys written by `autotune profile`
 META_SERVE = "autotune_serve"
@@ -242,7 +243,8 @@ def op_table(trace: Mapping[str, Any], op_map: OpMap | None = None) -> pd.DataFr
                              for c in COLUMNS})
     frame = pd.DataFrame(rows)
     table = (frame.groupby(["op", "target", "input_shapes", "case_shape", "dtype"], sort=False, dropna=False)
-             .agg(calls=("total_us", "size"), total_us=("total_us", "sum"), self_us=("self_us", "sum"),
+             .agg(calls=("total_us", "size"), total_us=("total_us", "sum"), max_us=("total_us", "max"),
+                  self_us=("self_us", "sum"),
                   device_us=("device_us", "sum"))
              .reset_index())
     if not at.on_gpu:

@@ -35,7 +35,7 @@ from autotune.config import as_dict
 from autotune.errors import UserError
 from autotune.profile import diagnose, nsight
 from autotune.profile.hotspots import FILE as HOTSPOTS_FILE
-from autotune.profile.hotspots import hotspots_record, rank_hotspots
+from autotune.profile.hotspots import hotspots_record, outlier_notes, rank_hotspots
 from autotune.profile.opmap import OpMap, build_map
 from autotune.profile.optable import (
     META_ENVIRONMENT,
@@ -195,7 +195,8 @@ def _analyse(cfg: DictConfig, trace: dict, run_dir: Path, trace_name: str, parti
     _write_json(partial / "env.json", environment)
     if serve_report is not None:
         _write_json(partial / "serve.json", serve_report)
-    result = ProfileResult(run_dir, ops, record, serve_report, environment, notes=diagnose.notes(trace))
+    result = ProfileResult(run_dir, ops, record, serve_report, environment,
+                           notes=diagnose.notes(trace) + outlier_notes(ops))
     if cfg.profile.nsight:
         result.nsight, result.nsight_note = nsight.measure(cfg, record, partial)
     return result

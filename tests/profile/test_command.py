@@ -83,8 +83,8 @@ def test_profile_writes_a_complete_run_whose_trace_carries_its_environment(profi
     assert record["run"] == run.name and Path(record["trace"]) == (run / "trace.json.gz").resolve()
     assert record["environment"] == environment and record["assumed_speedup"] == 2.0
     ops = read_op_table(run / "ops.csv")
-    assert list(ops.columns) == ["op", "target", "input_shapes", "case_shape", "dtype", "calls", "total_us", "self_us",
-                                 "device_us", "share"]
+    assert list(ops.columns) == ["op", "target", "input_shapes", "case_shape", "dtype", "calls", "total_us", "max_us",
+                                 "self_us", "device_us", "share"]
     assert ops["device_us"].isna().all() == (not torch.cuda.is_available())
     cover = record["coverage"]  # the targets' share of op time, and the rest by op name
     targets_us = sum(h["total_us"] for h in record["hotspots"])

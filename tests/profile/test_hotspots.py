@@ -86,3 +86,20 @@ def test_nsight_without_a_gpu_is_skipped_with_one_line(tmp_path):
         assert metrics is None and note.startswith("nsight skipped: no GPU") and "\n" not in note
     assert nsight.cases(record, 3) == [{"target": "rms_norm", "shape": [4, 64], "dtype": "float32"}]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_target_whose_time_is_mostly_one_call_is_flagged_as_an_outlier(tmp_path, capsys):
+    """vLLM 0.32's CPU worker (the fixture): one silu_and_mul call took 0.93 of its 2.69 ms over 12 calls. The op
+    table keeps each row's longest call; the profile's notes flag the target whose share it inflates, not one whose
+    longest call is an ordinary share of many (linear: 4.2 of 34.4 ms)."""
+    from autotune.cli import main
+    from autotune.profile.hotspots import outlier_notes
+
+    trace = FIXTURES / "vllm_eager_worker.json.gz"
+    ops = op_table(read_trace(trace))
+    assert (ops["max_us"] <= ops["total_us"]).all() and (ops["max_us"] * ops["calls"] >= ops["total_us"] - 1e-6).all()
+    (note,) = outlier_notes(ops)
+    assert note.startswith("outlier: one call of silu_and_mul took 0.93 ms, 35% of its 2.69 ms over 12 calls")
+    assert main(["profile", f"trace={trace}", f"profile.out_dir={tmp_path}"]) == 0
+    out = capsys.readouterr().out
+    assert "note: outlier: one call of silu_and_mul" in out and "share of serving time" in out

@@ -105,6 +105,8 @@ def test_approve_merges_and_the_served_model_dispatches_to_the_kernel(proposed, 
     (run,) = [p for p in out.iterdir() if not p.name.startswith(".")]
     environment = json.loads((run / "env.json").read_text())
     assert environment["kernels_enabled"] == {"rms_norm": pid.split("-")[-1]}
+    # the screen says the merged kernel served, and that on this machine it ran under the interpreter
+    assert f"merged kernels served (rms_norm {pid.split('-')[-1]}), under the Triton interpreter" in profiled.stdout
     # the merged kernel is the next search's one to beat, shown in its task ...
     from autotune import targets
     from autotune.agent import prompts
