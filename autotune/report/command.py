@@ -1,4 +1,12 @@
-"""`autotune report RUN_OR_SWEEP_DIR... [--out DIR]`: the command's entry (the work is in build.py)."""
+"""What the runs of a sweep (or any run folders) proposed and what it cost, on one page.
+
+Give run or sweep directories (as `autotune run` printed them); a folder of runs is searched at any depth. It
+writes, into --out (default: the first directory): report.html (one self-contained page: the proposed kernels
+first, the largest share of serving time first, with the measured speedup or "not measured", the review state
+and the evidence page; then each run's cost, the figures that have something to show, and the settings side by
+side), report.md (the same, linking the PNGs), one CSV per table and one PNG per figure. A run that died is a
+row that says why; nothing is drawn or projected from a speed nobody measured.
+"""
 
 from __future__ import annotations
 

@@ -136,7 +136,8 @@ def _run(cfg: DictConfig, run_dir: Path) -> int:
     names = list(cfg.targets) if cfg.targets else []
     budget = cfg.agent.get("budget", {}) or {}
     with engine_session(cfg, run_dir) as engine:  # engine=vllm|sglang: one live server for the run, else None
-        with Progress([str(n) for n in names], budget.get("wall_s"), run_dir, console) as progress:
+        with Progress([str(n) for n in names], budget.get("wall_s"), run_dir, console,
+                      worker=writer(cfg.agent)) as progress:
             ledger = ProgressLedger(run_dir / "ledger.jsonl", progress)
             progress.seed(ledger.read())
             hotspots = engine.profile(cfg, run_dir, ledger) if engine else profile_stage(cfg, run_dir, ledger)
@@ -439,6 +440,16 @@ def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
         console.print(f"review what was proposed ({', '.join(o['proposal'] for o in proposed)}):\n"
                       f"  autotune review list\n  autotune review show {first}\n"
                       f"  autotune review approve {first}{unmeasured}\n  autotune review reject {first} --reason TEXT")
+
+
+def writer(agent: DictConfig) -> str:
+    """Who writes the candidates, as the run's log names it."""
+    name = str(agent.get("name") or "search")
+    if name == "openai":
+        return f"the LLM agent (model {agent.get('model') or 'the engine serves'})"
+    if name == "replay":
+        return "the replay of a recorded LLM agent"
+    return "the search baseline (templates, no LLM)"
 
 
 def accounting_line(agent: str, acc: dict[str, Any]) -> str:

@@ -42,8 +42,10 @@ class TargetProgress:
 class Progress:
     """Per-target counters fed by ledger records; renders itself as a rich table."""
 
-    def __init__(self, names: list[str], budget_wall_s: float | None, run_dir: Path, console: Console):
+    def __init__(self, names: list[str], budget_wall_s: float | None, run_dir: Path, console: Console,
+                 worker: str = "the search"):
         self.targets = {n: TargetProgress(n) for n in names}
+        self.worker = worker  # who writes the candidates, as the log names it: "the LLM agent (model m)", ...
         self.budget_wall_s = budget_wall_s
         self.console = console
         self.lock = threading.Lock()
@@ -71,8 +73,8 @@ class Progress:
     def started(self, name: str) -> None:
         with self.lock:
             t = self.targets.setdefault(name, TargetProgress(name))
-            t.state, t.started = "searching", time.monotonic()
-        log.info("%s: search started", name)
+            t.state, t.started = "working", time.monotonic()
+        log.info("%s: %s started writing candidates", name, self.worker)
 
     def on_record(self, r: dict[str, Any]) -> None:
         self.update(r)
@@ -151,7 +153,7 @@ def event_line(r: dict[str, Any]) -> str | None:
                 f"{r.get('completion_tokens', 0)} tokens ({r.get('cached_tokens', 0)} cached) "
                 f"${r.get('cost_usd', 0):.4f}")
     if kind == "agent_search":
-        return f"{name}: search over, best {r.get('best')} ({r.get('best_status')}); {r.get('stopped')}"
+        return f"{name}: candidates done, best {r.get('best')} ({r.get('best_status')}); {r.get('stopped')}"
     if kind == "model_check":
         return f"{name}: model check of {r.get('candidate')}: {'passed' if r.get('passed') else 'failed'}"
     if kind == "proposal":

@@ -80,6 +80,8 @@ def test_run_ends_with_a_proposal_the_checker_passes(proposed, tmp_path):
     assert check["passed"] and check["tokens_identical"] and check["max_logit_diff"] <= check["logit_tolerance"]
     for name in ("config.yaml", "env.json", "summary.json"):
         assert (proposed["run_dir"] / name).is_file(), name
+    log = (proposed["run_dir"] / "cli.log").read_text()  # who wrote the candidates, by name
+    assert "rms_norm: the search baseline (templates, no LLM) started writing candidates" in log, log[-2000:]
 
 
 def copy_repo(proposed, name: str, tmp_path: Path) -> Path:
