@@ -42,6 +42,7 @@ from autotune import env, targets, text
 from autotune.config import as_dict
 from autotune.errors import UserError
 from autotune.ledger import Ledger
+from autotune.records import amdahl_gain
 from autotune.text import pct
 
 if TYPE_CHECKING:
@@ -405,13 +406,25 @@ def _bench_of(source: str, cfg: DictConfig) -> dict | None:
     return bench_for_kernel(source, cfg.bench.out_dir) if cfg.get("bench") else None
 
 
+def _triage(ledger: Ledger, o: Outcome) -> dict[str, Any]:
+    """What a reviewer triages a proposal by, from its ledger record: the target's share of serving time, the
+    measured speedup (None: not measured), the gain projected from it (None without one) and the evidence page."""
+    record = next((r for r in reversed(ledger.read("proposal")) if r.get("id") == o.proposal), None)
+    if record is None:
+        return {}
+    share, speedup = record.get("share"), record.get("speedup")
+    return {"share": share, "speedup": speedup, "evidence": record.get("evidence_path"),
+            "projected_gain": amdahl_gain(share, speedup) if share is not None and speedup else None}
+
+
 def write_summary(cfg: DictConfig, run_dir: Path, ledger: Ledger, outcomes: list[Outcome],
                   engine: dict | None = None) -> dict[str, Any]:
     from autotune.agent import summarize
 
     summary = {"run_id": cfg.run_id, "run_dir": str(run_dir), "agent": cfg.agent.name,
                "model": cfg.model.name, "device": env.resolve_device(cfg.device),
-               "outcomes": [dataclasses.asdict(o) for o in outcomes], "accounting": summarize(ledger.read())}
+               "outcomes": [dataclasses.asdict(o) | _triage(ledger, o) for o in outcomes],
+               "accounting": summarize(ledger.read())}
     if engine is not None:
         summary["engine"] = engine  # autotune/engine/selfopt.py: the engine that served the agent, before/after
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
@@ -424,6 +437,12 @@ def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
         head = (f"proposed {o['pr_url'] or o['proposal']}" if o["status"] == OutcomeStatus.PROPOSED
                 else o["status"].replace("_", " ") + (f" as {o['proposal']}" if o["proposal"] else ""))
         console.print(f"[bold]{o['target']}[/]: {head}")
+        if "share" in o:  # a proposal: what a reviewer triages by, first
+            speed = f"{o['speedup']:.2f}x" if o["speedup"] else "not measured (no GPU)"
+            gain = f", projected end-to-end gain {pct(o['projected_gain'])}" if o["projected_gain"] is not None else ""
+            share = pct(o["share"]) if o["share"] is not None else "unknown (no profile)"
+            console.print(f"  share of serving time {share}, speedup {speed}{gain}, state open; evidence "
+                          f"{o['evidence']}", soft_wrap=True)
         best = f"best {o['best']} ({o['verdict']}); " if o["best"] else ""
         console.print(f"  {best}{o['detail']}")
     console.print(accounting_line(summary["agent"], summary["accounting"]))

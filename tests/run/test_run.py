@@ -62,6 +62,8 @@ def test_run_ends_with_a_proposal_the_checker_passes(proposed, tmp_path):
     assert outcome["target"] == "rms_norm" and outcome["status"] == "proposed", outcome
     pid = outcome["proposal"]
     assert f"autotune review approve {pid} --unmeasured" in proposed["stdout"]  # the run says how to review
+    assert "share of serving time " in proposed["stdout"] and "speedup not measured (no GPU), state open; " \
+           "evidence " in proposed["stdout"] and outcome["speedup"] is None and outcome["projected_gain"] is None
     repo = git.Repo(proposed["repo"])
     branch = next(h for h in repo.heads if h.name.endswith(pid))
     assert repo.heads.main.commit.message.strip() == "init"  # nothing was committed to the base branch
