@@ -119,12 +119,16 @@ def cut_shape(shape, max_rows, max_elements):
 
 
 def range_cuts(shape):
-    """A served shape's range case: every expert and top-k whole, hidden and intermediate to two tiles of 128
-    plus their remainders modulo 64 (the expert GEMMs' K loop and N tiles beyond the ordinary cut's), 4 tokens, a
-    decode step (the routing still reaches experts all over the range; the ordinary cases have the hot expert's
-    many rows); a sample of the programs runs, and a GEMM after a sampled sort of the tokens runs whole."""
+    """A served shape's range cases, every expert and top-k whole in each: hidden and intermediate to two tiles of
+    128 plus their remainders modulo 64 (the expert GEMMs' K loop and N tiles beyond the ordinary cut's), 4 tokens,
+    a decode step (the routing still reaches experts all over the range; the ordinary cases have the hot expert's
+    many rows); and the hidden size whole, the gate/up GEMM's reduction dimension (a fixed 512-channel loop drops
+    3/4 of Qwen3-30B-A3B's 2048), the others small (the experts whole in the first): 2 tokens, twice top-k experts
+    (at least 8), the intermediate to a tile plus its remainder. A sample of the programs runs, and a GEMM after a
+    sampled sort of the tokens runs whole."""
     tokens, experts, top_k, hidden, inter = shape
-    return ((min(tokens, 4), experts, top_k, min(hidden, 256 + hidden % 64), min(inter, 256 + inter % 64)),)
+    return ((min(tokens, 4), experts, top_k, min(hidden, 256 + hidden % 64), min(inter, 256 + inter % 64)),
+            (min(tokens, 2), min(experts, max(8, 2 * top_k)), top_k, hidden, min(inter, 32 + inter % 32)))
 
 
 def model_shapes(dims, rows):

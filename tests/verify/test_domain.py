@@ -75,3 +75,13 @@ def test_the_attackers_gemms_are_rejected():
     for name, fragment in ATTACKS:
         v = verify("linear", CANDIDATES / name, QUICK_FP32)
         assert v.status is Status.INCORRECT and says(v.reason, fragment), (name, v.reason)
+
+
+def test_a_fused_moe_runs_every_served_hidden_size_whole():
+    """The gate/up GEMM's reduction dimension is the hidden size: a range case holds each served one whole (the
+    experts whole in the other), and a kernel that loops over a fixed 512 channels is wrong there."""
+    moe = get("fused_moe")
+    assert {r[3] for r in moe.range_cuts((64, 128, 8, 2048, 768))} >= {2048}
+    v = verify("fused_moe", CANDIDATES / "fused_moe_fixed_hidden_loop.py", QUICK_FP32)
+    assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
+    assert v.failing_case().shape[3] > 512, v.reason  # the hidden size names the case
