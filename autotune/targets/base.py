@@ -91,6 +91,8 @@ LAYOUTS = {
              "token stride 3*H*D, storage offset H*D",
     "kv_cache_vllm": "k_cache and v_cache [NB, BS, KVH, D] as autotune's vLLM plugin hands them: the two halves of "
                      "one [NB, KVH, BS, 2*D] cache tensor, transposed (strides (KVH*BS*2D, 2D, BS*2D, 1))",
+    "cos_sin_vllm": "cos and sin [T, D/2] as autotune's vLLM plugin hands them: the two halves of one gathered "
+                    "[T, D] cos_sin_cache row (row stride D, sin at storage offset D/2)",
 }
 
 

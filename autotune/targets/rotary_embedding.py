@@ -76,8 +76,9 @@ TARGET = Target(
     flops=flops,
     default_shapes=((1, 32, 128), (64, 32, 128), (256, 8, 128)),
     edge_shapes=((1, 1, 64), (7, 3, 96), (3, 40, 128), (512, 2, 32)),
-    # q and k are views of the fused qkv projection (row stride > heads * head_dim; k at an offset)
-    layouts=("contiguous", "offset0", "qkv_q", "qkv_k"),
+    # q and k are views of the fused qkv projection (row stride > heads * head_dim; k at an offset); cos and sin
+    # the halves of one gathered cos_sin_cache row, as autotune's vLLM plugin passes them
+    layouts=("contiguous", "offset0", "qkv_q", "qkv_k", "cos_sin_vllm"),
     model_shapes=model_shapes,
     random_shapes=random_shapes,
     # vLLM's _C::rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox): query [T, H*D]

@@ -85,3 +85,10 @@ def test_a_fused_moe_runs_every_served_hidden_size_whole():
     v = verify("fused_moe", CANDIDATES / "fused_moe_fixed_hidden_loop.py", QUICK_FP32)
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
     assert v.failing_case().shape[3] > 512, v.reason  # the hidden size names the case
+
+
+def test_the_cos_and_sin_views_the_vllm_export_hands_over_are_checked():
+    assert "cos_sin_vllm" in get("rotary_embedding").layouts
+    v = verify("rotary_embedding", CANDIDATES / "rotary_dense_cos_sin.py", QUICK_FP32)
+    assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
+    assert v.failing_case().layout == "cos_sin_vllm", v.reason

@@ -140,6 +140,9 @@ def lay_out(args: tuple, layout: str) -> tuple:
         k_view.copy_(k)
         v_view.copy_(v)
         return (x, k_view, v_view, *args[3:])
+    if layout == "cos_sin_vllm":  # args 1 and 2: cos and sin, the halves of one gathered cos_sin_cache row
+        cos, sin = torch.cat((args[1], args[2]), dim=-1).chunk(2, dim=-1)  # as export/vllm_plugin.py makes them
+        return (x, cos, sin, *args[3:])
     if layout == "padded" and x.dim() >= 2:
         wide = torch.full((*x.shape[:-1], x.shape[-1] + PAD_ELEMENTS), float("nan"), dtype=x.dtype)
         view = wide[..., :x.shape[-1]]
