@@ -19,6 +19,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -34,6 +35,8 @@ from autotune.errors import UserError
 
 IR_TARGETS = ("rms_norm", "fused_add_rms_norm")  # the plugin's kernels vLLM IR selects by --ir-op-priority
 PLUGIN_PACKAGE = "autotune_vllm_kernels"
+# the start of the first error in an engine's log: a Python traceback, or a line logged at ERROR/CRITICAL level
+FIRST_ERROR = re.compile(r"^Traceback \(most recent call last\)|\b(ERROR|CRITICAL)\b|^\S*Error: ")
 
 
 @dataclasses.dataclass
@@ -62,10 +65,18 @@ class Server:
                 "python": s.python, "flags": self.flags, "plugin": s.plugin,
                 "plugin_kernels": list(s.plugin_kernels) or None, "max_model_len": self.max_model_len}
 
-    def log_tail(self, lines: int = 30) -> str:
+    def log_excerpt(self, lines: int = 30) -> str:
+        """Why it died, from its log: the first error (an engine's worker process writes its traceback to the same
+        log, often a hundred lines above the API server's own last words) and the log's last lines."""
         if not self.log_path or not self.log_path.is_file():
             return "(no log)"
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        text = self.log_path.read_text(errors="replace").splitlines()
+        first = next((i for i, line in enumerate(text) if FIRST_ERROR.search(line)), None)
+        if first is None or first >= len(text) - lines:
+            return "\n".join(text[-lines:])
+        cause = text[first:first + lines]
+        return ("the first error:\n" + "\n".join(cause) + f"\n[... {len(text) - first - len(cause)} lines ...]\n"
+                "the log's end:\n" + "\n".join(text[-10:]))
 
 
 @contextlib.contextmanager
@@ -203,14 +214,14 @@ def wait_ready(server: Server, timeout_s: float) -> None:
     while True:
         if server.process is not None and server.process.poll() is not None:
             raise UserError(f"the {server.settings.name} server exited with code {server.process.returncode} before "
-                            f"it was ready; the end of its log ({server.log_path}):\n{server.log_tail()}")
+                            f"it was ready; from its log ({server.log_path}, kept):\n{server.log_excerpt()}")
         try:
             if http_get(server.url + server.settings.api.health, 5.0)[0] == 200:
                 return
         except OSError:
             pass
         if time.monotonic() > deadline:
-            where = (f"; the end of its log ({server.log_path}):\n{server.log_tail()}" if server.process
+            where = (f"; from its log ({server.log_path}, kept):\n{server.log_excerpt()}" if server.process
                      else " (is it running? is engine.url right?)")
             raise UserError(f"the {server.settings.name} server at {server.url} did not answer "
                             f"{server.settings.api.health} within {timeout_s:g} s{where}")

@@ -39,6 +39,8 @@ def profile_engine(cfg: DictConfig, settings: EngineSettings | None = None):
 
     check_settings(cfg)
     settings = settings or EngineSettings.of(cfg.engine)
+    if settings.launch and not settings.log_dir:  # kept where the message says when it dies (the workdir goes)
+        settings = dataclasses.replace(settings, log_dir=str(Path(cfg.profile.out_dir) / ".engine-logs"))
     workdir = Path(cfg.profile.out_dir) / f".engine-{dt.datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
     try:
         with serving(settings, workdir) as server:

@@ -22,6 +22,14 @@ args = sys.argv[1:]
 if "--die" in args:
     print("model folder is not a model: boom", flush=True)
     sys.exit(3)
+if "--die-in-worker" in args:  # as vLLM's engine core dies: its traceback, then the API server's own long goodbye
+    print("INFO starting the engine core", flush=True)
+    print("Traceback (most recent call last):", flush=True)
+    print('  File "vllm/v1/engine/core.py", line 1, in run_engine_core', flush=True)
+    print("AssertionError: All providers in priority must be registered implementations", flush=True)
+    for i in range(130):
+        print(f"INFO the API server winds down, line {i}", flush=True)
+    sys.exit(1)
 port = int(args[args.index("--port") + 1])
 folder = json.loads(args[args.index("--profiler-config") + 1])["torch_profiler_dir"]
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # the engine core
@@ -70,6 +78,20 @@ def test_a_server_that_dies_while_starting_is_an_error_with_its_log(tmp_path):
         with serving(_settings(tmp_path, "--die"), tmp_path / "work"):
             pass
     assert "exited with code 3" in str(e.value) and "boom" in str(e.value)
+
+
+def test_a_server_whose_worker_dies_says_the_first_error_and_keeps_its_log(tmp_path):
+    """vLLM's engine core writes its traceback into the same log ~130 lines above the API server's last lines: the
+    message leads with that first error, and the log stays where the message says."""
+    with pytest.raises(UserError) as e:
+        with serving(_settings(tmp_path, "--die-in-worker", log_dir=str(tmp_path / "logs")), tmp_path / "work"):
+            pass
+    said = str(e.value)
+    assert "the first error:\nTraceback (most recent call last):" in said
+    assert "AssertionError: All providers in priority must be registered implementations" in said
+    assert "the API server winds down, line 129" in said  # and the log's end
+    log = Path(said.split("from its log (")[1].split(", kept)")[0])
+    assert log.is_file() and log.parent == tmp_path / "logs"
 
 
 def test_the_command_line_asks_for_shapes_and_no_stacks_and_hides_the_key(tmp_path, monkeypatch):
