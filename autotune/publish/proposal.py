@@ -65,7 +65,8 @@ def draft(request: ProposalRequest, cfg, backend: str) -> Draft:
     if existing is None and branch in repo.heads:
         raise UserError(f"branch {branch} already exists in {repo.working_dir} but is no proposal autotune knows "
                         f"(delete or rename it, or set publish.branch_prefix=NAME)")
-    earlier = _earlier(repo, existing, kernel_dir) if existing and existing.run_id != request.run_id else None
+    earlier = (_earlier(repo, existing, kernel_dir, request.run_id) if existing and existing.run_id != request.run_id
+               else None)
     text = evidence.render(request, proposal_id=pid, short_id=short_id, branch=branch, base=str(pub.base),
                            backend=backend, sha256=sha256, contribution=pub.get("contribution"),
                            earlier=earlier["runs"] if earlier else ())
@@ -94,26 +95,30 @@ def draft(request: ProposalRequest, cfg, backend: str) -> Draft:
     return d
 
 
-def _earlier(repo: git.Repo, existing: Proposal, kernel_dir: str) -> dict[str, Any] | None:
-    """What an open proposal's branch holds from the runs that found this kernel before: its provenance (first
-    writer kept), every run's evidence page (each kept beside the new one under evidence/), and the list of runs.
-    None when the branch is gone (the proposal is then written afresh)."""
+def _earlier(repo: git.Repo, existing: Proposal, kernel_dir: str, run_id: str) -> dict[str, Any] | None:
+    """What an open proposal's branch holds from the runs that found this kernel before `run_id`: its provenance
+    (first writer kept), every run's evidence page (each kept beside the new one under evidence/), and the list of
+    runs. This run's own earlier entry (a resumed run publishing again) is replaced, not kept twice. None when the
+    branch is gone (the proposal is then written afresh)."""
     try:
         tree = repo.commit(existing.commit).tree / kernel_dir
         prov = json.loads((tree / "provenance.json").data_stream.read())
-        page = (tree / "EVIDENCE.md").data_stream.read().decode()
+        newest = (tree / "EVIDENCE.md").data_stream.read().decode()  # the last run's page, until now
     except (ValueError, KeyError, git.BadName):
         return None
     first = {**prov.get("run", {}), "at": prov.get("created_at"), "candidate": prov.get("candidate", {})}
     runs = [first, *prov.get("found_again", [])]
     pages = {}
-    for r in runs[:-1]:
+    for i, r in enumerate(runs):
+        if r.get("id") == run_id:
+            continue
         try:
-            pages[f"{kernel_dir}/{_page(r)}"] = (tree / _page(r)).data_stream.read().decode()
+            text = newest if i == len(runs) - 1 else (tree / _page(r)).data_stream.read().decode()
         except KeyError:  # a page written before pages were kept
             continue
-    pages[f"{kernel_dir}/{_page(runs[-1])}"] = page  # the last run's page was EVIDENCE.md until now
-    return {"provenance": prov, "runs": [r | {"page": _page(r)} for r in runs], "pages": pages}
+        pages[f"{kernel_dir}/{_page(r)}"] = text
+    kept = [r | {"page": _page(r)} for r in runs if r.get("id") != run_id]
+    return {"provenance": prov, "runs": kept, "pages": pages}
 
 
 def _page(run: dict[str, Any]) -> str:

@@ -22,6 +22,7 @@ from autotune.config import as_dict
 from autotune.errors import UserError
 from autotune.ledger import frame
 from autotune.ledger import read as ledger_records
+from autotune.records import amdahl_gain
 from autotune.verify.verdict import is_correct
 
 
@@ -198,7 +199,7 @@ def proposals(r: Runs) -> pd.DataFrame:
         s = float(speedup) if speedup == speedup and speedup else None
         rows.append({"run": p["run"], "proposal": p["id"], "target": p["target"],
                      "share": np.nan if share is None else share, "speedup": s if s else np.nan,
-                     "projected_gain": share * (1 - 1 / s) if s and share is not None else np.nan,
+                     "projected_gain": amdahl_gain(share, s) if s and share is not None else np.nan,
                      "measured_gain": _measured_gain(checks, p["run"], p["candidate"]),
                      "status": states.get(p["id"]) or f"{p.get('status') or 'open'} (as published)",
                      "evidence": p.get("evidence_path") or ""})

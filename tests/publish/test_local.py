@@ -83,6 +83,7 @@ def test_the_same_kernel_found_again_adds_its_evidence_beside_the_first(project,
     replayed.candidate = {**replayed.candidate, "agent": "replay", "model": "qwen-coder"}
     second = publish.publish(replayed, cfg)
     third = publish.publish(make_request(run_id="run-3"), cfg)
+    third = publish.publish(make_request(run_id="run-3"), cfg)  # run-3 resumed publishes again: not a 4th run
     assert second.id == third.id == first.id and third.created_at == first.created_at and third.updated_at
     assert [(p.id, p.run_id) for p in publish.list_proposals(cfg)] == [(first.id, "run-1")]
     assert git(project, "branch", "--list", "autotune/*").split() == [first.branch]
