@@ -42,5 +42,9 @@ def run_bench(cfg: DictConfig) -> int:
     record = bench(cfg)
     console.print(markdown(record), soft_wrap=True)
     console.print(f"wrote {record['dir']}/ (bench.json, bench.md)")
+    from autotune.publish import attach_bench
+
+    for pid in attach_bench(cfg, record):
+        console.print(f"added to the evidence of {pid} (`autotune review show {pid}`)")
     gate = record["gate"]
     return 0 if gate is None or gate["passed"] else 1

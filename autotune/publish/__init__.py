@@ -17,10 +17,12 @@ backend in `publish.backend`:
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from autotune.publish.types import Proposal, ProposalRequest, ProposalStatus
 
-__all__ = ["Proposal", "ProposalRequest", "ProposalStatus", "approve", "get_proposal", "list_proposals", "publish",
-           "merged_kernel", "reject", "rejection_reasons"]
+__all__ = ["Proposal", "ProposalRequest", "ProposalStatus", "approve", "attach_bench", "get_proposal",
+           "list_proposals", "merged_kernel", "publish", "reject", "rejection_reasons"]
 
 
 def publish(request: ProposalRequest, cfg) -> Proposal:
@@ -73,8 +75,33 @@ def rejection_reasons(cfg, target: str) -> list[str]:
 def merged_kernel(cfg, target: str):
     """The best kernel of `target` a reviewer merged into the publish repository's checkout (its kernels/<op>/<id>/,
     as `review approve` left it), an `autotune.kernels.MergedKernel`; None when there is none."""
-    from pathlib import Path
-
     from autotune import kernels
 
     return kernels.best(Path(str(cfg.publish.repo)).expanduser() / "kernels", target)
+
+
+def attach_bench(cfg, record: dict) -> list[str]:
+    """After `autotune bench`: the proposals (open or already decided) whose kernel a setup other than A served, by
+    the sha256 its plugin's manifest records, get the bench's table added to their evidence page (the copy `review
+    show` reads); their ids. A publish.repo that is no repository takes nothing (the bench stands on its own)."""
+    from autotune.engine.bench import markdown
+    from autotune.errors import UserError
+    from autotune.publish import gitops, records
+
+    served = {k.get("sha256"): s["label"] for s in record.get("setups", [])[1:]
+              for k in (s.get("kernels") or {}).values() if k.get("sha256")}
+    try:
+        repo = gitops.open_repo(cfg.publish.repo)
+    except UserError:
+        return []
+    attached = []
+    for p in records.all_records(repo):
+        label = served.get(p.sha256)
+        page = Path(p.evidence_path) if p.evidence_path else None
+        if label is None or page is None or not page.is_file() or record["dir"] in page.read_text():
+            continue
+        section = (f"\n\n## Served on a live engine after it was proposed (`autotune bench`, {record['dir']})\n\n"
+                   f"Setup {label} served this kernel ({p.status} when the bench ran).\n\n{markdown(record)}\n")
+        records.save_evidence(repo, p.id, page.read_text().rstrip("\n") + section)
+        attached.append(p.id)
+    return attached

@@ -3,6 +3,7 @@ the outputs' equality and the gate's exit code."""
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -140,3 +141,31 @@ def test_noise_larger_than_the_margin_is_said_beside_the_gate():
     assert "The noise is larger than the margin (TTFT p50 ms ±50%" in markdown(record)
     quiet = bench_record(compose(["bench.margin=0.1"]), [b, b], 1, 2)
     assert quiet["gate"]["noise_over_margin"] == []
+
+
+def test_a_bench_after_the_proposal_reaches_its_evidence_open_or_approved(fake, tmp_path, capsys):
+    """A kernel proposed (and then approved) before any bench served it: the bench whose B served it adds its table
+    to that proposal's evidence page, which `autotune review show` reads; a second look adds nothing twice."""
+    import git
+
+    from autotune import publish
+    from tests.publish.conftest import request
+
+    repo = git.Repo.init(tmp_path / "repo", initial_branch="main")
+    (tmp_path / "repo" / "README.md").write_text("kernels land here\n")
+    repo.index.add(["README.md"])
+    repo.index.commit("init", author=git.Actor("t", "t@localhost"), committer=git.Actor("t", "t@localhost"))
+    cfg = compose([f"publish.repo={tmp_path / 'repo'}"])
+    proposal = publish.approve(cfg, publish.publish(request(), cfg).id)
+    (_, a), (_, b) = fake(), fake()
+    _bench(tmp_path, capsys, a, b, "bench.margin=0.9")
+    (run,) = list((tmp_path / "bench").iterdir())
+    record = json.loads((run / "bench.json").read_text()) | {"dir": str(run)}
+    assert publish.attach_bench(cfg, record) == []  # B served no plugin with it
+    record["setups"][1]["kernels"] = {"rms_norm": {"id": "k1", "sha256": proposal.sha256}}  # as B's plugin records
+    assert publish.attach_bench(cfg, record) == [proposal.id]
+    page = publish.get_proposal(cfg, proposal.id).evidence_path
+    text = Path(page).read_text()
+    assert f"## Served on a live engine after it was proposed (`autotune bench`, {run})" in text
+    assert "Setup B served this kernel (approved when the bench ran)." in text and "| output tok/s |" in text
+    assert publish.attach_bench(cfg, record) == [] and Path(page).read_text() == text  # once
