@@ -146,13 +146,17 @@ def costs(r: Runs) -> pd.DataFrame:
     for run in r.runs["run"]:
         records = ledger_records(Path(run) / "ledger.jsonl")
         acc = summarize(records)
+        unpriced = bool(acc["tokens"]) and not acc["dollars"]
         rows.append({"run": run, "candidates": int((c["run"] == run).sum()),
                      "correct": sum(map(is_correct, c.loc[c["run"] == run, "status"])),  # 0 for a run that judged none
                      "died": _why_it_died(records),
                      "passing": acc["kernels_passing"], "accepted": acc["kernels_accepted"],
-                     "tokens": acc["tokens"], "dollars": acc["dollars"], "per_kernel_basis": acc["per_kernel_basis"],
+                     "tokens": acc["tokens"], "per_kernel_basis": acc["per_kernel_basis"],
+                     # tokens at $0: agent.price was not set, so dollars are unknown, not zero
+                     "dollars": np.nan if unpriced else acc["dollars"],
+                     "prices": "not set (agent.price)" if unpriced else "set" if acc["tokens"] else "-",
                      "tokens_per_kernel": _nan(acc["tokens_per_kernel"]),
-                     "dollars_per_kernel": _nan(acc["dollars_per_kernel"]),
+                     "dollars_per_kernel": np.nan if unpriced else _nan(acc["dollars_per_kernel"]),
                      **{k: _nan(acc[k]) for k in ("attempts", "failed_attempts", "retries", "failed_token_share",
                                                   "failed_dollar_share", "failed_wall_share", "retry_token_share")}})
     return pd.DataFrame(rows)

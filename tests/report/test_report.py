@@ -192,6 +192,9 @@ def test_a_run_that_died_before_judging_anything_is_a_row_that_says_why(sweep, t
     assert len(settings) == 3 and len(died) == 1  # the sweep's two runs ended well
     assert f"the LLM endpoint {url} answered 500" in died["died"].iloc[0]
     assert died["judged"].iloc[0] == 0 and died["correct"].iloc[0] == 0
+    if CHROMIUM.exists():  # the page with a dead run among its folders opens, its images loaded
+        widths = image_widths(report.html, tmp_path)
+        assert widths and all(w == 750 for w in widths), widths
 
 
 def test_a_folder_without_runs_is_a_clear_error(tmp_path):
@@ -200,15 +203,26 @@ def test_a_folder_without_runs_is_a_clear_error(tmp_path):
     assert done.returncode == 2 and "no run directory" in done.stderr
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium (apt-get install -y chromium)")
-def test_the_page_opens_in_chromium_with_every_image_loaded(report, tmp_path):
+def image_widths(html: Path, tmp_path: Path) -> list[int]:
+    """The page opened in a real headless Chromium: each image's decoded width (0: it did not load)."""
     page = tmp_path / "probe.html"  # the report plus a probe that writes each image's decoded width
     probe = ("<script>window.addEventListener('load', () => { const w = [...document.images]"
              ".map(i => i.naturalWidth); document.body.setAttribute('data-widths', w.join(',')); });</script>")
-    page.write_text(report.html.read_text().replace("</body>", probe + "</body>"))
-    shutil.copy(report.html, tmp_path / "report.html")
+    page.write_text(html.read_text().replace("</body>", probe + "</body>"))
     done = subprocess.run([str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
                            "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
     widths = re.search(r'data-widths="([\d,]*)"', done.stdout)
     assert widths, done.stderr[-2000:]
-    assert [int(w) for w in widths.group(1).split(",")] == [750] * 6  # 7.5 in x 100 dpi, all decoded
+    return [int(w) for w in widths.group(1).split(",") if w]
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium (apt-get install -y chromium)")
+def test_the_page_opens_in_chromium_with_every_image_loaded(report, tmp_path):
+    assert image_widths(report.html, tmp_path) == [750] * 6  # 7.5 in x 100 dpi, all decoded
+
+
+def test_unset_prices_are_said_not_counted_as_zero_dollars(tmp_path):
+    run = make_run(tmp_path / "unpriced", temperature=0.2, env=CPU_ENV, candidates=[(0, 1, "unmeasured", None)],
+                   llm=[(0, 1, 1000, 0, 400, 0.0)])
+    costs = pd.read_csv(build([run], tmp_path / "out").out / "costs.csv").iloc[0]
+    assert costs["tokens"] == 1400 and pd.isna(costs["dollars"]) and costs["prices"] == "not set (agent.price)"
