@@ -19,11 +19,20 @@ from rich.console import Console
 LOG_WIDTH = 1000  # a table written to a file or a pipe is as wide as its rows need
 
 
+class _LogConsole(Console):
+    """A Console for a file or a pipe: as wide as LOG_WIDTH for tables, but a rule is one short line, not a line of
+    LOG_WIDTH dashes."""
+
+    def rule(self, title="", *args, **kwargs) -> None:
+        self.print(f"-- {title} --" if title else "--", markup=True, highlight=False)
+
+
 def console(**options) -> Console:
     """The commands' rich Console. Written to a file or a pipe (cli.log, a cluster job's output) its tables keep
-    whole rows, every column as wide as its cells (rich would squeeze them to 80 columns: `29…`, `rms_nor`)."""
+    whole rows, every column as wide as its cells (rich would squeeze them to 80 columns: `29…`, `rms_nor`), and
+    its rules are short lines."""
     shown = Console(**options)
-    return shown if shown.is_terminal else Console(width=LOG_WIDTH, **options)
+    return shown if shown.is_terminal else _LogConsole(width=LOG_WIDTH, **options)
 
 
 def pct(share: float | None, decimals: int = 1) -> str:

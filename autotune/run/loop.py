@@ -433,7 +433,8 @@ def write_summary(cfg: DictConfig, run_dir: Path, ledger: Ledger, outcomes: list
 
 def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
     console.rule(f"[bold]run {summary['run_id']}[/]")
-    for o in summary["outcomes"]:
+    # proposals first, the largest share of serving time first: a reviewer's triage order
+    for o in sorted(summary["outcomes"], key=lambda o: (o["status"] != OutcomeStatus.PROPOSED, -(o.get("share") or 0))):
         head = (f"proposed {o['pr_url'] or o['proposal']}" if o["status"] == OutcomeStatus.PROPOSED
                 else o["status"].replace("_", " ") + (f" as {o['proposal']}" if o["proposal"] else ""))
         console.print(f"[bold]{o['target']}[/]: {head}")
@@ -452,7 +453,8 @@ def print_summary(summary: dict[str, Any], run_dir: Path) -> None:
         for line in summary_lines(summary["engine"]):
             console.print(line, soft_wrap=True)
     console.print(f"files: {run_dir}")
-    proposed = [o for o in summary["outcomes"] if o["status"] == OutcomeStatus.PROPOSED]
+    proposed = sorted((o for o in summary["outcomes"] if o["status"] == OutcomeStatus.PROPOSED),
+                      key=lambda o: -(o.get("share") or 0))
     if proposed:
         first = proposed[0]["proposal"]
         unmeasured = " --unmeasured" if proposed[0]["verdict"] == "unmeasured" else ""  # merged only if asked
@@ -480,7 +482,8 @@ def accounting_line(agent: str, acc: dict[str, Any]) -> str:
     if acc.get("cache_hit_rate") is not None:
         line += f" ({pct(acc['cache_hit_rate'])} of prompt tokens cached)"
     unpriced = bool(acc.get("tokens")) and not acc.get("dollars")  # tokens at no cost: agent.price is all zero
-    line += (", dollars not counted (agent.price is not set)" if unpriced else f", ${acc.get('dollars', 0):.4f}")
+    if acc.get("tokens"):  # no tokens, no dollars to speak of
+        line += ", dollars not counted (agent.price is not set)" if unpriced else f", ${acc.get('dollars', 0):.4f}"
     line += f"; {kernels} {basis} kernel(s)"
     if kernels and acc.get("tokens"):
         line += f", {acc.get('tokens_per_kernel', 0):,.0f} tokens" + (

@@ -82,6 +82,7 @@ def test_run_ends_with_a_proposal_the_checker_passes(proposed, tmp_path):
     assert check["passed"] and check["tokens_identical"] and check["max_logit_diff"] <= check["logit_tolerance"]
     for name in ("config.yaml", "env.json", "summary.json"):
         assert (proposed["run_dir"] / name).is_file(), name
+    assert "─" * 100 not in proposed["stdout"] and "-- run " in proposed["stdout"]  # piped: short rules
     log = (proposed["run_dir"] / "cli.log").read_text()  # who wrote the candidates, by name
     assert "rms_norm: the search baseline (templates, no LLM) started writing candidates" in log, log[-2000:]
 
