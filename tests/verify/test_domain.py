@@ -14,6 +14,16 @@ from autotune.verify.verdict import Status
 from tests.verify.reasons import WRONG_VALUES, says
 
 CANDIDATES = Path(__file__).parent / "candidates"
+
+
+def example_variant(tmp_path: Path, target: str, old: str, new: str) -> Path:
+    """A wrong kernel made from the target's correct example by one change (so it cannot drift from it unseen: the
+    change must still apply)."""
+    source = get(target).example_path.read_text()
+    assert source.count(old) == 1, f"{target}'s example no longer has {old!r}"
+    path = tmp_path / f"{target}_wrong.py"
+    path.write_text(source.replace(old, new))
+    return path
 QUICK_FP32 = compose(["verify=quick", "verify.dtypes=[float32]"])
 
 
@@ -77,18 +87,25 @@ def test_the_attackers_gemms_are_rejected():
         assert v.status is Status.INCORRECT and says(v.reason, fragment), (name, v.reason)
 
 
-def test_a_fused_moe_runs_every_served_hidden_size_whole():
+def test_a_fused_moe_runs_every_served_hidden_size_whole(tmp_path):
     """The gate/up GEMM's reduction dimension is the hidden size: a range case holds each served one whole (the
     experts whole in the other), and a kernel that loops over a fixed 512 channels is wrong there."""
     moe = get("fused_moe")
     assert {r[3] for r in moe.range_cuts((64, 128, 8, 2048, 768))} >= {2048}
-    v = verify("fused_moe", CANDIDATES / "fused_moe_fixed_hidden_loop.py", QUICK_FP32)
+    # the example with its gate/up loop over the first 512 channels only: every plan that cut the hidden size to
+    # 256 plus its remainder passed it; Qwen3-30B-A3B's hidden size is 2048, Mixtral's 4096
+    wrong = example_variant(tmp_path, "fused_moe", "for k0 in range(0, H, BK):",
+                            "for k0 in range(0, tl.minimum(H, 512), BK):")
+    v = verify("fused_moe", wrong, QUICK_FP32)
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
     assert v.failing_case().shape[3] > 512, v.reason  # the hidden size names the case
 
 
-def test_the_cos_and_sin_views_the_vllm_export_hands_over_are_checked():
+def test_the_cos_and_sin_views_the_vllm_export_hands_over_are_checked(tmp_path):
     assert "cos_sin_vllm" in get("rotary_embedding").layouts
-    v = verify("rotary_embedding", CANDIDATES / "rotary_dense_cos_sin.py", QUICK_FP32)
+    # the example without `.contiguous()` on cos and sin, indexed as dense [T, D/2] rows: right for the dense tensors
+    # every plan drew, wrong for `cos_sin_cache.index_select(0, positions).chunk(2, -1)` (row stride D, sin at D/2)
+    wrong = example_variant(tmp_path, "rotary_embedding", "cos.contiguous(), sin.contiguous()", "cos, sin")
+    v = verify("rotary_embedding", wrong, QUICK_FP32)
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
     assert v.failing_case().layout == "cos_sin_vllm", v.reason
