@@ -66,8 +66,6 @@ OUTLIER_CALLS = 10
 def outlier_notes(ops: pd.DataFrame) -> list[str]:
     """Targets whose time is mostly one call (a first call's compile or autotuning, a page fault): their share
     is inflated by it, and the screen says so."""
-    if "max_us" not in ops:
-        return []
     notes = []
     mapped = ops[ops["target"].astype(str) != ""]
     for target, rows in mapped.groupby("target", sort=False):

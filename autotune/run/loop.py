@@ -406,10 +406,11 @@ def _bench_of(source: str, cfg: DictConfig) -> dict | None:
     return bench_for_kernel(source, cfg.bench.out_dir) if cfg.get("bench") else None
 
 
-def _triage(ledger: Ledger, o: Outcome) -> dict[str, Any]:
-    """What a reviewer triages a proposal by, from its ledger record: the target's share of serving time, the
-    measured speedup (None: not measured), the gain projected from it (None without one) and the evidence page."""
-    record = next((r for r in reversed(ledger.read("proposal")) if r.get("id") == o.proposal), None)
+def _triage(proposals: dict[str, dict], o: Outcome) -> dict[str, Any]:
+    """What a reviewer triages a proposal by, from its ledger record (`proposals`: id -> the newest record): the
+    target's share of serving time, the measured speedup (None: not measured), the gain projected from it (None
+    without one) and the evidence page."""
+    record = proposals.get(o.proposal or "")
     if record is None:
         return {}
     share, speedup = record.get("share"), record.get("speedup")
@@ -421,10 +422,12 @@ def write_summary(cfg: DictConfig, run_dir: Path, ledger: Ledger, outcomes: list
                   engine: dict | None = None) -> dict[str, Any]:
     from autotune.agent import summarize
 
+    records = ledger.read()
+    proposals = {str(r.get("id")): r for r in records if r.get("kind") == "proposal"}  # the newest of each wins
     summary = {"run_id": cfg.run_id, "run_dir": str(run_dir), "agent": cfg.agent.name,
                "model": cfg.model.name, "device": env.resolve_device(cfg.device),
-               "outcomes": [dataclasses.asdict(o) | _triage(ledger, o) for o in outcomes],
-               "accounting": summarize(ledger.read())}
+               "outcomes": [dataclasses.asdict(o) | _triage(proposals, o) for o in outcomes],
+               "accounting": summarize(records)}
     if engine is not None:
         summary["engine"] = engine  # autotune/engine/selfopt.py: the engine that served the agent, before/after
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
