@@ -206,16 +206,24 @@ class Target:
             if bad:
                 raise ValueError(f"target {self.name}: {field} names {bad}, not arguments of {self.signature}")
 
+    def _split_shape(self, shape: Shape) -> tuple[tuple[int, ...], list[tuple[str, int]]]:
+        """(leading row dims, (name, value) of the named dims)."""
+        shape = tuple(shape)
+        if 1 < len(self.dims) and len(shape) <= len(self.dims):  # a fixed-rank case (prefill's context is optional)
+            return (), list(zip(self.dims, shape))
+        named = min(len(self.dims), len(shape))
+        return shape[:len(shape) - named], list(zip(self.dims[len(self.dims) - named:], shape[len(shape) - named:]))
+
     def label_shape(self, shape: Shape) -> str:
         """A case shape with its dims named: "seqs=8, heads=32, kv_heads=8, head_dim=128, max_context=1024", or
         for a row op "rows=64, hidden=4096" (several leading dims: "rows=2x3")."""
-        shape = tuple(shape)
-        if 1 < len(self.dims) and len(shape) <= len(self.dims):  # a fixed-rank case (prefill's context is optional)
-            return ", ".join(f"{n}={v}" for n, v in zip(self.dims, shape))
-        named = min(len(self.dims), len(shape))
-        lead, tail = shape[:len(shape) - named], shape[len(shape) - named:]
-        parts = [f"{n}={v}" for n, v in zip(self.dims[len(self.dims) - named:], tail)]
-        return ", ".join(([f"rows={'x'.join(map(str, lead))}"] if lead else []) + parts)
+        lead, named = self._split_shape(shape)
+        return ", ".join(([f"rows={'x'.join(map(str, lead))}"] if lead else []) + [f"{n}={v}" for n, v in named])
+
+    def named_dims(self, shape: Shape) -> dict[str, int]:
+        """Each dim's value by name, a row op's leading dims as one "rows" (their product)."""
+        lead, named = self._split_shape(shape)
+        return ({"rows": math.prod(lead)} if lead else {}) | dict(named)
 
     @property
     def candidate_directions(self) -> tuple[str, ...]:
@@ -399,6 +407,13 @@ def random_widths(rng: random.Random, even: bool = False) -> tuple[int, ...]:
     widths = (rng.choice(primes(65, 1024)), 2 ** rng.randint(10, 13) + rng.choice((1, 3, 5, 7, 17, 33)),
               rng.choice(primes(1025, 8192)))
     return tuple(2 * w for w in widths) if even else widths
+
+
+def grouped_heads(heads: int, kv_heads: int) -> None:
+    """ValueError unless the query heads split evenly over the kv heads: no model makes another attention call
+    (the checker's probes raise one size alone, and leave out what this refuses)."""
+    if kv_heads < 1 or heads % kv_heads:
+        raise ValueError(f"{heads} query heads do not split evenly over {kv_heads} kv heads")
 
 
 def activations(shape: Shape, dtype: torch.dtype, gen: torch.Generator, kind: str) -> torch.Tensor:

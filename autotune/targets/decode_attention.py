@@ -19,7 +19,7 @@ test_correct.py), and the checker's fp64-golden fallback accepts results that su
 
 import torch
 
-from autotune.targets.base import ATTENTION_SCALES, OpClass, Target, activations, upcast
+from autotune.targets.base import ATTENTION_SCALES, OpClass, Target, activations, grouped_heads, upcast
 from autotune.targets.space import Knob, SearchSpace, configs
 
 
@@ -38,6 +38,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
 
 def make_inputs(shape, dtype, gen, kind):
     seqs, heads, kv_heads, head_dim, max_context = shape
+    grouped_heads(heads, kv_heads)
     q = activations((seqs, heads, head_dim), dtype, gen, kind)
     cache_shape = (seqs + 2, kv_heads, max_context + 3, head_dim)
     # "large" scales the keys too: logits in the tens of thousands overflow exp without the max subtraction

@@ -29,7 +29,16 @@ Tolerances: torch.testing's per-dtype defaults; the fp64-golden fallback accepts
 
 import torch
 
-from autotune.targets.base import ATTENTION_SCALES, RANGE_ELEMENTS, ForeignOp, OpClass, Target, activations, upcast
+from autotune.targets.base import (
+    ATTENTION_SCALES,
+    RANGE_ELEMENTS,
+    ForeignOp,
+    OpClass,
+    Target,
+    activations,
+    grouped_heads,
+    upcast,
+)
 from autotune.targets.space import Knob, SearchSpace, configs
 
 
@@ -83,6 +92,7 @@ def _lengths(shape) -> tuple[torch.Tensor, torch.Tensor, int]:
 
 def make_inputs(shape, dtype, gen, kind):
     seqs, heads, kv_heads, head_dim, block_size, max_query_len, max_context = shape
+    grouped_heads(heads, kv_heads)
     rows, ctx, window = _lengths(shape)
     cu = torch.cat([torch.zeros(1, dtype=torch.long), rows.cumsum(0)])
     q = activations((int(cu[-1]), heads, head_dim), dtype, gen, kind)

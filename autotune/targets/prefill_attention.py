@@ -22,7 +22,7 @@ fp64-golden fallback accepts results that sum in another order.
 
 import torch
 
-from autotune.targets.base import ATTENTION_SCALES, OpClass, Target, activations, upcast
+from autotune.targets.base import ATTENTION_SCALES, OpClass, Target, activations, grouped_heads, upcast
 from autotune.targets.space import Knob, SearchSpace, configs
 
 
@@ -55,6 +55,7 @@ def _context(shape) -> int:
 
 def make_inputs(shape, dtype, gen, kind):
     chunks, heads, kv_heads, head_dim, max_query_len = shape[:5]
+    grouped_heads(heads, kv_heads)
     context = _context(shape)
     # the chunk lengths set q's shape, which must not change when the checker refills the same buffers with
     # new values: they come from the shape alone; the starts, slots and values from `gen`

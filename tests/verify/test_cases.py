@@ -266,3 +266,22 @@ def test_the_long_run_of_calls_ends_the_plan_on_its_cheapest_shape():
     assert [c.index for c in cases] == list(range(len(cases)))
     assert [bool(c.long) for c in cases] == [False] * (len(cases) - 1) + [True]
     assert cases[-1].long >= PLAN.long_calls and numel(cases[-1].shape) == min(numel(c.shape) for c in cases)
+
+
+def test_probes_raise_one_dim_alone_to_its_served_value_and_its_power_of_two_bucket():
+    moe = get("fused_moe")
+    served = (512, 128, 8, 2048, 768)
+    cut = moe.cut_shape(served, PLAN.max_interpreter_rows, PLAN.max_interpreter_elements)
+    probes = case_plan.probe_shapes(moe, served, PLAN)
+    assert (257, *cut[1:]) in probes and (512, *cut[1:]) in probes  # next_power_of_2 is 512 over 257..512
+    assert (*cut[:3], 1025, cut[4]) in probes and (*cut[:4], 768) in probes and (*cut[:4], 513) in probes
+    assert all(sum(a != b for a, b in zip(p, cut)) == 1 for p in probes)  # one dim raised at a time
+    # a raise the op cannot take is left out: decode's heads raised alone leave a group that does not divide
+    decode = get("decode_attention")
+    calls = case_plan.probe_calls(decode, [((64, 32, 8, 128, 4096), torch.float32)], PLAN)
+    assert calls and all(s[1] % s[2] == 0 for s, _, _ in calls)
+    # the cheapest probe that made a launch is the case, sampled where it is dear
+    made = [[((512, *cut[1:]), torch.float32), ((257, *cut[1:]), torch.bfloat16), ((257, *cut[1:]), torch.float32)],
+            []]  # two dtypes of one shape tie on work
+    (case,) = case_plan.probe_cases(moe, made, PLAN, start=7)
+    assert case.shape == (257, *cut[1:]) and case.index == 7 and case.source == "probe" and case.sample

@@ -3,13 +3,16 @@ plan cut to the CPU's budget used to pass (a reduction dimension cut, a scalar n
 reason that names the value: a GEMM's K runs whole at every served value, and the attention targets' softmax scale
 takes the values models pass, off head_dim ** -0.5 too."""
 
+import dataclasses
 import re
 from pathlib import Path
 
+from autotune import config
 from autotune.config import compose
 from autotune.targets import get
 from autotune.targets.base import ATTENTION_SCALES
 from autotune.verify import verify
+from autotune.verify.plan.cases import PlanConfig, plan, served_shapes, whole_note
 from autotune.verify.verdict import Status
 from tests.verify.reasons import WRONG_VALUES, says
 
@@ -109,3 +112,74 @@ def test_the_cos_and_sin_views_the_vllm_export_hands_over_are_checked(tmp_path):
     v = verify("rotary_embedding", wrong, QUICK_FP32)
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
     assert v.failing_case().layout == "cos_sin_vllm", v.reason
+
+
+def test_a_fused_moe_serves_tokens_past_the_first_64_whole(tmp_path):
+    """A served step of more than 64 tokens runs at 65 with every program: the example with a grid of whole 64-token
+    blocks past the first 64 (a persistent kernel's rounded-down share) drops the 65th token there. The quick plan
+    samples every range case; with the default plan's range_whole_work the case runs whole."""
+    moe = get("fused_moe")
+    assert any(r[0] == 65 for r in moe.range_cuts((512, 128, 8, 2048, 768)))
+    assert all(r[0] <= 64 for r in moe.range_cuts((64, 8, 2, 4096, 14336)))  # 64 tokens are the ordinary cases'
+    wrong = example_variant(tmp_path, "fused_moe", "_kernel[(tokens, triton.cdiv(hidden, 128))]",
+                            "_kernel[(tokens if tokens <= 64 else tokens - tokens % 64, triton.cdiv(hidden, 128))]")
+    v = verify("fused_moe", wrong, compose(["verify=quick", "verify.dtypes=[float32]",
+                                            f"verify.range_whole_work={4 * 1024 * 1024}"]))
+    assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
+    assert v.failing_case().shape[0] == 65, v.reason
+
+
+def test_the_verdict_names_the_served_values_no_case_ran_whole():
+    moe = get("fused_moe")
+    quick = PlanConfig.from_config(compose(["verify=quick"]).verify, presets=config.model_presets(),
+                                   served_rows=config.served_rows())
+    default = dataclasses.replace(quick, range_whole_work=4 * 1024 * 1024)
+    for plan_config, tokens in ((quick, "every program up to 8, a sample of programs at 65"),
+                                (default, "every program up to 65)")):
+        served = served_shapes(moe, None, plan_config)
+        note = whole_note(moe, plan(moe, None, plan_config), served)
+        top = max(s[0] for s in served)
+        assert f"tokens {top} ({tokens}" in note, note
+    rms = get("rms_norm")  # every served width runs whole; rows are the only gap, and a row op's leading dims
+    note = whole_note(rms, plan(rms, None, quick), served_shapes(rms, None, quick))
+    assert note.startswith("served values the CPU plan never ran with every program: rows ") and "hidden" not in note
+
+
+def test_a_specialisation_only_served_sizes_compile_gets_a_case_that_runs_it(tmp_path):
+    """Issue 27, section 4: a constexpr that follows the served token count (next_power_of_2(tokens), as SGLang's
+    token sort has) compiles at 512 and 2048 tokens, which no case cut for the CPU reaches; dry calls at smaller
+    probes find the cheapest shape that compiles it too (257 tokens for 512), and a sampled case there runs it,
+    instead of a false "not proven"."""
+    source = get("fused_moe").example_path.read_text()
+    for old, new in (("BK: tl.constexpr):", "BK: tl.constexpr, TOKENS_P2: tl.constexpr):"),
+                     ("BN=128, BI=64, BK=128)", "BN=128, BI=64, BK=128, TOKENS_P2=triton.next_power_of_2(tokens))")):
+        assert source.count(old) == 1, old
+        source = source.replace(old, new)
+    path = tmp_path / "fused_moe_tokens_p2.py"
+    path.write_text(source)
+    v = verify("fused_moe", path, QUICK_FP32)
+    assert v.status is Status.UNMEASURED, v.reason
+    probes = [c for c in v.cases if c.source == "probe"]
+    assert probes and {triton_p2(c.shape[0]) for c in probes} >= {512, 2048}, [c.shape for c in probes]
+    # too dear to run whole: a sample of their programs, and the verdict says what that leaves out
+    assert any(n.startswith("launches only served sizes make ran as a sample of their programs at [257,")
+               and "outputs the grid leaves unwritten at served sizes would not show" in n for n in v.notes), v.notes
+
+
+def triton_p2(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+def test_a_launch_only_a_served_combination_of_sizes_makes_stays_unproven(tmp_path):
+    """Raised one at a time, neither the tokens nor the hidden size makes this launch; only both served together do
+    (too large for the CPU): "not proven", naming the launch, rather than a guess."""
+    source = get("fused_moe").example_path.read_text()
+    for old, new in (("BK: tl.constexpr):", "BK: tl.constexpr, BIG: tl.constexpr):"),
+                     ("BN=128, BI=64, BK=128)", "BN=128, BI=64, BK=128, BIG=tokens >= 512 and hidden >= 2048)")):
+        assert source.count(old) == 1, old
+        source = source.replace(old, new)
+    path = tmp_path / "fused_moe_big.py"
+    path.write_text(source)
+    v = verify("fused_moe", path, QUICK_FP32)
+    assert v.status is Status.INCORRECT and v.reason.startswith("not proven: the launch "), v.reason
+    assert "BIG=True" in v.reason and "never ran in a compared case" in v.reason, v.reason

@@ -25,9 +25,10 @@ CASES = [
     ("rms_norm", "rms_norm_persistent.py", Status.INCORRECT, "case [2048,"),  # rows a persistent grid loops over
     ("rms_norm", "rms_norm_persistent_floor.py", Status.INCORRECT, "case [2048,"),  # rows no program writes
     ("rms_norm", "rms_norm_numel_branch.py", Status.INCORRECT, "programs sampled"),  # a branch on rows x width
-    # class 2: a launch only served sizes make, seen by the dry call at that size and never run
-    ("rms_norm", "rms_norm_served_rows.py", Status.INCORRECT, "ROWS=2"),
-    ("rms_norm", "rms_norm_pruned_config.py", Status.INCORRECT, "ROWS=8"),  # a configuration no list holds
+    # class 2: a launch only served sizes make, seen by the dry call at that size: the cheapest probe that makes it
+    # too (here the served rows, the width being whole already) runs it, sampled
+    ("rms_norm", "rms_norm_served_rows.py", Status.INCORRECT, "case [2048, 4096] float32"),
+    ("rms_norm", "rms_norm_pruned_config.py", Status.INCORRECT, "case [2048, 4096] float32"),  # a config no list holds
     # ... and a launch only one served combination of sizes makes: a range case at that shape runs it
     ("decode_attention", "decode_group_dim_combo.py", Status.INCORRECT, "case [1, 32, 8, 64, 8192]"),
     # class 4: a computed check decides

@@ -20,6 +20,7 @@ class Account:
         self.kernels, self.value = kernels, value  # value: a launch argument's wire form -> the device's value
         self.executed: set = set()
         self.dry: dict = {}  # signature -> the dry case index it was first seen at
+        self.probed: dict = {}  # signature -> the probes' dry indices that made it (not demanded: DryItem.probe)
         self.configs: dict[str, list[dict]] = {}
         self.launched_configs: set = set()
 
@@ -28,12 +29,18 @@ class Account:
         if (i := self.config_of(launch)) is not None:
             self.launched_configs.add((launch.kernel, i))
 
-    def seen_dry(self, launch, index) -> None:
-        self.dry.setdefault(self.signature(launch), index)
+    def seen_dry(self, launch, index, probe: bool = False) -> None:
+        if probe:
+            found = self.probed.setdefault(self.signature(launch), [])
+            if index not in found:
+                found.append(index)
+        else:
+            self.dry.setdefault(self.signature(launch), index)
 
     def dry_uncovered(self) -> protocol.DryUncovered:
-        return protocol.DryUncovered(sorted({i for sig, i in self.dry.items()
-                                             if sig not in self.executed})[:UNCOVERED_LIMIT])
+        left = sorted(((i, sig) for sig, i in self.dry.items() if sig not in self.executed),
+                      key=lambda pair: pair[0])[:UNCOVERED_LIMIT]
+        return protocol.DryUncovered([i for i, _ in left], [self.probed.get(sig, [])[:64] for _, sig in left])
 
     def signature(self, launch) -> tuple:
         """What makes two launches of one kernel the same code path on a GPU: its constexpr values, warps and

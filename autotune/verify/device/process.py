@@ -61,6 +61,7 @@ def work(payload: dict, send, links) -> dict:
         assert isinstance(frame, (protocol.CaseItem, protocol.DryItem))
         if isinstance(frame, protocol.CaseItem):
             device.cases = {frame.index: frame}
+        device.dry_probe = isinstance(frame, protocol.DryItem) and frame.probe
         if not _tell_host(links, frame.host):
             follow(device, links.from_host, send)  # the host is gone: what it said last says why
             return {"cases_run": done}

@@ -55,6 +55,7 @@ class Device:
         self.first_outs: list = []
         self.long_trace: list | None = None  # the first long call's (autotune.verify.judge: Case.long)
         self.account = Account(kernels, self.value)
+        self.dry_probe = False  # the dry call under way is a probe (protocol.DryItem.probe: the judge's word)
 
     # ------------------------------------------------------------------------------------------ calls
     def on_call(self, msg: protocol.Call) -> bool:
@@ -64,7 +65,7 @@ class Device:
         if msg.dry:
             for ev in events:
                 if isinstance(ev, dict) and "launch" in ev:
-                    self.account.seen_dry(self.parse_launch(ev, resolve=False), msg.index)
+                    self.account.seen_dry(self.parse_launch(ev, resolve=False), msg.index, self.dry_probe)
             return True
         index, k = msg.index, msg.call
         if k == 0:

@@ -20,7 +20,8 @@ read it if that was another, and that last updated it atomically. Within one lau
 Each finding raises `RaceError`, which names the kernel, the element (`y[3, 17]` when it lies in a tensor
 argument: the shadow covers the arguments' storages, so an address outside every argument is not watched;
 out-of-bounds accesses are the guard bands' business) and the two programs by their grid coordinates. The
-worker reports it as `incorrect` ("race ...").
+worker reports it as `incorrect` ("race ..."). In a sampled launch (autotune.verify.interp.sampling) a program that
+read what only skipped programs would have written is not watched: its stores are not compared either.
 
 Accesses are matched by element: the storage's smallest element size among the launch's arguments on it,
 indexed by an access's first byte. A storage's reads are logged until its first store or atomic of the launch
@@ -43,6 +44,7 @@ import torch
 from triton.runtime import interpreter
 
 from autotune.verify.interp.launch import current_launch  # bound: the worker seals that module
+from autotune.verify.interp.sampling import program_tainted
 
 READ_SHADOW_MAX_ELEMENTS = 1 << 24  # 2 x 64 MiB of int32 at most; a CPU case holds far fewer
 READ_LOG_MAX_ELEMENTS = 1 << 24  # addresses kept per storage until its first store (8 bytes each)
@@ -186,9 +188,11 @@ _DID = {"store": "stored", "read": "read", "read2": "read", "atomic": "updated a
 
 
 def _accesses(ptrs, mask, value=None):
-    """(launch, storage, addresses[, values]) per watched storage an access touches."""
+    """(launch, storage, addresses[, values]) per watched storage an access touches; none for a program that read a
+    sample's partial results (sampling.program_tainted: its addresses come from counts the skipped programs would
+    have completed, so two such programs may meet where the whole launch's never do)."""
     st = _state[0]
-    if st is None or not st.storages:
+    if st is None or not st.storages or program_tainted():
         return
     lanes = np.broadcast_to(True if mask is None else mask.data, ptrs.data.shape)
     addrs = ptrs.data[lanes]

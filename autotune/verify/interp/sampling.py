@@ -255,6 +255,13 @@ def _lanes(ptrs, mask) -> np.ndarray:
     return p[np.broadcast_to(np.asarray(mask.data, dtype=bool), p.shape)]
 
 
+def program_tainted() -> bool:
+    """Whether the program under way read bytes only skipped programs would have written (a sample's partial results):
+    what it computes from them is not compared, and its accesses say nothing of the whole launch's (the race
+    detector leaves them out: installed before this module, its hooks run after these)."""
+    return bool(_active) and _active[-1].tainted
+
+
 def install() -> None:
     """Run only a sample's programs and track what they wrote (autotune.verify.interp.install)."""
     builder = interpreter.InterpreterBuilder

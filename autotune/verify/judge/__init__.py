@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import queue
 import secrets
 import tempfile
 import threading
@@ -109,12 +110,14 @@ def _judge(target: Target, source: str, path: str, cfg_verify, verdict: Verdict,
                             "reference) or ieee (demand IEEE fp32 products)")
         session = Session(judged, plan, {}, fp32_dot)
         interpreted = not plan_config.whole
-        reach = case_plan.coverage_cases(target, case_plan.served_calls(target, shapes, plan_config), plan_config,
-                                         len(plan)) if interpreted else []  # what may follow the plan
+        served = case_plan.served_calls(target, shapes, plan_config) if interpreted else []
+        reach = case_plan.coverage_cases(target, served, plan_config, len(plan))  # what may follow the plan
+        probes = [(probe, dtype) for shape, dtype in served for probe in case_plan.probe_shapes(target, shape,
+                                                                                                plan_config)]
         run = _run_worker(target, source, plan, limits, device, session, salt,
                           case_plan.dry_calls(target, shapes, plan_config) if interpreted else [], plan_config,
-                          _largest_frame(target, plan + reach), limits_of_source)
-        session.answered.set()  # a stream still waiting for the device's answer (the worker died first) ends
+                          _largest_frame(target, [(c.shape, c.dtype) for c in plan + reach] + probes), limits_of_source)
+        session.coverage_answers.put(None)  # a stream still waiting for the device's answer (the worker died) ends
     if session.setup_error:
         raise UserError(f"the isolated worker could not start its work: {session.setup_error}")
     stage[0] = "weighing its evidence"
@@ -122,8 +125,10 @@ def _judge(target: Target, source: str, path: str, cfg_verify, verdict: Verdict,
     # Recorded only now that the candidate's process is gone: a salt is drawn for one run and useless for the
     # next, and with it a failing case can be made again (judge(..., salt=bytes.fromhex(inputs_salt))).
     verdict.inputs_salt = salt.hex()
-    _record(verdict, session, run, case_plan.cut_note(target, shapes, plan_config, salt),
-            bool(cfg_verify.nsight))
+    plan_notes = [case_plan.cut_note(target, shapes, plan_config, salt), case_plan.probe_note(plan),
+                  "" if plan_config.whole else case_plan.whole_note(target, plan, case_plan.served_shapes(
+                      target, shapes, plan_config))]
+    _record(verdict, session, run, [n for n in plan_notes if n], bool(cfg_verify.nsight))
     if status is Status.UNMEASURED and plan_config.whole:  # the GPU's plan: time it (on the CPU, a stand-in)
         stage[0] = "timing it"
         from autotune.verify.timing import measure
@@ -135,7 +140,7 @@ def _judge(target: Target, source: str, path: str, cfg_verify, verdict: Verdict,
     return _finish(verdict, status, reason, started)
 
 
-def _record(verdict: Verdict, session: Session, run: SandboxResult, cut_note: str, nsight: bool) -> None:
+def _record(verdict: Verdict, session: Session, run: SandboxResult, plan_notes: list[str], nsight: bool) -> None:
     """The evidence of the isolated run, into the verdict."""
     verdict.cases = [session.results[i] for i in sorted(session.results)]
     verdict.nondeterministic = session.nondeterministic
@@ -143,9 +148,8 @@ def _record(verdict: Verdict, session: Session, run: SandboxResult, cut_note: st
     verdict.sandbox = run.isolation
     verdict.stderr_tail = (session.compile_error or (session.case_error.error if session.case_error else "")
                            or run.stderr_tail)
-    verdict.notes = [n for n in (cut_note, "non-deterministic (atomics): two calls on the same inputs differed "
-                                 "bitwise, within the target's atomic-reduction bound" if session.nondeterministic
-                                 else "") if n]
+    verdict.notes = plan_notes + (["non-deterministic (atomics): two calls on the same inputs differed bitwise, "
+                                   "within the target's atomic-reduction bound"] if session.nondeterministic else [])
     if nsight:
         verdict.notes.append("verify.nsight: Nsight Compute metrics of candidates are not collected yet (the "
                              "candidate runs unprivileged and ncu needs counter access); `autotune profile` has them "
@@ -159,27 +163,56 @@ def _run_worker(target: Target, source: str, plan: list[case_plan.Case], limits:
     without values) at every served shape: the launches they make must each run in some case), then each case
     goes to the device as it is made (the pipe keeps this process a case or two ahead, so neither side holds
     every case's data): its data for the device, and where each input sits, without its values, for the host.
-    Last, the device names the served shapes whose launches no case ran, and a range case at each of those
-    shapes follows (`plan` grows by them)."""
+    Last, the device names the served shapes whose launches no case ran: the range cases and the cut of each of
+    those shapes follow; for a launch still not run, the cheapest of the smaller shapes that make it too (probes:
+    a size raised alone toward its served value), found by dry calls (`plan` grows by them)."""
     served: list[tuple] = []  # dry call index -> (shape, dtype)
+
+    def dry_item(i: int, args, probe: bool = False) -> dict:
+        return protocol.DryItem(i, protocol.HostCase(i, 1, [
+            {"place": Placement.of(a, True).to_wire()} if isinstance(a, torch.Tensor) else a for a in args],
+            dry=True), probe=probe).to_wire()
+
+    def left_out():  # -> the device's DryUncovered, or None once the run stopped
+        yield protocol.CoverageCheck().to_wire()
+        try:
+            return session.coverage_answers.get(timeout=limits.total_s)
+        except queue.Empty:
+            return None
+
+    def more(extra: list[case_plan.Case]):
+        plan.extend(extra)
+        yield from map(frame, extra)
 
     def cases():
         for i, (shape, dtype, args) in enumerate(dry):  # the launcher at served shapes: launches noted, not run
             served.append((shape, dtype))
             session.dry_labels[i] = f"the served shape {list(shape)} in {dtype_name(dtype)}"
-            yield protocol.DryItem(i, protocol.HostCase(i, 1, [
-                {"place": Placement.of(a, True).to_wire()} if isinstance(a, torch.Tensor) else a for a in args],
-                dry=True)).to_wire()
+            yield dry_item(i, args)
         yield from map(frame, plan)
         if not served:
             return
-        # a launch only some served shapes make: a range case at one of those shapes
-        yield protocol.CoverageCheck().to_wire()
-        if session.answered.wait(limits.total_s) and session.uncovered:
-            extra = case_plan.coverage_cases(target, [served[i] for i in session.uncovered if 0 <= i < len(served)],
-                                             plan_config, len(plan))
-            plan.extend(extra)
-            yield from map(frame, extra)
+        # a launch only some served shapes make: the range cases and the cut at each of those shapes
+        answer = yield from left_out()
+        if answer is None or not answer.dry_index:
+            return
+        yield from more(case_plan.coverage_cases(target, [served[i] for i in answer.dry_index if 0 <= i < len(served)],
+                                                 plan_config, len(plan)))
+        # still not run (a specialisation that follows a served size, as a block from next_power_of_2(tokens)): the
+        # cheapest probe that makes the launch too
+        answer = yield from left_out()
+        if answer is None or not answer.dry_index:
+            return
+        probes = case_plan.probe_calls(target, [served[i] for i in answer.dry_index if 0 <= i < len(served)],
+                                       plan_config)
+        for j, (_, _, args) in enumerate(probes):
+            yield dry_item(len(served) + j, args, probe=True)
+        answer = yield from left_out()
+        if answer is None:
+            return
+        made = [[probes[j - len(served)][:2] for j in alike if 0 <= j - len(served) < len(probes)]
+                for alike in answer.alike]
+        yield from more(case_plan.probe_cases(target, made, plan_config, len(plan)))
 
     mutates = [i for i, name in enumerate(target.arg_names) if name in target.mutates]  # inputs written in place
 
@@ -208,15 +241,15 @@ def _calls(case: case_plan.Case) -> list[str]:
     return ["first", *["repeat"] * case.repeat, *["refill"] * case.refill]
 
 
-def _largest_frame(target: Target, plan) -> int:
-    """A bound on an honest case_result frame: the inputs as each of three calls left them and three calls'
-    outputs (each bounded by the target's declared `Target.io_elements`), twice over, plus room for the
-    framing."""
-    def frame_bytes(case) -> int:
-        inputs, outputs = target.io_elements(case.shape)
-        return 3 * (inputs + outputs) * torch.empty((), dtype=case.dtype).element_size()
+def _largest_frame(target: Target, calls: list[tuple]) -> int:
+    """A bound on an honest case_result frame of any of `calls` ((shape, dtype) of every case that may run): the
+    inputs as each of three calls left them and three calls' outputs (each bounded by the target's declared
+    `Target.io_elements`), twice over, plus room for the framing."""
+    def frame_bytes(shape, dtype) -> int:
+        inputs, outputs = target.io_elements(shape)
+        return 3 * (inputs + outputs) * torch.empty((), dtype=dtype).element_size()
 
-    return 2 * max(frame_bytes(c) for c in plan) + (1 << 20)
+    return 2 * max(frame_bytes(shape, dtype) for shape, dtype in calls) + (1 << 20)
 
 
 _threads_lock = threading.Lock()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-import threading
+import queue
 import time
 
 import torch
@@ -38,22 +38,22 @@ class Session:
         self.coverage: protocol.Coverage | None = None  # the device's account of the launches seen at served shapes
         self.started = self.said = time.monotonic()
         self.dry_labels: dict[int, str] = {}  # dry call index -> the served shape it stands for
-        self.uncovered: list[int] | None = None  # dry calls whose launches no planned case ran (the device's word)
-        self.answered = threading.Event()  # set when the device answered a coverage check, or the run stopped
+        # the device's answer to each coverage check (protocol.DryUncovered), None once the run stopped
+        self.coverage_answers: queue.Queue[protocol.DryUncovered | None] = queue.Queue()
         self.host_isolation: dict = {}
 
     def on_frame(self, frame: dict) -> bool:
         """A frame the reader checked against its schema (protocol.device_schemas); True: stop the worker."""
         record = protocol.parse(frame)
         stop = self._on_record(record) if record is not None else False
-        if stop or isinstance(record, protocol.DryUncovered):
-            self.answered.set()
+        if isinstance(record, protocol.DryUncovered):
+            self.coverage_answers.put(record)
+        if stop:
+            self.coverage_answers.put(None)
         return stop
 
     def _on_record(self, r: protocol.Frame) -> bool:
-        if isinstance(r, protocol.DryUncovered):
-            self.uncovered = list(r.dry_index)
-        elif isinstance(r, protocol.CaseStart):
+        if isinstance(r, protocol.CaseStart):
             self.running = r.index
         elif isinstance(r, protocol.CaseEvidence):
             return self._on_result(r)

@@ -155,7 +155,9 @@ def _uncovered(s: Session) -> str:
         at = item.get("dry_index")
         where = s.dry_labels.get(at, "a served shape") if isinstance(at, int) else "a served shape"
         return (f"not proven: the launch {quoted(str(item.get('signature')))} that the launcher makes at {where} "
-                "never ran in a compared case (a code path only served sizes reach is not checked here)")
+                "never ran in a compared case: neither that shape's range cases nor any smaller shape with one size "
+                "raised alone toward it make it, and the CPU cannot run it whole (a specialisation keyed on one size "
+                "at a time, or one that smaller sizes also make, gets a case that runs it)")
     for item in coverage.configs_not_run:  # the candidate's own values, quoted
         return (f"not proven: the autotune configuration {quoted(str(item.get('config')))} of "
                 f"{quoted(str(item.get('kernel')))} never ran in a compared case (on a GPU the autotuner may pick it)")

@@ -44,7 +44,7 @@ class Case:
     dtype: torch.dtype
     kind: str  # normal | large | special
     seed: int
-    source: str  # profile | default | edge
+    source: str  # profile | default | edge | model | random | range | coverage | probe
     requested_shape: Shape  # before the cut
     calls: int = 0
     repeat: bool = False  # call twice on the same inputs: outputs must agree bitwise
@@ -324,8 +324,7 @@ def range_sample(target: Target, shape: Shape, config: PlanConfig) -> int:
     fp32 (every output is then compared, so a grid that leaves some rows unwritten shows, as a persistent kernel's
     rounded-down share of rows does); else `verify.range_programs` (a sample compares only what its programs
     wrote)."""
-    work = max(sum(target.io_elements(shape)), target.flops(shape, torch.float32))
-    return 0 if work <= config.range_whole_work else config.range_programs
+    return 0 if _work(target, shape) <= config.range_whole_work else config.range_programs
 
 
 def coverage_cases(target: Target, served, config: PlanConfig, start: int) -> list[Case]:
@@ -345,6 +344,59 @@ def coverage_cases(target: Target, served, config: PlanConfig, start: int) -> li
                 cases.append(Case(index=start + len(cases), shape=run, dtype=dtype, kind="normal", seed=0,
                                   source=source, requested_shape=shape, sample=sample))
     return cases
+
+
+def probe_calls(target: Target, served, config: PlanConfig) -> list[tuple[Shape, torch.dtype, tuple]]:
+    """(shape, dtype, arguments without values) of the smaller shapes that may make a launch only a served shape
+    made (`served`: its (shape, dtype)): the served shape's ordinary cut with one dim raised alone, to its served
+    value and to the first value of the served value's power-of-two bucket (a block or a constexpr that follows a
+    size, as next_power_of_2(tokens) does, is the same over the bucket). A raise the target's inputs refuse (a
+    query group that no longer divides) is left out."""
+    found: dict[tuple[Shape, torch.dtype], tuple] = {}
+    for shape, dtype in served:
+        for probe in probe_shapes(target, shape, config):
+            if (probe, dtype) not in found:
+                try:
+                    found[(probe, dtype)] = layout_of(target, probe, dtype)
+                except (ValueError, RuntimeError, AssertionError, ZeroDivisionError):
+                    continue  # the op has no such call
+    return [(shape, dtype, args) for (shape, dtype), args in found.items()]
+
+
+def probe_shapes(target: Target, shape: Shape, config: PlanConfig) -> list[Shape]:
+    """The probes' shapes for one served shape (see probe_calls)."""
+    shape = tuple(shape)
+    cut = tuple(target.cut_shape(shape, config.max_interpreter_rows, config.max_interpreter_elements))
+    probes = []
+    for d, (low, high) in enumerate(zip(cut, shape)):
+        bucket = 1 << max(0, (high - 1).bit_length() - 1)  # the largest power of two below the served value
+        probes += [(*cut[:d], value, *cut[d + 1:]) for value in sorted({bucket + 1, high}) if low < value <= high]
+    return probes
+
+
+def probe_cases(target: Target, made, config: PlanConfig, start: int) -> list[Case]:
+    """For each launch no case ran, a case at the cheapest probe that made it (`made`: for each such launch, the
+    (shape, dtype) of the probes that made it; none: it stays unproven), numbered from `start`. It runs every
+    program up to verify.probe_whole_work (a grid that leaves outputs unwritten at that size shows), else a sample
+    (what its programs compute is checked, not what the grid leaves out: probe_note says so)."""
+    chosen = dict.fromkeys(min(probes, key=lambda p: (_work(target, p[0]), p[0], str(p[1]))) for probes in made
+                           if probes)
+    return [Case(index=start + i, shape=shape, dtype=dtype, kind="normal", seed=0, source="probe",
+                 requested_shape=shape,
+                 sample=0 if _work(target, shape) <= config.probe_whole_work else config.range_programs)
+            for i, (shape, dtype) in enumerate(chosen)]
+
+
+def probe_note(cases: list[Case]) -> str:
+    """The probe cases that ran as a sample: '' when there were none."""
+    sampled = [f"{list(c.shape)} {dtype_name(c.dtype)}" for c in cases if c.source == "probe" and c.sample]
+    return ("launches only served sizes make ran as a sample of their programs at " + ", ".join(sampled)
+            + " (too dear to run whole on the CPU): what those programs computed is compared; outputs the grid "
+              "leaves unwritten at served sizes would not show") if sampled else ""
+
+
+def _work(target: Target, shape: Shape) -> int:
+    return max(sum(target.io_elements(shape)), target.flops(shape, torch.float32))
 
 
 def long_calls(target: Target, config: PlanConfig, salt: bytes) -> int:
@@ -378,3 +430,28 @@ def cut_note(target: Target, shapes, config: PlanConfig, salt: bytes = b"") -> s
         notes.append(f"shapes cut for the CPU interpreter (at most {limits[0]} rows, {limits[1]} elements; extra "
                      f"cases {config.max_interpreter_rows_extra} rows and a quarter of the elements): {pairs}")
     return "; ".join(n for n in notes if n)
+
+
+def whole_note(target: Target, cases: list[Case], served: list[Shape]) -> str:
+    """What the CPU plan never ran with every program: each dim whose largest served value is beyond the largest
+    any case runs whole, with the largest a sample of programs meets; '' when every served value runs whole. A kernel
+    that changes past the largest whole value (a persistent grid's rounded-down share, a size it switches at) is
+    checked there only as far as the sample's programs reach; the verdict says so instead of implying more."""
+    top: dict[str, int] = {}
+    for shape in served:
+        for name, value in target.named_dims(shape).items():
+            top[name] = max(top.get(name, 0), value)
+    whole: dict[str, int] = {}
+    sampled: dict[str, int] = {}
+    for case in cases:
+        into = sampled if case.sample else whole
+        for name, value in target.named_dims(case.shape).items():
+            into[name] = max(into.get(name, 0), value)
+    gaps = []
+    for name, value in top.items():
+        if whole.get(name, 0) < value:
+            most, reach = whole.get(name, 0), sampled.get(name, 0)
+            gaps.append(f"{name} {value} ({f'every program up to {most}' if most else 'no case sets it whole'}"
+                        + (f", a sample of programs at {reach}" if reach > most else "") + ")")
+    return ("served values the CPU plan never ran with every program: " + ", ".join(gaps)) if gaps else ""
+

@@ -20,6 +20,7 @@ class PlanConfig:
     range_whole_work: int  # values and FLOPs up to which a range case runs every program
     range_programs: int  # indices of a launch's longest grid axis a sampled range case runs
     long_calls: int  # calls that end the cheapest case (0: none)
+    probe_whole_work: int = 67108864  # values and FLOPs up to which a probe case runs every program
     presets: tuple[Mapping[str, Any], ...] = ()  # every model preset's sizes (conf/model/*.yaml), as plain dicts
     served_rows: int = 0  # the most tokens served in one step: the rows of the presets' served shapes
     whole: bool = False  # the GPU's plan: shapes whole, no range cases, no sampling, no dry calls
@@ -28,7 +29,8 @@ class PlanConfig:
         for name in ("seeds", "max_interpreter_rows", "max_interpreter_rows_extra", "max_interpreter_elements"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"verify.{name} must be at least 1, not {getattr(self, name)}")
-        for name in ("max_profile_shapes", "max_range_shapes", "range_whole_work", "range_programs", "long_calls"):
+        for name in ("max_profile_shapes", "max_range_shapes", "range_whole_work", "range_programs", "long_calls",
+                     "probe_whole_work"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"verify.{name} must be 0 or more, not {getattr(self, name)}")
 
@@ -44,4 +46,5 @@ class PlanConfig:
                    max_interpreter_elements=int(cfg_verify.max_interpreter_elements),
                    max_range_shapes=int(cfg_verify.max_range_shapes), range_whole_work=int(cfg_verify.range_whole_work),
                    range_programs=int(cfg_verify.range_programs), long_calls=int(cfg_verify.long_calls),
+                   probe_whole_work=int(cfg_verify.probe_whole_work),
                    presets=tuple(presets), served_rows=int(served_rows), whole=whole)

@@ -159,11 +159,14 @@ class Coverage(Frame):
 
 @dataclasses.dataclass(frozen=True)
 class DryUncovered(Frame):
-    """The dry calls whose launches no planned case ran: the judge adds a case at each of their shapes."""
+    """The dry calls at served shapes whose launches no case ran so far (the first to make each such launch): the judge
+    adds cases at their shapes. `alike[i]`: the probes (dry calls at smaller shapes, `DryItem.probe`) that made
+    dry_index[i]'s launch too: a case at one of those runs it for less."""
 
     kind: ClassVar[str] = "dry_uncovered"
     keep: ClassVar[str] = "first"
     dry_index: list = spec(ListOf(Int(0), max_len=20))
+    alike: list = spec(ListOf(ListOf(Int(0), max_len=64), max_len=20), [])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -305,11 +305,14 @@ class CaseItem(StreamFrame):
 
 @dataclasses.dataclass(frozen=True)
 class DryItem(StreamFrame):
-    """A dry call at a served shape: the host's launches are noted for the coverage account, not run."""
+    """A dry call at a served shape: the host's launches are noted for the coverage account, not run. A `probe` is a
+    dry call at a smaller shape the judge offers in place of a served one whose launch no case ran: its launches
+    are not demanded, only matched (DryUncovered.alike). The host is not told which dry calls are probes."""
 
     kind: ClassVar[str] = "dry"
     index: int = spec(Int(0))
     host: HostCase = spec(Nested(HostCase, nullable=False))
+    probe: bool = spec(bool, False)
 
 
 @dataclasses.dataclass(frozen=True)

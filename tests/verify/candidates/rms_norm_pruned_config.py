@@ -2,7 +2,7 @@
 early_config_prune returns a configuration of its own, ROWS=8 (one config left: Triton runs it untimed), whose
 reduction runs over the wrong axis. No compared case reaches that size (ordinary cases cut the rows, range cases
 keep at most 4M values), and the configuration is in no list the checker was shown: the dry call at the served
-shape names it."""
+shape names it, and the probe that makes it too (the served rows, the width being whole) runs it, sampled."""
 
 import torch
 import triton

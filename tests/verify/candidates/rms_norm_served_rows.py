@@ -1,7 +1,7 @@
 """Wrong only at served sizes: from 2,048 rows (a prefill step) of 4,096 or more it launches with ROWS=2, a
 specialisation that writes half the rows; the CPU plan's ordinary cases cut rows to 256 and its range cases keep at
 most 4M values (2,048 rows of 256, or 1,024 of 4,096), so no compared case takes that path: the dry call at the
-served shape names it."""
+served shape names it, and the probe that makes it too (the served rows, the width being whole) runs it, sampled."""
 
 import torch
 import triton
