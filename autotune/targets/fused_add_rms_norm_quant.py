@@ -5,13 +5,16 @@ and int8 activations): the unfused sequence is `fused_add_rms_norm` then `per_to
 and that sequence is the reference, so a fused kernel must give what the two ops give one after the other:
 
     y, s = fused_add_rms_norm(x, residual, weight, eps)   # y and s in x's dtype (y rounded to it)
-    scale = max(|y|) / 127 per row (fp32, [rows, 1]), at least 1e-10 / 127 (an all-zero row)
+    scale = max(|y|) / 127 per row (fp32, [rows, 1]), at least 1e-10 / 127 (an all-zero row); a NaN in y is
+            left out of the max, as a GPU's max does (fmaxf, Triton's tl.max)
     q = round-half-to-even(y / scale) clamped to [-127, 127], int8; 0 where y / scale is NaN
     returns (q, scale, s)
 
-A row with a NaN or Inf in x has a NaN in y (Inf * rsqrt(Inf) is NaN), so its scale is NaN and its q all
-zeros: the cast of NaN to an integer has no value, so the contract names one. vLLM's
-`_C::rms_norm_dynamic_per_token_quant` is the same fusion (scale = max|y| / 127).
+A row with a NaN or Inf in x has a NaN in y (Inf * rsqrt(Inf) is NaN): its scale is the max of the row's other
+|y| (1e-10 / 127 when y is all NaN) and its q is 0 where y is NaN: the cast of NaN to an integer has no value, so
+the contract names one. vLLM's `_C::rms_norm_dynamic_per_token_quant` is the same fusion (scale = max|y| / 127,
+its block max by fmaxf, which drops NaN), and SGLang's and vLLM's Triton per-token quantizers take tl.max: one
+that propagated NaN into the scale would not be what the engines compute.
 
 Tolerances: the scale and the sum at torch.testing's per-dtype defaults. The int8 output may be off by one
 in at most `QUANT_FLIPS` of its values and nowhere by more: a value whose y / scale lies within a rounding
@@ -39,9 +42,10 @@ def per_token_int8(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric dynamic per-token int8 of y [..., W]: (q int8 [..., W], scale fp32 [..., 1]), y ~= q * scale.
     fp64 in (the checker's golden run) stays fp64 until the cast."""
     yf = y.double() if y.dtype == torch.float64 else y.float()
-    scale = yf.abs().amax(-1, keepdim=True).clamp(min=1e-10) / 127  # an all-zero row: scale > 0, q = 0
+    magnitude = torch.where(torch.isnan(yf), 0.0, yf.abs())  # a GPU's max drops NaN (fmaxf)
+    scale = magnitude.amax(-1, keepdim=True).clamp(min=1e-10) / 127  # an all-zero row: scale > 0, q = 0
     v = yf / scale
-    v = torch.where(torch.isnan(v), 0.0, v)  # a row with NaN or Inf in it: its q is 0 (its scale is NaN)
+    v = torch.where(torch.isnan(v), 0.0, v)  # where y is NaN, q is 0
     return torch.round(v).clamp(-127, 127).to(torch.int8), scale.to(yf.dtype)
 
 

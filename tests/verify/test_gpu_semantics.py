@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import triton.language as tl
@@ -50,6 +51,21 @@ def test_half_precision_dot_multiplies_values_and_sums_in_fp32(probe, name):
     assert _err(probe["patched"]["dot"][name], exact) <= bound
     if name == "bf16":  # Triton 3.9 multiplies the uint16 storage: if this fails, drop gpu_numerics' bf16 decode
         assert _err(probe["stock"]["dot"][name], exact) > 1e6
+
+
+def test_a_dot_row_sums_alike_wherever_it_sits_in_the_tile():
+    """Two programs that compute one output row at different places of their tiles (vLLM's unified attention with a
+    query group that does not divide 16 stores a row twice) must agree bitwise, as MMAs do: numpy's fp32 matmul
+    rounded a row by its place in its blocked loop, and the equal stores looked like a race."""
+    from autotune.verify.interp.numerics import _mma
+
+    rng = np.random.default_rng(0)
+    for rows, k, n in ((16, 64, 64), (7, 128, 32), (33, 96, 128)):
+        a, b = rng.standard_normal((rows, k), dtype=np.float32), rng.standard_normal((k, n), dtype=np.float32)
+        for shift in (1, 5, rows - 1):
+            assert (np.roll(_mma(a, b), shift, axis=0) == _mma(np.roll(a, shift, axis=0), b)).all()
+        exact = a.astype(np.float64) @ b.astype(np.float64)
+        assert (_mma(a, b) == exact.astype(np.float32)).all()  # one rounding of the exact sum
 
 
 def test_fp16_accumulator_rounds_once_per_mma_slice(probe):

@@ -6,7 +6,8 @@ computations of the GPU's rules in tests/verify/test_gpu_semantics.py.
 `tl.dot` (InterpreterBuilder.create_dot; 3.9 calls np.matmul on the operands' storage arrays):
 - bf16 operands are stored as uint16 bits and were multiplied as integers (errors of 1e8-1e11). Here every
   operand is decoded to its real value; bf16/fp16/fp8 products are exact in fp32 (8- or 11-bit significands)
-  and sum in fp32, as on the tensor cores; with an fp16 accumulator (`out_dtype=tl.float16`) each 16-deep
+  and sum in fp32, as on the tensor cores (each output summed alike wherever it sits in the tile: in fp64,
+  rounded once); with an fp16 accumulator (`out_dtype=tl.float16`) each 16-deep
   slice of K is added to it and rounded to fp16, as an m16n8k16 MMA with f16 C/D does. int8 x int8 sums
   exactly in int32 (wrapping, as mma .s32 without .satfinite).
 - fp32 operands at the declared `input_precision` (3.9 ignored it: always IEEE). Default "tf32" on NVIDIA
@@ -151,23 +152,33 @@ def _compensated(a: np.ndarray, b: np.ndarray, parts: int, head, dot) -> np.ndar
     return dot(sa[0], sb[0]) + np.where(np.isnan(small), np.float32(0), small)
 
 
+def _mma(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a @ b with every element summed alike wherever its row and column sit in the tile, as an MMA does: float
+    operands in fp64, rounded once to fp32 (numpy's fp32 matmul rounds a row by its place in the blocked loop, so
+    two programs computing one output row from the same inputs differed in the last bit and their equal stores
+    looked like a race); integers exactly."""
+    if a.dtype.kind != "f":
+        return np.matmul(a, b)
+    return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.float32)
+
+
 def _fp32_product(a: np.ndarray, b: np.ndarray, precision) -> np.ndarray:
     """a @ b of fp32 operands at the declared input precision (before the accumulator is added)."""
     if precision == _P.IEEE:
-        return np.matmul(a, b)
-    tf32_dot = lambda x, y: np.matmul(tf32_truncated(x), tf32_truncated(y))
+        return _mma(a, b)
+    tf32_dot = lambda x, y: _mma(tf32_truncated(x), tf32_truncated(y))
     if precision == _P.TF32:
         return tf32_dot(a, b)
     if precision == _P.TF32x3:
         return _compensated(a, b, 2, tf32_rna, tf32_dot)
     parts = {_P.BF16x3: 2, _P.BF16x6: 3}[precision]
-    return _compensated(a, b, parts, _bf16_rtne, np.matmul)
+    return _compensated(a, b, parts, _bf16_rtne, _mma)
 
 
 def _into_fp16(acc: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """An fp16 accumulator: each K slice of one MMA summed in fp32, added, rounded to fp16."""
     for k0 in range(0, a.shape[-1], MMA_K_F16_ACC):
-        part = np.matmul(a[..., k0:k0 + MMA_K_F16_ACC], b[..., k0:k0 + MMA_K_F16_ACC, :])
+        part = _mma(a[..., k0:k0 + MMA_K_F16_ACC], b[..., k0:k0 + MMA_K_F16_ACC, :])
         acc = (acc.astype(np.float32) + part).astype(np.float16)
     return acc
 
@@ -180,7 +191,7 @@ def gpu_dot(a, b, d, input_precision) -> np.ndarray:
     if a.dtype == tl.float32:
         product = _fp32_product(x, y, input_precision)
     else:
-        product = np.matmul(x, y)
+        product = _mma(x, y)
     return (product + acc).astype(acc.dtype)
 
 
