@@ -10,11 +10,10 @@ kv_indptr/kv_indices, vLLM's seq_lens for a chunk with a prefix), which a launch
 Triton kernel of ours (named `_..._kernel`, in the launcher) computes it; every attention computation is the library's.
 
 Verdicts (verify=quick, bfloat16 + float32, CPU interpreter), with the diagnosis where the checker rejects:
-- vllm/unified_attention (paged_attention): incorrect, "race in kernel_unified_attention" at a GQA group that does
-  not divide 16 (BLOCK_M 16, BLOCK_Q = 16 // group: a program's last 16 - BLOCK_Q * group rows are the next
-  program's first query row, stored by both). The two stores differ only because the interpreter's fp32 tl.dot
-  (numpy/BLAS sgemm) rounds a row differently at another position in the tile; with a row-invariant product they
-  are bitwise equal, which the race rule accepts.
+- vllm/unified_attention (paged_attention): accepted since the interpreter's tl.dot sums a row alike wherever it
+  sits in the tile; before, "race in kernel_unified_attention" at a GQA group that does not divide 16 (BLOCK_M 16,
+  BLOCK_Q = 16 // group: a program's last 16 - BLOCK_Q * group rows are the next program's first query row, stored
+  by both, equal on a GPU, one bit apart under numpy's sgemm).
 - vllm/decode_attention: incorrect in bfloat16 at MHA shapes (kv_heads == heads): its `_fwd_kernel_stage1` sums
   q * k in bf16 (`tl.sum` keeps bf16); SGLang's copy of the same kernel now casts the product to fp32 first.
 - sglang/decode_attention, vllm/unified_attention-prefill: accepted (unmeasured).

@@ -77,6 +77,14 @@ def test_constant_defaults_and_annotations_are_kept(tmp_path):
     assert kernels.constexpr_args["kernel"] == ("n", "BLOCK")
 
 
+def test_an_optional_annotation_is_kept_as_its_text_and_its_type_is_checked(tmp_path):
+    """vLLM's unified attention annotates its optional scale strides `int | None = None`."""
+    kernels = load(kernel(params="stride: int | None = None, "), tmp_path / "kernels.py", BOUNDS)
+    assert kernels.interpreted["kernel"].fn.__annotations__["stride"] == "int | None"
+    with pytest.raises(KernelSourceError, match="thing"):  # refused like any name outside the allow-list
+        load(kernel(params="stride: secret.thing | None = None, "), tmp_path / "other.py", BOUNDS)
+
+
 @pytest.mark.parametrize("keyword, kept", [("do_not_specialize=['eps']", ["eps"]),  # FlagGems writes a list
                                            ("do_not_specialize=('eps',)", ("eps",))])
 def test_jit_keywords_may_be_lists_or_tuples_of_constants(tmp_path, keyword, kept):

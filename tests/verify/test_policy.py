@@ -378,3 +378,14 @@ def test_the_same_module_imported_twice_is_one_name():
 def test_the_attackers_exec_hole_is_refused_by_the_scan():
     found = scan(parse((CANDIDATES / "exec_hole.py").read_text()), RMS)
     assert any("the builtin `exec`" in f for f in found), found
+
+
+def test_a_kernel_may_ask_its_dtype_what_it_is_but_not_name_an_fp8_type():
+    """Issue 27, section 5: vLLM's attention kernels branch on `K.dtype.is_fp8()` (constexpr facts of the type)."""
+    asks = KERNEL.replace("    offs = tl.arange(0, BLOCK)\n",
+                          "    offs = tl.arange(0, BLOCK)\n    FP8: tl.constexpr = x_ptr.dtype.element_ty.is_fp8()\n")
+    assert "is_fp8()" in asks and scan(parse(asks.replace("{body}", "pass")), RMS) == []
+    names = KERNEL.replace("    offs = tl.arange(0, BLOCK)\n",
+                           "    offs = tl.arange(0, BLOCK)\n    FP8: tl.constexpr = x_ptr.dtype.element_ty == tl.float8e4nv\n")
+    assert any("float8e4nv" in f for f in scan(parse(names.replace("{body}", "pass")), RMS))
+

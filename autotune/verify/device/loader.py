@@ -239,6 +239,10 @@ def _annotation(node: ast.AST, ns: dict, fn: ast.FunctionDef, name: str) -> Any:
         return node.value
     if isinstance(node, ast.Name) and node.id in _KERNEL_BUILTINS and node.id not in ns:  # `eps: float`
         return _KERNEL_BUILTINS[node.id]
+    if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr) and isinstance(node.right, ast.Constant)
+            and node.right.value is None):  # `stride: int | None = None` (vLLM's optional strides): Triton reads
+        _annotation(node.left, ns, fn, name)  # the annotation as its text; the type itself is checked as above
+        return ast.unparse(node)
     try:
         return _resolve(node, ns)
     except _NotConstant:

@@ -169,6 +169,10 @@ KERNEL_ATTRIBUTES: dict[str, tuple[Use, str]] = {
              Use.CALL, "Triton tensor methods (the tl functions, called on a tensor)"),
     **_group("T dtype shape numel element_ty primitive_bitwidth", Use.VALUE,
              "tensor and dtype fields (`y_ptr.dtype.element_ty`)"),
+    # vLLM's attention kernels branch on `K.dtype.is_fp8()` for an fp8 cache. The fp8 dtypes themselves
+    # (tl.float8e4nv ...) are not listed: casts to them are not computed here as a GPU does them
+    **_group("is_fp8 is_fp16 is_bf16 is_fp32 is_fp64 is_floating is_int is_int_signed is_int_unsigned is_bool",
+             Use.CALL, "dtype queries: compile-time facts about a tensor's type, no value computed"),
 }
 
 # Things the launcher may not do with a tensor even though the method exists: each has a better message.
