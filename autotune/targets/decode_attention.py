@@ -85,9 +85,15 @@ def model_shapes(dims, rows):
 
 
 def range_cuts(shape):
-    """One sequence (it gets the longest context), every head, kv head and head_dim position, the whole context."""
-    _, heads, kv_heads, head_dim, max_context = shape
-    return ((1, heads, kv_heads, head_dim, max_context),)
+    """One sequence (it gets the longest context), every head, kv head and head_dim position, the whole context;
+    and a served batch of more than 4 sequences whole with that context, on one kv head and its query group (a
+    kernel's scratch or split count sized by sequences x context goes wrong only when both are large; the cache
+    of 64 sequences of 4096 positions holds 34M values a tensor). Sampled, so its cost is the inputs'."""
+    seqs, heads, kv_heads, head_dim, max_context = shape
+    cuts: tuple[tuple[int, ...], ...] = ((1, heads, kv_heads, head_dim, max_context),)
+    if seqs > 4:
+        cuts += ((seqs, heads // kv_heads, 1, head_dim, max_context),)
+    return cuts
 
 
 def input_elements(shape) -> int:

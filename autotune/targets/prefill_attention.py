@@ -119,10 +119,16 @@ def model_shapes(dims, rows):
 def range_cuts(shape):
     """One chunk of at most 65 query rows (two row blocks of 32, and one more) at the end of the shape's whole
     context, every head, kv head and head_dim position: the reference over 2,048 rows against 8,192 keys in 32
-    heads (137 GFLOP, several GB of scores in fp64) is not for a CPU; rows are independent work."""
+    heads (137 GFLOP, several GB of scores in fp64) is not for a CPU; rows are independent work. And a chunk of more
+    than 65 rows whole, as a prompt's first chunk (its context is its own rows), on one kv head and its query group:
+    a kernel that switches at a chunk length meets the served one (sampled: 2048 rows against 2048 keys is the
+    reference's 8.6 GFLOP in fp64, seconds)."""
     heads, kv_heads, head_dim, max_query_len = shape[1:5]
     rows = min(max_query_len, 65)
-    return ((1, heads, kv_heads, head_dim, rows, max(_context(shape), rows)),)
+    cuts: tuple[tuple[int, ...], ...] = ((1, heads, kv_heads, head_dim, rows, max(_context(shape), rows)),)
+    if max_query_len > 65:
+        cuts += ((1, heads // kv_heads, 1, head_dim, max_query_len, max_query_len),)
+    return cuts
 
 
 def input_elements(shape) -> int:

@@ -183,3 +183,28 @@ def test_a_launch_only_a_served_combination_of_sizes_makes_stays_unproven(tmp_pa
     v = verify("fused_moe", path, QUICK_FP32)
     assert v.status is Status.INCORRECT and v.reason.startswith("not proven: the launch "), v.reason
     assert "BIG=True" in v.reason and "never ran in a compared case" in v.reason, v.reason
+
+
+def test_a_decode_batch_and_its_context_run_large_together(tmp_path):
+    """A served batch of 64 sequences runs with the 4096-position context in one case (sampled; one kv head and its
+    query group): the example with its scale off by 0.1% once sequences x context passes 65536 is right on every
+    case that keeps one of them small."""
+    decode = get("decode_attention")
+    assert (64, 4, 1, 128, 4096) in decode.range_cuts((64, 32, 8, 128, 4096))
+    wrong = example_variant(tmp_path, "decode_attention", "out, scale, n_heads,",
+                            "out, scale * (1.0 if n_seqs * max_context <= 65536 else 1.001), n_heads,")
+    v = verify("decode_attention", wrong, QUICK_FP32)
+    assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
+    failing = v.failing_case()
+    assert failing.shape[0] * failing.shape[4] > 65536, v.reason
+
+
+def test_a_prefill_chunk_runs_at_its_served_length(tmp_path):
+    """A served chunk of 512 or 2048 rows runs whole in one case (sampled): the example with its scale off by 0.1%
+    past 65 query rows was right on every case the CPU plan had (65 rows at most)."""
+    assert (1, 4, 1, 128, 2048, 2048) in get("prefill_attention").range_cuts((1, 32, 8, 128, 2048))
+    wrong = example_variant(tmp_path, "prefill_attention", "out, scale, n_heads,",
+                            "out, scale * (1.0 if max_query_len <= 65 else 1.001), n_heads,")
+    v = verify("prefill_attention", wrong, QUICK_FP32)
+    assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
+    assert v.failing_case().shape[4] > 65, v.reason

@@ -199,20 +199,30 @@ def _run_worker(target: Target, source: str, plan: list[case_plan.Case], limits:
         yield from more(case_plan.coverage_cases(target, [served[i] for i in answer.dry_index if 0 <= i < len(served)],
                                                  plan_config, len(plan)))
         # still not run (a specialisation that follows a served size, as a block from next_power_of_2(tokens)): the
-        # cheapest probe that makes the launch too
-        answer = yield from left_out()
-        if answer is None or not answer.dry_index:
-            return
-        probes = case_plan.probe_calls(target, [served[i] for i in answer.dry_index if 0 <= i < len(served)],
-                                       plan_config)
-        for j, (_, _, args) in enumerate(probes):
-            yield dry_item(len(served) + j, args, probe=True)
-        answer = yield from left_out()
-        if answer is None:
-            return
-        made = [[probes[j - len(served)][:2] for j in alike if 0 <= j - len(served) < len(probes)]
-                for alike in answer.alike]
-        yield from more(case_plan.probe_cases(target, made, plan_config, len(plan)))
+        # cheapest probe that makes the launch too; a device answer names at most 20 launches, so rounds follow
+        # while each runs a probe case no round ran
+        probed: list[tuple] = []  # probe dry index - len(served) -> (shape, dtype)
+        ran: set[tuple] = set()
+        for _ in range(PROBE_ROUNDS):
+            answer = yield from left_out()
+            if answer is None or not answer.dry_index:
+                return
+            for shape, dtype, args in case_plan.probe_calls(
+                    target, [served[i] for i in answer.dry_index if 0 <= i < len(served)], plan_config):
+                if (shape, dtype) not in probed:
+                    probed.append((shape, dtype))
+                    yield dry_item(len(served) + len(probed) - 1, args, probe=True)
+            answer = yield from left_out()
+            if answer is None:
+                return
+            made = [[probed[j - len(served)] for j in alike if 0 <= j - len(served) < len(probed)]
+                    for alike in answer.alike]
+            extra = [c for c in case_plan.probe_cases(target, made, plan_config, len(plan))
+                     if (c.shape, c.dtype) not in ran]
+            if not extra:
+                return
+            ran.update((c.shape, c.dtype) for c in extra)
+            yield from more([dataclasses.replace(c, index=len(plan) + i) for i, c in enumerate(extra)])
 
     mutates = [i for i, name in enumerate(target.arg_names) if name in target.mutates]  # inputs written in place
 
@@ -233,6 +243,9 @@ def _run_worker(target: Target, source: str, plan: list[case_plan.Case], limits:
                             on_event=session.on_frame, max_frame_bytes=frame_bytes,
                             schemas=protocol.device_schemas(),
                             progress=lambda frame: frame.get("kind") == "case_result")
+
+
+PROBE_ROUNDS = 4  # rounds of probes after the range cases: each answers the first 20 launches still not run
 
 
 def _calls(case: case_plan.Case) -> list[str]:
