@@ -20,9 +20,9 @@ SERVED_DTYPES = "verify.dtypes=[bfloat16,float32]"
 # Ports the checker does not accept yet, each with what was found (stop 36; the closing note has the verdicts). Kept
 # out of the stage until each is settled, and named here so that none is forgotten.
 NOT_YET = {
-    # "not proven": vLLM's default config at a served step (BLOCK_SIZE_M=128, GROUP_SIZE_M=16 from 2048 tokens with
-    # the expert sizes) is made by no shape with one size raised alone; a probe raising two together is not built
-    "vllm/fused_moe_kernel": "fused_moe: a launch only a combination of served sizes makes",
+    # accepted in bf16 (46 of 46 cases, 350 s on the shared machine), its served-size launches (vLLM's default config
+    # from 2048 tokens, FlagGems' token sort with the token count as constexprs) run by probes: too slow for the stage
+    "vllm/fused_moe_kernel": "fused_moe: accepted, 350 s to judge in bf16 alone",
     # SGLang's per-token quant rounds by libdevice.round, ties half away from zero; the contract (torch.round) and
     # vLLM's op (cvt.rni) round half to even: bf16 rows of large values are full of exact ties, and 6 of 2048 int8
     # values were off by one, over the 0.1% the contract allows for summation-order flips
