@@ -39,7 +39,7 @@ def findings(body: str = "pass", prefix: str = "") -> list[str]:
 # the permuted interpreter). A replayed cache (pointer_cache.py) was one: its module-level dict is refused now.
 CLEAN = ["rms_norm_rowwise.py", "rms_norm_chunked.py", "rms_norm_autotuned.py", "rms_norm_liger_style.py",
          "rms_norm_vllm_style.py", "no_mask.py", "kernel_typo.py", "import_error.py",
-         "global_float.py", "python_helper.py", "ordered_programs.py"]
+         "global_float.py", "python_helper.py", "ordered_programs.py", "rms_norm_grid_function.py"]
 
 
 @pytest.mark.parametrize("name", CLEAN)
@@ -184,7 +184,7 @@ def test_the_device_may_be_passed_on_to_an_allocation():
 @pytest.mark.parametrize("body, fragment", [
     ("try:\n        pass\n    except Exception:\n        pass", "`try` statement"),
     ("global _cache", "declares a global"),
-    ("def inner():\n        pass", "defines `inner` inside a function"),
+    ("class Inner:\n        pass", "defines `Inner` inside a function"),  # a plain nested def is a grid function
     ("import math", "`import` statement"),
 ])
 def test_statements_a_launcher_does_not_need(body, fragment):
@@ -388,4 +388,16 @@ def test_a_kernel_may_ask_its_dtype_what_it_is_but_not_name_an_fp8_type():
     names = KERNEL.replace("    offs = tl.arange(0, BLOCK)\n",
                            "    offs = tl.arange(0, BLOCK)\n    FP8: tl.constexpr = x_ptr.dtype.element_ty == tl.float8e4nv\n")
     assert any("float8e4nv" in f for f in scan(parse(names.replace("{body}", "pass")), RMS))
+
+
+def test_a_nested_function_is_launcher_code_and_nothing_more():
+    """Issue 27, section 5: a grid function of META inside the launcher is allowed, scanned as launcher code; a
+    decorated one, or one inside a kernel, is not."""
+    assert findings("def grid(META):\n        return (triton.cdiv(x.numel(), META['BLOCK']),)") == []
+    assert any("open" in f for f in findings("def grid(META):\n        open('/etc/passwd')\n        return (1,)"))
+    assert any("inside a function with a decorator" in f
+               for f in findings("@triton.jit\n    def inner(a):\n        pass"))
+    kernel_def = KERNEL.replace("    offs = tl.arange(0, BLOCK)\n", "    def helper(a):\n        return a\n"
+                                "    offs = tl.arange(0, BLOCK)\n")
+    assert any("inside a kernel" in f for f in scan(parse(kernel_def.replace("{body}", "pass")), RMS))
 

@@ -148,7 +148,8 @@ METHODS: dict[str, tuple[Use, str]] = {
     **_group("new_empty new_empty_strided new_zeros zero_", Use.CALL, "allocation in another tensor's dtype/device"),
     **_group("clone copy_", Use.CALL, "copies, e.g. writing a kernel's result into a caller's buffer"),
     **_group("to", Use.CALL, "moving to a device (`.to(x.device)`); a dtype conversion is refused separately"),
-    **_group("get items keys values append", Use.CALL, "the launcher's own dicts and lists"),
+    **_group("get items keys values append copy pop update setdefault", Use.CALL,
+             "the launcher's own dicts and lists (a launch config copied and trimmed, as FlagGems' and vLLM's are)"),
 }
 
 # Attributes a launcher may read on its values.

@@ -54,7 +54,10 @@ def locals(fn: ast.AST) -> set[str]:
     stack = list(ast.iter_child_nodes(fn))
     while stack:
         node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, *COMPREHENSIONS)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)  # a nested def binds its name here; its body is its own scope
+            continue
+        if isinstance(node, (ast.Lambda, *COMPREHENSIONS)):
             continue
         if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
             found.add(node.id)

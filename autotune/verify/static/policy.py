@@ -238,6 +238,19 @@ class _Scanner:
             self.statement(stmt, mode)
         self.scopes.pop()
 
+    def nested(self, node: ast.FunctionDef) -> None:
+        """A plain function inside the launcher (a grid function of META): launcher code in a scope of its own, its
+        defaults and annotations evaluated where it is defined, as a lambda's are."""
+        for default in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
+            self.walk(default, "launcher")
+        for arg in names.all_args(node.args):
+            if arg.annotation is not None:
+                self.walk(arg.annotation, "annotation")
+        self.scopes.append(names.param_names(node.args) | names.locals(node))
+        for stmt in node.body:
+            self.statement(stmt, "launcher")
+        self.scopes.pop()
+
     def decorators(self, node: ast.FunctionDef) -> None:
         for d in node.decorator_list:
             name = self.dotted(names.callee(d))
@@ -254,9 +267,13 @@ class _Scanner:
     def statement(self, stmt: ast.stmt, mode: str) -> None:
         if isinstance(stmt, (ast.Global, ast.Nonlocal)):
             self.flag(stmt, "declares a global: a candidate keeps no state between calls")
+        elif isinstance(stmt, ast.FunctionDef) and mode == "launcher" and not stmt.decorator_list:
+            self.nested(stmt)  # `def grid(META): return (triton.cdiv(n, META["BLOCK"]),)`, as a lambda with lines
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            self.flag(stmt, f"defines `{stmt.name}` inside a function: define kernels and helpers at the top level "
-                            "(and no classes: a tensor subclass can defer work past the check)")
+            self.flag(stmt, f"defines `{stmt.name}` inside a {'kernel' if mode == 'kernel' else 'function'}"
+                            f"{' with a decorator' if getattr(stmt, 'decorator_list', None) else ''}: define kernels "
+                            "and helpers at the top level (and no classes: a tensor subclass can defer work past the "
+                            "check)")
         elif not isinstance(stmt, _BODY_STATEMENTS):
             self.walk(stmt, mode)
             self.flag(stmt, f"a `{type(stmt).__name__.lower()}` statement: no try/with/import inside functions (a "
