@@ -208,3 +208,11 @@ def test_a_prefill_chunk_runs_at_its_served_length(tmp_path):
     v = verify("prefill_attention", wrong, QUICK_FP32)
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
     assert v.failing_case().shape[4] > 65, v.reason
+
+
+def test_a_grid_past_cudas_limit_on_axis_one_fails_as_on_a_gpu():
+    """The dry call at the served shape carries the served grid: 114,688 programs on axis 1 is a launch a GPU
+    refuses, named, though every value the kernel computes is right."""
+    v = verify("silu_and_mul", CANDIDATES / "silu_grid_y_over_cuda_limit.py", QUICK_FP32)
+    assert v.status is Status.RUNTIME_ERROR, v.reason
+    assert "CUDA runs at most 65535 programs along grid axes 1 and 2" in v.reason, v.reason

@@ -39,7 +39,8 @@ def findings(body: str = "pass", prefix: str = "") -> list[str]:
 # the permuted interpreter). A replayed cache (pointer_cache.py) was one: its module-level dict is refused now.
 CLEAN = ["rms_norm_rowwise.py", "rms_norm_chunked.py", "rms_norm_autotuned.py", "rms_norm_liger_style.py",
          "rms_norm_vllm_style.py", "no_mask.py", "kernel_typo.py", "import_error.py",
-         "global_float.py", "python_helper.py", "ordered_programs.py", "rms_norm_grid_function.py"]
+         "global_float.py", "python_helper.py", "ordered_programs.py", "rms_norm_grid_function.py",
+         "rms_norm_jit_by_assignment.py"]
 
 
 @pytest.mark.parametrize("name", CLEAN)
@@ -400,4 +401,14 @@ def test_a_nested_function_is_launcher_code_and_nothing_more():
     kernel_def = KERNEL.replace("    offs = tl.arange(0, BLOCK)\n", "    def helper(a):\n        return a\n"
                                 "    offs = tl.arange(0, BLOCK)\n")
     assert any("inside a kernel" in f for f in scan(parse(kernel_def.replace("{body}", "pass")), RMS))
+
+
+def test_a_kernel_made_by_assignment_has_its_decorators_vetted_as_on_a_def():
+    """`_k = triton.jit(_body)` is `@triton.jit def _body`; a wrapper that is not an allowed decorator is refused as
+    it would be on the def, and the plain function is then launcher code (its tl calls refused)."""
+    source = (CANDIDATES / "rms_norm_jit_by_assignment.py").read_text()
+    assert scan(parse(source), RMS) == []
+    wrapped = source.replace("_k = triton.heuristics(", "_k = print(triton.heuristics(").replace(
+        "(triton.jit(_body))", "(triton.jit(_body)))")
+    assert any("decorator `print`" in f for f in scan(parse(wrapped), RMS))
 

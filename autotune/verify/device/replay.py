@@ -31,6 +31,14 @@ ZEROING = frozenset({"aten.zeros", "aten.zeros_like", "aten.new_zeros"})
 COPYING = frozenset({"aten.clone", "aten.contiguous", "aten._to_copy"})
 
 
+CUDA_GRID_YZ = 65535  # gridDim.y and gridDim.z limit (CUDA programming guide, compute capability table)
+
+
+class LaunchLimit(RuntimeError):
+    """A launch a GPU refuses: a grid beyond CUDA's limits (checked at every launch, the dry calls at served shapes
+    included, which carry the served grid)."""
+
+
 @dataclasses.dataclass
 class Launch:
     kernel: str
@@ -225,6 +233,10 @@ class Device:
         if not (isinstance(grid, list) and 1 <= len(grid) <= 3 and all(type(g) is int and 0 <= g < protocol.MAX_GRID
                                                                       for g in grid)):
             raise protocol.ProtocolError("a launch with a malformed grid")
+        if any(g > CUDA_GRID_YZ for g in grid[1:]):
+            raise LaunchLimit(f"`{name}` launched with grid {tuple(grid)}: CUDA runs at most {CUDA_GRID_YZ} programs "
+                              "along grid axes 1 and 2 (2**31 - 1 along axis 0), so on a GPU this launch fails "
+                              "('invalid argument'); put the long axis first")
         args, kwargs = ev.get("args"), ev.get("kwargs")
         if not isinstance(args, list) or not isinstance(kwargs, dict):
             raise protocol.ProtocolError("a launch with malformed arguments")

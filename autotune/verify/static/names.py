@@ -94,3 +94,33 @@ def device_only(call: ast.AST | None) -> bool:
         return False
     return all((isinstance(a, ast.Attribute) and a.attr == "device")
                or (isinstance(a, ast.Constant) and isinstance(a.value, str)) for a in call.args)
+
+
+def decorate_assigned_kernels(tree: ast.Module) -> None:
+    """`_k = triton.jit(_body)` and `_k = triton.heuristics({...})(triton.jit(_body))` at the top level, as
+    Liger-Kernel and vLLM write a kernel shared by two configurations, are the decorators on `_body`'s def: its
+    decorator list takes them (outermost first) and the assignment becomes `_k = _body`, an alias the scan knows as
+    the kernel (the host reports the launch by the function's own name, `_body`, as Triton names it). Only for a
+    top-level undecorated def above the assignment, taken once; the scan then vets the decorators as on any def."""
+    defs = {s.name: s for s in tree.body if isinstance(s, ast.FunctionDef)}
+    for stmt in tree.body:
+        if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+            continue
+        chain, inner = [], stmt.value
+        while isinstance(inner, ast.Call) and len(inner.args) == 1 and not inner.keywords:
+            chain.append(inner.func)
+            inner = inner.args[0]
+        fn = defs.get(inner.id) if isinstance(inner, ast.Name) and chain else None
+        if fn is None or fn.decorator_list or fn.lineno > stmt.lineno:
+            continue
+        fn.decorator_list = chain
+        stmt.value = ast.copy_location(ast.Name(id=fn.name, ctx=ast.Load()), stmt.value)
+
+
+def kernel_alias(stmt: ast.stmt, kernels: set[str]) -> str:
+    """NAME of `NAME = KERNEL` at the top level (what decorate_assigned_kernels leaves of a kernel made by
+    assignment), else ''."""
+    if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+            and isinstance(stmt.value, ast.Name) and stmt.value.id in kernels):
+        return stmt.targets[0].id
+    return ""

@@ -80,9 +80,12 @@ _PARSE_LOCK = threading.Lock()
 
 
 def parse(source: str, filename: str = "<candidate>") -> ast.Module:
-    """The candidate's syntax tree; SyntaxError propagates (it is a compile error, not a policy one)."""
+    """The candidate's syntax tree, kernels made by assignment written as the decorated functions they are (see
+    `names.decorate_assigned_kernels`); SyntaxError propagates (it is a compile error, not a policy one)."""
     with _PARSE_LOCK:
-        return ast.parse(source, filename=filename)
+        tree = ast.parse(source, filename=filename)
+    names.decorate_assigned_kernels(tree)
+    return tree
 
 
 def scan(tree: ast.Module, target: Target) -> list[str]:
@@ -164,11 +167,15 @@ class _Scanner:
                 jit = bool(stmt.decorator_list) and self.dotted(names.callee(stmt.decorator_list[-1])) == "triton.jit"
                 self.shadows(stmt, {stmt.name: None})
                 (self.kernels if jit else self.functions).add(stmt.name)
+            elif alias := names.kernel_alias(stmt, self.kernels):  # `_k = _body`, a kernel made by assignment (parse)
+                self.kernels.add(alias)
             elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
                 self.globals |= names.stored_names(stmt)  # a name only read in a target (`d[exec] = 1`) is a use
         for stmt in self.tree.body:
             if isinstance(stmt, ast.FunctionDef):
                 self.function(stmt)
+            elif names.kernel_alias(stmt, self.kernels):
+                continue
             elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
                 self.walk(stmt, "launcher")
             elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
