@@ -143,6 +143,9 @@ def test_the_verdict_names_the_served_values_no_case_ran_whole():
     rms = get("rms_norm")  # every served width runs whole; rows are the only gap, and a row op's leading dims
     note = whole_note(rms, plan(rms, None, quick), served_shapes(rms, None, quick))
     assert note.startswith("served values the CPU plan never ran with every program: rows ") and "hidden" not in note
+    # sizes together: a kernel may switch at rows x width, which no case runs whole at the served 2048 x 4096
+    whole_default = whole_note(rms, plan(rms, None, default), served_shapes(rms, None, default))
+    assert "the largest call [2048, 4096] (a product of sizes of 8388608; every program up to " in whole_default
 
 
 def test_a_specialisation_only_served_sizes_compile_gets_a_case_that_runs_it(tmp_path):
@@ -216,3 +219,9 @@ def test_a_grid_past_cudas_limit_on_axis_one_fails_as_on_a_gpu():
     v = verify("silu_and_mul", CANDIDATES / "silu_grid_y_over_cuda_limit.py", QUICK_FP32)
     assert v.status is Status.RUNTIME_ERROR, v.reason
     assert "CUDA runs at most 65535 programs along grid axes 1 and 2" in v.reason, v.reason
+
+
+def test_a_drawn_program_cannot_take_its_stores_out_of_the_sample_by_reading_partial_results():
+    v = verify("rms_norm", CANDIDATES / "rms_norm_taints_its_sample.py", QUICK_FP32)
+    assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
+    assert "a drawn program read what only skipped programs would have written: run whole" in v.reason, v.reason

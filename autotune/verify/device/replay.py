@@ -162,14 +162,18 @@ class Device:
             finally:
                 self.buffers.sample = None
         atomics = any(o is not None and sample.atomics_into(o) for o in outs)
-        if outs and (atomics or not any(v is not None and bool(v.any()) for v in valid)):
-            self.record.sampled = ("a sampled launch added into an output with atomics: run whole" if atomics else
-                                   "nothing the sampled programs wrote could be compared alone: run whole")
+        compared = sum(int(v.sum()) for v in valid if v is not None)
+        total = sum(v.numel() for v in valid if v is not None)
+        # a drawn program that read what only skipped programs would have written takes its own stores out of the
+        # comparison: a kernel could arrange that for all drawn programs but the grid's last
+        if outs and (atomics or compared == 0 or sample.drawn_tainted):
+            self.record.sampled = (
+                "a sampled launch added into an output with atomics: run whole" if atomics else
+                "nothing the sampled programs wrote could be compared alone: run whole" if compared == 0 else
+                "a drawn program read what only skipped programs would have written: run whole")
             for p, value in before:
                 p.inner.copy_(value)
             return self.repeat_events(events), *outputs(self.buffers, msg.outputs)
-        compared = sum(int(v.sum()) for v in valid if v is not None)
-        total = sum(v.numel() for v in valid if v is not None)
         self.record.sampled = (f"programs sampled ({'; '.join(dict.fromkeys(sample.notes)) or 'none needed'}): "
                                  f"{compared} of {total} output values compared")
         self.record.output_valid = valid

@@ -70,6 +70,9 @@ class Sample:
         self.exposed: set[int] = set()  # starts of the storages something could have written before this launch
         self.atomic: set[int] = set()  # starts of the storages a sampled launch updated with atomics
         self.tainted = False
+        self.drawn = 0  # drawn programs of the launch under way not yet started (0: it runs whole)
+        self.in_draw = False  # the program under way is one of its launch's drawn ones
+        self.drawn_tainted = False  # a drawn program of the call read bytes only skipped programs would have written
         self.launch_sampled = False
         self.left = 0  # programs still to run in the launch under way
         self.unvisited = 0  # programs of the launch under way outside its sample (0: it runs whole)
@@ -159,6 +162,7 @@ class Sample:
         given a partly written storage); one that nothing could have written yet is an UnwrittenRead."""
         if not self.tainted:
             self.tainted = self._invalid_read(addrs, width)
+            self.drawn_tainted |= self.tainted and self.in_draw
         if self.tainted and self.may_widen and self.unvisited:
             self.widen()
 
@@ -280,6 +284,7 @@ def install() -> None:
         order = s.order((nx, ny, nz), launch.args.values() if launch is not None else ())
         s.left = nx * ny * nz if order is None else len(order)
         s.unvisited = nx * ny * nz - s.left
+        s.drawn = 0 if order is None else len(order)
         if order is not None:  # the permuted loop (autotune.verify.interp.launch) visits these first, then stops
             rest = s.rng.permutation(np.setdiff1d(np.arange(nx * ny * nz), order))  # run only if it widens
             self._autotune_order = np.concatenate([order, rest])
@@ -291,6 +296,7 @@ def install() -> None:
                 raise _Done()
             s.left -= 1
             s.tainted = False
+            s.in_draw, s.drawn = s.drawn > 0, max(0, s.drawn - 1)
         return set_idx(self, x, y, z)
 
     @functools.wraps(load)

@@ -453,5 +453,10 @@ def whole_note(target: Target, cases: list[Case], served: list[Shape]) -> str:
             most, reach = whole.get(name, 0), sampled.get(name, 0)
             gaps.append(f"{name} {value} ({f'every program up to {most}' if most else 'no case sets it whole'}"
                         + (f", a sample of programs at {reach}" if reach > most else "") + ")")
+    largest = max(served, key=numel, default=None)  # sizes together: a kernel may switch at a product of them
+    most = max((numel(c.shape) for c in cases if not c.sample), default=0)
+    if largest is not None and most < numel(largest):
+        gaps.append(f"the largest call {list(largest)} (a product of sizes of {numel(largest)}; every program up to "
+                    f"{most})")
     return ("served values the CPU plan never ran with every program: " + ", ".join(gaps)) if gaps else ""
 
