@@ -86,12 +86,13 @@ def model_shapes(dims, rows):
 
 def range_cuts(shape):
     """One sequence (it gets the longest context), every head, kv head and head_dim position, the whole context;
-    and a served batch of more than 4 sequences whole with that context, on one kv head and its query group (a
+    and a served batch of more than 8 sequences whole with that context, on one kv head and its query group (a
     kernel's scratch or split count sized by sequences x context goes wrong only when both are large; the cache
-    of 64 sequences of 4096 positions holds 34M values a tensor). Sampled, so its cost is the inputs'."""
+    of 64 sequences of 4096 positions holds 34M values a tensor). Sampled, so its cost is the inputs'. The
+    presets' batches of 8 at their longest context stay out: the first cut holds that context once."""
     seqs, heads, kv_heads, head_dim, max_context = shape
     cuts: tuple[tuple[int, ...], ...] = ((1, heads, kv_heads, head_dim, max_context),)
-    if seqs > 4:
+    if seqs > 8:
         cuts += ((seqs, heads // kv_heads, 1, head_dim, max_context),)
     return cuts
 
