@@ -29,6 +29,10 @@ NOT_YET = {
     "flag_gems+sglang/fused_add_rms_norm_per_token_quant_int8": "fused_add_rms_norm_quant: ties rounded away from 0",
     # right: vLLM's MHA stage 1 sums q * k in bf16 (tl.sum keeps the dtype); SGLang's copy casts to fp32 first
     "vllm/decode_attention": "decode_attention: bf16 partial sums, 3x the reference's error (a real precision loss)",
+    # accepted (70 of 70) until decode's batch x context range case: at [64, 4, 1, 128, 4096] float32 (64 sequences
+    # of up to 4096 positions, run whole after a drawn program read partial results) `_fwd_grouped_kernel_stage1`
+    # loads outside every tensor argument; not diagnosed yet: our index plumbing (`_kv_index_kernel`) or SGLang's
+    "sglang/decode_attention": "decode_attention: an out-of-bounds load at 64 sequences x 4096 positions",
     # accepted (58 of 58 cases), but 514 s on the shared machine: too slow for CI's stage as it is
     "vllm/unified_attention-prefill": "prefill_attention: accepted, 514 s to judge",
 }
@@ -53,7 +57,7 @@ def test_every_port_has_a_unique_name_and_each_left_out_is_one():
     names = [p.name for p in ported]
     assert len(names) == len(set(names)) and set(NOT_YET) <= set(names)
     assert {p.target for p in ported} == set(NAMES) and len(ported) >= 20  # every target has a production port
-    assert len(STAGE) >= 16
+    assert len(STAGE) >= 16 and len(NOT_YET) <= 5
 
 
 def test_a_port_takes_definitions_verbatim_and_names_what_is_missing():
