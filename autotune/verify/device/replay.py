@@ -20,7 +20,8 @@ from autotune.verify.device.coverage import Account
 from autotune.verify.device.evidence import CaseRecord, aliased, outputs, reused, same_bits, trace
 from autotune.verify.device.frontend import FrontEnd
 from autotune.verify.interp import bounds
-from autotune.verify.interp.sampling import INPUT, Sample, ended_by_sample
+from autotune.verify.interp.launch import caused_by
+from autotune.verify.interp.sampling import INPUT, Abandoned, Sample, ended_by_sample
 
 MAX_EVENTS_PER_CALL = protocol.MAX_EVENTS_PER_CALL
 _TL_DTYPES = {str(getattr(tl, n)): getattr(tl, n) for n in dir(tl) if isinstance(getattr(tl, n), tl.dtype)}
@@ -150,6 +151,7 @@ class Device:
         rng = np.random.default_rng(secrets.randbits(64))
         in_place = [(i, self.placed[i]) for i in self.case.mutates if self.placed[i] is not None]
         before = [(p, p.inner.clone()) for _, p in in_place]
+        outs: list = []
         with Sample(self.case.sample, rng) as sample:
             self.buffers.sample = sample
             try:
@@ -159,18 +161,22 @@ class Device:
                 outs, types = outputs(self.buffers, msg.outputs)
                 valid = [sample.written(o) if o is not None else None for o in outs]
                 written = {i: sample.written(p.inner) for i, p in in_place}
+            except Exception as e:
+                if not caused_by(e, Abandoned):
+                    raise
+                sample.drawn_tainted = True  # a tainted program's garbage address: see below
             finally:
                 self.buffers.sample = None
         atomics = any(o is not None and sample.atomics_into(o) for o in outs)
-        compared = sum(int(v.sum()) for v in valid if v is not None)
-        total = sum(v.numel() for v in valid if v is not None)
+        compared = sum(int(v.sum()) for v in valid if v is not None) if outs else 0
+        total = sum(v.numel() for v in valid if v is not None) if outs else 0
         # a drawn program that read what only skipped programs would have written takes its own stores out of the
         # comparison: a kernel could arrange that for all drawn programs but the grid's last
-        if outs and (atomics or compared == 0 or sample.drawn_tainted):
+        if sample.drawn_tainted or (outs and (atomics or compared == 0)):
             self.record.sampled = (
-                "a sampled launch added into an output with atomics: run whole" if atomics else
-                "nothing the sampled programs wrote could be compared alone: run whole" if compared == 0 else
-                "a drawn program read what only skipped programs would have written: run whole")
+                "a drawn program read what only skipped programs would have written: run whole" if sample.drawn_tainted
+                else "a sampled launch added into an output with atomics: run whole" if atomics else
+                "nothing the sampled programs wrote could be compared alone: run whole")
             for p, value in before:
                 p.inner.copy_(value)
             return self.repeat_events(events), *outputs(self.buffers, msg.outputs)

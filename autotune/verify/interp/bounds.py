@@ -19,6 +19,8 @@ import functools
 import numpy as np
 from triton.runtime import interpreter
 
+from autotune.verify.interp.sampling import Abandoned, program_tainted
+
 
 class OutOfBounds(Exception):
     """A kernel touched memory outside every tensor argument of its launch."""
@@ -40,6 +42,9 @@ def _check(ptrs: np.ndarray, mask: np.ndarray | None, width: int, what: str) -> 
     ok = (i >= 0) & (p + np.uint64(width) <= ends[np.clip(i, 0, None)])
     if not ok.all():
         bad = int(p[~ok][0])
+        if program_tainted():  # an address made from a sample's garbage: the call runs whole instead
+            raise Abandoned(f"kernel `{kernel}` {what} address {bad:#x} computed from bytes a skipped program would "
+                            "have written")
         raise OutOfBounds(f"kernel `{kernel}` {what} address {bad:#x}, outside every tensor argument of its launch "
                           "(an out-of-bounds access: mask it, or keep offsets inside the tensor)")
 

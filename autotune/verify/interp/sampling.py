@@ -54,6 +54,12 @@ class UnwrittenRead(Exception):
     later stores out of the comparison, so it is a finding instead."""
 
 
+class Abandoned(Exception):
+    """A tainted program (sampling: it read bytes only skipped programs would have written) reached an address outside
+    every tensor of its launch: it computed it from those bytes, so nothing is known of the kernel from it; the
+    call runs again whole, where every access is checked on valid data (raised by interp.bounds)."""
+
+
 class _Done(Exception):
     """Raised by the grid loop's next set_grid_idx once the sample has run: the launch ends there."""
 
