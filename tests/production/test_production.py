@@ -29,10 +29,10 @@ NOT_YET = {
     "flag_gems+sglang/fused_add_rms_norm_per_token_quant_int8": "fused_add_rms_norm_quant: ties rounded away from 0",
     # right: vLLM's MHA stage 1 sums q * k in bf16 (tl.sum keeps the dtype); SGLang's copy casts to fp32 first
     "vllm/decode_attention": "decode_attention: bf16 partial sums, 3x the reference's error (a real precision loss)",
-    # accepted (70 of 70) until decode's batch x context range case: at [64, 4, 1, 128, 4096] float32 (64 sequences
-    # of up to 4096 positions, run whole after a drawn program read partial results) `_fwd_grouped_kernel_stage1`
-    # loads outside every tensor argument; not diagnosed yet: our index plumbing (`_kv_index_kernel`) or SGLang's
-    "sglang/decode_attention": "decode_attention: an out-of-bounds load at 64 sequences x 4096 positions",
+    # accepted (73 of 73 cases, 396 s on the shared machine): decode's batch x context case (64 sequences of up to
+    # 4096 positions) runs whole, its stage 1 reading kv_indptr entries only skipped programs would have written
+    # (a tainted program's address was first refused as out of bounds; the sample is abandoned now): too slow here
+    "sglang/decode_attention": "decode_attention: accepted, 396 s to judge",
     # accepted (58 of 58 cases), but 514 s on the shared machine: too slow for CI's stage as it is
     "vllm/unified_attention-prefill": "prefill_attention: accepted, 514 s to judge",
 }
