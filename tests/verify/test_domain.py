@@ -19,13 +19,15 @@ from tests.verify.reasons import WRONG_VALUES, says
 CANDIDATES = Path(__file__).parent / "candidates"
 
 
-def example_variant(tmp_path: Path, target: str, old: str, new: str) -> Path:
-    """A wrong kernel made from the target's correct example by one change (so it cannot drift from it unseen: the
-    change must still apply)."""
+def example_variant(tmp_path: Path, target: str, old: str, new: str, *more: tuple[str, str]) -> Path:
+    """A kernel made from the target's correct example by a change, and `more` (old, new) changes (so it cannot
+    drift from it unseen: each change must still apply)."""
     source = get(target).example_path.read_text()
-    assert source.count(old) == 1, f"{target}'s example no longer has {old!r}"
-    path = tmp_path / f"{target}_wrong.py"
-    path.write_text(source.replace(old, new))
+    for before, after in ((old, new), *more):
+        assert source.count(before) == 1, f"{target}'s example no longer has {before!r}"
+        source = source.replace(before, after)
+    path = tmp_path / f"{target}_variant.py"
+    path.write_text(source)
     return path
 QUICK_FP32 = compose(["verify=quick", "verify.dtypes=[float32]"])
 
@@ -153,13 +155,8 @@ def test_a_specialisation_only_served_sizes_compile_gets_a_case_that_runs_it(tmp
     token sort has) compiles at 512 and 2048 tokens, which no case cut for the CPU reaches; dry calls at smaller
     probes find the cheapest shape that compiles it too (257 tokens for 512), and a sampled case there runs it,
     instead of a false "not proven"."""
-    source = get("fused_moe").example_path.read_text()
-    for old, new in (("BK: tl.constexpr):", "BK: tl.constexpr, TOKENS_P2: tl.constexpr):"),
-                     ("BN=128, BI=64, BK=128)", "BN=128, BI=64, BK=128, TOKENS_P2=triton.next_power_of_2(tokens))")):
-        assert source.count(old) == 1, old
-        source = source.replace(old, new)
-    path = tmp_path / "fused_moe_tokens_p2.py"
-    path.write_text(source)
+    path = example_variant(tmp_path, "fused_moe", "BK: tl.constexpr):", "BK: tl.constexpr, TOKENS_P2: tl.constexpr):",
+                           ("BN=128, BI=64, BK=128)", "BN=128, BI=64, BK=128, TOKENS_P2=triton.next_power_of_2(tokens))"))
     v = verify("fused_moe", path, QUICK_FP32)
     assert v.status is Status.UNMEASURED, v.reason
     probes = [c for c in v.cases if c.source == "probe"]
@@ -176,13 +173,8 @@ def triton_p2(n: int) -> int:
 def test_a_launch_only_a_served_combination_of_sizes_makes_stays_unproven(tmp_path):
     """Raised one at a time, neither the tokens nor the hidden size makes this launch; only both served together do
     (too large for the CPU): "not proven", naming the launch, rather than a guess."""
-    source = get("fused_moe").example_path.read_text()
-    for old, new in (("BK: tl.constexpr):", "BK: tl.constexpr, BIG: tl.constexpr):"),
-                     ("BN=128, BI=64, BK=128)", "BN=128, BI=64, BK=128, BIG=tokens >= 512 and hidden >= 2048)")):
-        assert source.count(old) == 1, old
-        source = source.replace(old, new)
-    path = tmp_path / "fused_moe_big.py"
-    path.write_text(source)
+    path = example_variant(tmp_path, "fused_moe", "BK: tl.constexpr):", "BK: tl.constexpr, BIG: tl.constexpr):",
+                           ("BN=128, BI=64, BK=128)", "BN=128, BI=64, BK=128, BIG=tokens >= 512 and hidden >= 2048)"))
     v = verify("fused_moe", path, QUICK_FP32)
     assert v.status is Status.INCORRECT and v.reason.startswith("not proven: the launch "), v.reason
     assert "BIG=True" in v.reason and "never ran in a compared case" in v.reason, v.reason

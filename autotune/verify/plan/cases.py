@@ -459,4 +459,3 @@ def whole_note(target: Target, cases: list[Case], served: list[Shape]) -> str:
         gaps.append(f"the largest call {list(largest)} (a product of sizes of {numel(largest)}; every program up to "
                     f"{most})")
     return ("served values the CPU plan never ran with every program: " + ", ".join(gaps)) if gaps else ""
-

@@ -232,6 +232,12 @@ class _Scanner:
     # functions ---------------------------------------------------------------------------------
     def function(self, node: ast.FunctionDef) -> None:
         self.decorators(node)
+        self.body(node, "kernel" if node.name in self.kernels else "launcher")
+
+    def body(self, node: ast.FunctionDef, mode: str) -> None:
+        """A function's defaults and annotations (evaluated where it is defined), then its body in a scope of its own:
+        a top-level function's, or a plain one's inside the launcher (a grid function of META, as a lambda with
+        lines: launcher code)."""
         for default in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
             self.walk(default, "launcher")
         for arg in names.all_args(node.args):
@@ -239,23 +245,9 @@ class _Scanner:
                 self.walk(arg.annotation, "annotation")
         if node.returns is not None:
             self.walk(node.returns, "annotation")
-        mode = "kernel" if node.name in self.kernels else "launcher"
         self.scopes.append(names.param_names(node.args) | names.locals(node))
         for stmt in node.body:
             self.statement(stmt, mode)
-        self.scopes.pop()
-
-    def nested(self, node: ast.FunctionDef) -> None:
-        """A plain function inside the launcher (a grid function of META): launcher code in a scope of its own, its
-        defaults and annotations evaluated where it is defined, as a lambda's are."""
-        for default in node.args.defaults + [d for d in node.args.kw_defaults if d is not None]:
-            self.walk(default, "launcher")
-        for arg in names.all_args(node.args):
-            if arg.annotation is not None:
-                self.walk(arg.annotation, "annotation")
-        self.scopes.append(names.param_names(node.args) | names.locals(node))
-        for stmt in node.body:
-            self.statement(stmt, "launcher")
         self.scopes.pop()
 
     def decorators(self, node: ast.FunctionDef) -> None:
@@ -275,7 +267,7 @@ class _Scanner:
         if isinstance(stmt, (ast.Global, ast.Nonlocal)):
             self.flag(stmt, "declares a global: a candidate keeps no state between calls")
         elif isinstance(stmt, ast.FunctionDef) and mode == "launcher" and not stmt.decorator_list:
-            self.nested(stmt)  # `def grid(META): return (triton.cdiv(n, META["BLOCK"]),)`, as a lambda with lines
+            self.body(stmt, "launcher")  # `def grid(META): return (triton.cdiv(n, META["BLOCK"]),)`
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             self.flag(stmt, f"defines `{stmt.name}` inside a {'kernel' if mode == 'kernel' else 'function'}"
                             f"{' with a decorator' if getattr(stmt, 'decorator_list', None) else ''}: define kernels "
