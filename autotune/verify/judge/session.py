@@ -36,7 +36,7 @@ class Session:
         self.setup_error = ""  # the worker could not set up (no GPU inside the sandbox): not the candidate's fault
         self.nondeterministic = False
         self.coverage: protocol.Coverage | None = None  # the device's account of the launches seen at served shapes
-        self.started = self.said = time.monotonic()
+        self.started = self.said = self.case_started = time.monotonic()
         self.dry_labels: dict[int, str] = {}  # dry call index -> the served shape it stands for
         # the device's answer to each coverage check (protocol.DryUncovered), None once the run stopped
         self.coverage_answers: queue.Queue[protocol.DryUncovered | None] = queue.Queue()
@@ -54,7 +54,7 @@ class Session:
 
     def _on_record(self, r: protocol.Frame) -> bool:
         if isinstance(r, protocol.CaseStart):
-            self.running = r.index
+            self.running, self.case_started = r.index, time.monotonic()
         elif isinstance(r, protocol.CaseEvidence):
             return self._on_result(r)
         elif isinstance(r, protocol.CompileError):
@@ -100,6 +100,7 @@ class Session:
                                               self.target.tolerances[case.dtype], self.fp32_dot)
         if case.dtype == torch.float32 and set(ev.fp32_dots) <= set(REDUCED_FP32_DOTS):
             self.fp32_dots.update(ev.fp32_dots)  # judged through TF32
+        result.seconds = round(time.monotonic() - self.case_started, 3)
         self.results[i] = result
         self._say_progress()
         self.nondeterministic |= nondeterministic
