@@ -1,4 +1,4 @@
-"""Two costs of Triton 3.9's interpreter that do not change what it computes, taken out.
+"""Costs of Triton 3.9's interpreter that do not change what it computes, taken out.
 
 1. `_patch_lang` swaps every builtin of triton.language for its interpreted form (inspect.getmembers over
    tl, tl.core, tl.math and tl.tensor) on each launch and again on each call of a library function made with

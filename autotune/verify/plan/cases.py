@@ -16,7 +16,6 @@ served shape whose launches no case ran. With the defaults the example RMSNorm r
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import random
 
@@ -262,17 +261,10 @@ class _NoLargeValues(TorchDispatchMode):
 
 
 def layout_of(target: Target, shape: Shape, dtype: torch.dtype) -> tuple:
-    """The arguments a call at this shape gets, their values aside (large random tensors are left unfilled).
-    Remembered per process (the same seed makes the same layout; the judge only reads them): a sweep or a search
-    judges one target's served calls again for each candidate."""
-    return _layout(target.name, target.make_inputs, tuple(shape), dtype)
-
-
-@functools.lru_cache(maxsize=256)
-def _layout(name: str, make_inputs, shape: Shape, dtype: torch.dtype) -> tuple:
+    """The arguments a call at this shape gets, their values aside (large random tensors are left unfilled)."""
     gen = torch.Generator().manual_seed(0)
     with _NoLargeValues():
-        return tuple(make_inputs(shape, dtype, gen, "normal"))
+        return tuple(target.make_inputs(shape, dtype, gen, "normal"))
 
 
 def served_calls(target: Target, shapes, config: PlanConfig) -> list[tuple[Shape, torch.dtype]]:
