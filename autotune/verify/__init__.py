@@ -32,7 +32,7 @@ def verify(target, source, cfg_verify, *, shapes=None, environment=None):
     from autotune.verify.static.size import SourceLimits
 
     t = get_target(target) if isinstance(target, str) else target
-    cfg_v, device, out_dir = _settings(cfg_verify)
+    cfg_v, device, out_dir, rows = _settings(cfg_verify)
     path, text, digest = _source(source, SourceLimits.from_config(cfg_v).max_bytes)
     if shapes is None and str(cfg_v.shapes) == "latest":
         shapes = latest_shapes(t.name, out_dir)
@@ -41,15 +41,18 @@ def verify(target, source, cfg_verify, *, shapes=None, environment=None):
     env: Any = environment if environment is not None else collect()
     env = env.to_dict() if hasattr(env, "to_dict") else dict(env)
     return judge(t, text, path, cfg_v, shapes=shapes or None, device=resolve_device(device), environment=env,
-                 digest=digest)
+                 digest=digest, served_rows=rows)
 
 
 def _settings(cfg):
-    """(the verify node, device setting, profile out dir) from either the whole config or its verify node."""
+    """(the verify node, device setting, profile out dir, the most tokens a step serves or None) from either the
+    whole config or its verify node (then the served rows are conf/config.yaml's)."""
     if "verify" in cfg:
-        profile = cfg.get("profile") or {}
-        return cfg.verify, str(cfg.get("device", "auto")), str(profile.get("out_dir", "traces"))
-    return cfg, "auto", "traces"
+        profile, serve = cfg.get("profile") or {}, cfg.get("serve") or {}
+        rows = serve.get("max_batched_tokens")
+        return (cfg.verify, str(cfg.get("device", "auto")), str(profile.get("out_dir", "traces")),
+                int(rows) if rows is not None else None)
+    return cfg, "auto", "traces", None
 
 
 def _source(source, max_bytes: int) -> tuple[str, str, str | None]:

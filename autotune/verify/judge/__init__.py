@@ -38,7 +38,7 @@ from autotune.verify.verdict import Status, Verdict
 
 def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, device: str = "cpu",
           environment: dict | None = None, scan: bool = True, salt: bytes | None = None,
-          whole: bool | None = None, digest: str | None = None) -> Verdict:
+          whole: bool | None = None, digest: str | None = None, served_rows: int | None = None) -> Verdict:
     """The whole judgement of one candidate. shapes: the profile's `ProfiledShape`s (or `(shape, dtype, calls)`
     tuples), None for the target's defaults. `scan=False` skips the static policy (tests of the deeper
     defences use it; the CLI and the loop never do). `salt`: the secret the case inputs and the run's random
@@ -46,7 +46,8 @@ def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, de
     GPU's plan (shapes whole, no range cases, no sampling, no dry calls); None: on a GPU only. With
     device="cpu" and whole=True the GPU's plan runs on the interpreter (tests do, on small served shapes).
     `digest`: the file's sha256 when `source` is only its first bytes (a file over the size bound, not read
-    whole: autotune.verify._source)."""
+    whole: autotune.verify._source). `served_rows`: the most tokens the engine serves in a step (the run's
+    `serve.max_batched_tokens`; None: conf/config.yaml's), the rows every preset's shapes are checked at."""
     started = time.monotonic()
     verdict = Verdict(status=Status.RUNTIME_ERROR, reason="", target=target.name, candidate=str(path),
                       candidate_sha256=digest or hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest(),
@@ -54,7 +55,7 @@ def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, de
     stage = ["checking its size"]  # what the judge was doing, for the verdict if its own code fails
     try:
         return _judge(target, source, path, cfg_verify, verdict, started, stage, shapes=shapes, device=device,
-                      scan=scan, salt=salt, whole=whole)
+                      scan=scan, salt=salt, whole=whole, served_rows=served_rows or config.served_rows())
     except UserError:  # the user's settings, not the candidate: said as such, before any verdict
         raise
     except Exception as e:  # noqa: BLE001 - fail closed: any failure of the checker on a file is a verdict
@@ -70,7 +71,7 @@ _FAILED_WHILE = {"parsing it": Status.COMPILE_ERROR, "checking its size": Status
 
 
 def _judge(target: Target, source: str, path: str, cfg_verify, verdict: Verdict, started: float, stage: list[str],
-           *, shapes, device: str, scan: bool, salt: bytes | None, whole: bool | None) -> Verdict:
+           *, shapes, device: str, scan: bool, salt: bytes | None, whole: bool | None, served_rows: int) -> Verdict:
     limits_of_source = size.SourceLimits.from_config(cfg_verify)
     problem = size.source_problem(source, limits_of_source)
     if problem:
@@ -95,7 +96,7 @@ def _judge(target: Target, source: str, path: str, cfg_verify, verdict: Verdict,
     stage[0] = "planning its cases"
     shapes = [ProfiledShape.of(s) for s in shapes] if shapes else None
     on_gpu = device == "cuda"
-    plan_config = PlanConfig.from_config(cfg_verify, presets=config.model_presets(), served_rows=config.served_rows(),
+    plan_config = PlanConfig.from_config(cfg_verify, presets=config.model_presets(), served_rows=served_rows,
                                          whole=on_gpu if whole is None else whole)
     limits = Limits.from_config(cfg_verify)
     salt = salt or secrets.token_bytes(16)  # never sent to the candidate's process: it gets tensors, not seeds
