@@ -17,14 +17,15 @@ def _num(x: float | None) -> str:
 
 def cases_table(verdict: Verdict) -> Table:
     table = Table(title=f"correctness: {len(verdict.cases)} cases", title_justify="left")
-    for name in ("shape", "dtype", "kind", "seed", "max abs err", "max rel err", "rtol / atol", "result"):
-        table.add_column(name, justify="right" if "err" in name or name == "seed" else "left")
+    for name in ("shape", "dtype", "kind", "seed", "max abs err", "max rel err", "rtol / atol", "s", "result"):
+        table.add_column(name, justify="right" if "err" in name or name in ("seed", "s") else "left")
     for c in verdict.cases:
         result = "[green]pass[/]" if c.passed else "[bold red]FAIL[/]"
         if c.passed and not c.evidence:
             result += " (not evidence)"
         table.add_row(str(c.shape), c.dtype, c.kind, str(c.seed), _num(c.max_abs_err), _num(c.max_rel_err),
-                      f"{c.rtol:g} / {c.atol:g}" if c.rtol is not None else "-", result)
+                      f"{c.rtol:g} / {c.atol:g}" if c.rtol is not None else "-",
+                      "-" if c.seconds is None else f"{c.seconds:.1f}", result)
     return table
 
 

@@ -156,7 +156,7 @@ class CaseResult:
     layout: str = "contiguous"  # how the inputs sat in memory (targets.base.LAYOUTS)
     scalars: dict[str, float] = dataclasses.field(default_factory=dict)  # scalar arguments set by the case (eps)
     note: str = ""  # why it failed, or why it does not count
-    seconds: float | None = None  # wall clock from the device starting the case to its evidence reaching the judge
+    seconds: float | None = None  # wall clock from the device starting the case to the judge having compared it
 
 
 @dataclasses.dataclass

@@ -24,6 +24,8 @@ def test_json_for_a_correct_kernel_is_one_object_and_exit_0(tmp_path):
     assert verdict["status"] == "unmeasured" and "not measured (no GPU)" in verdict["reason"]
     assert verdict["cases"] and all(c["passed"] for c in verdict["cases"])
     assert not any(tmp_path.iterdir())  # nothing written where it ran
+    # each case's cost, the device's run and the judge's comparison of it, for the researchers' ledgers
+    assert all(c["seconds"] is not None and 0 < c["seconds"] < verdict["duration_s"] for c in verdict["cases"])
     n = len(verdict["cases"])  # progress goes to stderr, the last line when the last case is judged
     assert re.search(rf"^rms_norm: judged {n} of {n} cases \(\d+ s\)$", p.stderr, re.M), p.stderr[-2000:]
 
@@ -38,6 +40,7 @@ def test_readable_report_for_a_broken_kernel_and_exit_1(tmp_path):
                      "status: incorrect"):
         assert expected in out, expected
     assert says(out, WRONG_VALUES), out
+    assert re.search(r"rtol / atol\s+┃\s+s ┃", out), out  # each case's seconds, a column of the table
     assert re.search(r"case \[\d+(, \d+)*\] float32 (normal|special) seed \d", out), out  # the failing case, named
 
 
