@@ -42,9 +42,10 @@ def test_cpu_plan_covers_every_shape_dtype_and_kind():
     assert [c.index for c in every] == list(range(len(every)))
     ranged, cases = [c for c in every if c.source == "range"], [c for c in every if c.source != "range"]
     # the range cases: a served step's 2048 rows (a persistent grid loops over them) with every program run (cheap
-    # enough: every output compared), and the served widths whole at up to 4M values (sampled), in every dtype;
-    # the quick plan samples them all
-    assert {c.shape for c in ranged if c.sample == 0 and c.shape[0] == 2048} == {(2048, 256), (2048, 128)}
+    # enough: every output compared), and the served widths whole at up to 4M values (sampled), in every dtype, and
+    # the largest served call uncut and whole; the quick plan samples them all
+    assert {c.shape for c in ranged if c.sample == 0 and c.shape[0] == 2048} == {(2048, 256), (2048, 128),
+                                                                                  (2048, 4096)}
     assert {(1024, 4096), (2048, 2048)} <= {c.shape for c in ranged if c.sample}
     quick = plan(RMS, None, plan_config(compose(["verify=quick"]).verify), salt=SALT)
     assert all(c.sample == 1 for c in quick if c.source == "range") and any(c.source == "range" for c in quick)
@@ -240,7 +241,8 @@ def test_an_explicit_zero_in_the_config_stays_zero():
     ranged = [c for c in plan(RMS, None, zero, salt=SALT) if c.source == "range"]
     assert ranged and all(c.sample == 0 for c in ranged)
     assert not any(c.long for c in plan(RMS, None, zero, salt=SALT))
-    two = plan_config(compose(["verify.range_programs=2", "verify.range_whole_work=0"]).verify)
+    two = plan_config(compose(["verify.range_programs=2", "verify.range_whole_work=0",
+                               "verify.served_whole_work=0"]).verify)
     assert {c.sample for c in plan(RMS, None, two, salt=SALT) if c.source == "range"} == {2}
 
 
@@ -285,3 +287,21 @@ def test_probes_raise_one_dim_alone_to_its_served_value_and_its_power_of_two_buc
             []]  # two dtypes of one shape tie on work
     (case,) = case_plan.probe_cases(moe, made, PLAN, start=7)
     assert case.shape == (257, *cut[1:]) and case.index == 7 and case.source == "probe" and case.sample
+
+
+def test_the_largest_served_call_runs_uncut_with_every_program_where_it_fits():
+    """A kernel that launches one program too few past a step's size (an attacker's rms_norm, rows - 1 programs past
+    4M values) is wrong only at its largest calls, where a sample cannot see a row no program wrote: where that call
+    fits `verify.served_whole_work`, a range case runs it uncut and whole, in every dtype."""
+    largest = max(case_plan.served_shapes(RMS, None, PLAN), key=numel)
+    assert numel(largest) >= 2048 * 4096
+    ranged = [c for c in plan(RMS, None, PLAN, salt=SALT) if c.source == "range" and c.shape == largest]
+    assert {c.dtype for c in ranged} == set(case_plan.target_dtypes(RMS, PLAN)) and all(c.sample == 0 for c in ranged)
+    assert "the largest call" not in case_plan.whole_note(RMS, plan(RMS, None, PLAN, salt=SALT),
+                                                         case_plan.served_shapes(RMS, None, PLAN))
+    off = dataclasses.replace(PLAN, served_whole_work=0)
+    assert not any(c.shape == largest and c.source == "range" for c in plan(RMS, None, off, salt=SALT))
+    linear = get("linear")  # 2048 x 28672 x 4096 is past any CPU budget: the verdict names it instead
+    assert case_plan.served_whole(linear, None, PLAN) is None
+    assert "the largest call" in case_plan.whole_note(linear, plan(linear, None, PLAN, salt=SALT),
+                                                      case_plan.served_shapes(linear, None, PLAN))

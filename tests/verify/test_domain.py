@@ -217,3 +217,12 @@ def test_a_drawn_program_cannot_take_its_stores_out_of_the_sample_by_reading_par
     v = verify("rms_norm", CANDIDATES / "rms_norm_taints_its_sample.py", QUICK_FP32)
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
     assert "a drawn program read what only skipped programs would have written: run whole" in v.reason, v.reason
+
+
+def test_a_launch_one_program_short_only_at_the_largest_steps_is_caught_on_the_default_plan():
+    """The attacker's a1: rows - 1 programs past 4M values. The default plan runs the largest served call ([2048, 4096],
+    within `verify.served_whole_work`) uncut with every program; the step's last row is unwritten there."""
+    v = verify("rms_norm", CANDIDATES / "rms_norm_one_program_short_past_4m.py",
+               compose(["verify.dtypes=[float32]", "verify.shapes=default"]))
+    assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
+    assert "[2048, 4096]" in v.reason, v.reason

@@ -21,6 +21,7 @@ class PlanConfig:
     range_programs: int  # indices of a launch's longest grid axis a sampled range case runs
     long_calls: int  # calls that end the cheapest case (0: none)
     probe_whole_work: int = 67108864  # values and FLOPs up to which a probe case runs every program
+    served_whole_work: int = 0  # the largest served call runs uncut with every program when it takes at most this
     presets: tuple[Mapping[str, Any], ...] = ()  # every model preset's sizes (conf/model/*.yaml), as plain dicts
     served_rows: int = 0  # the most tokens served in one step: the rows of the presets' served shapes
     whole: bool = False  # the GPU's plan: shapes whole, no range cases, no sampling, no dry calls
@@ -30,7 +31,7 @@ class PlanConfig:
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"verify.{name} must be at least 1, not {getattr(self, name)}")
         for name in ("max_profile_shapes", "max_range_shapes", "range_whole_work", "range_programs", "long_calls",
-                     "probe_whole_work"):
+                     "probe_whole_work", "served_whole_work"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"verify.{name} must be 0 or more, not {getattr(self, name)}")
 
@@ -47,4 +48,5 @@ class PlanConfig:
                    max_range_shapes=int(cfg_verify.max_range_shapes), range_whole_work=int(cfg_verify.range_whole_work),
                    range_programs=int(cfg_verify.range_programs), long_calls=int(cfg_verify.long_calls),
                    probe_whole_work=int(cfg_verify.probe_whole_work),
+                   served_whole_work=int(cfg_verify.served_whole_work),
                    presets=tuple(presets), served_rows=int(served_rows), whole=whole)
