@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from autotune.errors import UserError
 
@@ -123,6 +123,20 @@ def model_presets() -> tuple[dict, ...]:
     """Every model preset in conf/model/ as a plain dict: the sizes and scalars each model is served with (the
     checker runs an op at every preset's shapes)."""
     return tuple(as_dict(cast(DictConfig, OmegaConf.load(p))) for p in sorted((conf_dir() / "model").glob("*.yaml")))
+
+
+def chosen_presets(names: Any) -> tuple[dict, ...]:
+    """The presets `verify.models` names: "all" (every one in conf/model/) or a list of names."""
+    presets = model_presets()
+    if str(names) == "all":
+        return presets
+    known = {p["name"]: p for p in presets}
+    wanted = [str(n) for n in names] if isinstance(names, (list, tuple, ListConfig)) else None
+    unknown = [n for n in wanted or [] if n not in known]
+    if not wanted or unknown:
+        raise UserError(f"verify.models={names}: give all, or a list of model presets from {sorted(known)}"
+                        + (f" ({', '.join(unknown)} is not one)" if unknown else ""))
+    return tuple(known[n] for n in wanted)
 
 
 @functools.lru_cache(maxsize=1)

@@ -22,9 +22,9 @@ GPU = {"roofline_bytes": 1 << 30, "model": "llama3_8b", "run_model": "llama3_2_1
        "run_targets": "[rms_norm,silu_and_mul]", "candidates": 2, "workers": 6, "verify": []}
 DRY = {"roofline_bytes": 32 << 20, "model": "tiny", "run_model": "tiny",
        "profile": ["workload.num_requests=4"], "run_targets": "[rms_norm]", "candidates": 1, "workers": 2,
-       "verify": ["verify=quick", "verify.dtypes=[float32]", "verify.timeout_s=600"],  # the dry run checks the
-       # path, not the kernels: fewer interpreter cases (autotune/conf/verify/quick.yaml, fp32 only), and room for
-       # a loaded machine (the slowed kernel reads each row 8 times)
+       "verify": ["verify=quick", "verify.dtypes=[float32]", "verify.models=[tiny]", "verify.timeout_s=600"],
+       # the dry run checks the path, not the kernels: fewer interpreter cases (conf/verify/quick.yaml, fp32 only,
+       # the tiny model's sizes), and room for a loaded machine (the slowed kernel reads each row 8 times)
        "stand_in": ["verify.timing.warmup_ms=1", "verify.timing.rep_ms=1", "verify.timing.repetitions=2"]}
 # The protocol's shape on the stand-in when the profile saw none of the target: an rms_norm of the tiny model.
 STAND_IN_SHAPE = ((4, 128), "float32", 1)

@@ -305,3 +305,14 @@ def test_the_largest_served_call_runs_uncut_with_every_program_where_it_fits():
     assert case_plan.served_whole(linear, None, PLAN) is None
     assert "the largest call" in case_plan.whole_note(linear, plan(linear, None, PLAN, salt=SALT),
                                                       case_plan.served_shapes(linear, None, PLAN))
+
+
+def test_verify_models_narrows_the_presets_by_name_and_refuses_an_unknown_one():
+    assert config.chosen_presets("all") == config.model_presets()
+    assert [p["name"] for p in config.chosen_presets(OmegaConf.create(["tiny", "llama3_8b"]))] == ["tiny", "llama3_8b"]
+    narrowed = PlanConfig.from_config(CFG, presets=config.chosen_presets(["qwen2_5_0_5b"]), served_rows=2048)
+    heads = {case.shape[1] for case in plan(get("decode_attention"), None, narrowed, SALT) if case.source == "model"}
+    assert heads == {14}  # Qwen2.5-0.5B's query heads, no other model's
+    for bad in (["llama_9000"], [], "some"):
+        with pytest.raises(config.UserError, match=r"verify.models=.*give all, or a list of model presets from \["):
+            config.chosen_presets(bad)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune import config
 from autotune.config import compose
 from autotune.verify import verify
 from autotune.verify.verdict import Status
@@ -22,8 +23,10 @@ from tests.verify.reasons import WRONG_VALUES, says
 CANDIDATES = Path(__file__).parent / "candidates"
 QUICK = compose(["verify=quick"])
 # a served step of at most 256 tokens (the run's `serve.max_batched_tokens`, which the judge takes from the config it
-# is given): the correct kernels' point is their tensor-core style, not M at 2048 (tests/verify/test_domain.py)
-SMALL_STEPS = compose(["verify=quick", "serve.max_batched_tokens=256"])
+# is given) and one model's sizes (Qwen2.5-0.5B: a GQA group of 7, head_dim 64, 8192-token contexts): the correct
+# kernels' point is their tensor-core style, not M at 2048 (tests/verify/test_domain.py) or every preset's heads
+# (test_correct.py; the vLLM-style decode 98 s -> 30 s)
+SMALL_STEPS = compose(["verify=quick", "serve.max_batched_tokens=256", "verify.models=[qwen2_5_0_5b]"])
 
 CORRECT = [
     ("linear", "linear_tutorial_style.py"),  # @triton.autotune + key, grouped program ids, bf16 tiles on tl.dot
@@ -40,6 +43,8 @@ CORRECT = [
 def test_tensor_core_kernels_in_the_styles_people_write_them_are_accepted(target, name):
     v = verify(target, CANDIDATES / name, SMALL_STEPS)
     assert v.status is Status.UNMEASURED, v.reason
+    presets = len(config.model_presets())
+    assert f"model presets covered: qwen2_5_0_5b of {presets} (verify.models)" in " ".join(v.notes)  # said as such
     assert {c.dtype for c in v.cases} == {"float32", "bfloat16", "float16"} and all(c.passed for c in v.cases)
     if target in ("linear", "int8_linear"):  # M whole at the served step: the defaults' 512-token chunk is the most
         assert max(c.shape[0] for c in v.cases) == 512

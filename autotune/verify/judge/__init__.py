@@ -96,7 +96,8 @@ def _judge(target: Target, source: str, path: str, cfg_verify, verdict: Verdict,
     stage[0] = "planning its cases"
     shapes = [ProfiledShape.of(s) for s in shapes] if shapes else None
     on_gpu = device == "cuda"
-    plan_config = PlanConfig.from_config(cfg_verify, presets=config.model_presets(), served_rows=served_rows,
+    presets = config.chosen_presets(cfg_verify.get("models", "all"))
+    plan_config = PlanConfig.from_config(cfg_verify, presets=presets, served_rows=served_rows,
                                          whole=on_gpu if whole is None else whole)
     limits = Limits.from_config(cfg_verify)
     salt = salt or secrets.token_bytes(16)  # never sent to the candidate's process: it gets tensors, not seeds
@@ -126,7 +127,10 @@ def _judge(target: Target, source: str, path: str, cfg_verify, verdict: Verdict,
     # Recorded only now that the candidate's process is gone: a salt is drawn for one run and useless for the
     # next, and with it a failing case can be made again (judge(..., salt=bytes.fromhex(inputs_salt))).
     verdict.inputs_salt = salt.hex()
-    plan_notes = [case_plan.cut_note(target, shapes, plan_config, salt), case_plan.probe_note(plan),
+    narrowed = "" if len(presets) == len(config.model_presets()) else (
+        f"model presets covered: {', '.join(p['name'] for p in presets)} of {len(config.model_presets())} "
+        "(verify.models); other models' shapes and scalars were not checked")
+    plan_notes = [narrowed, case_plan.cut_note(target, shapes, plan_config, salt), case_plan.probe_note(plan),
                   "" if plan_config.whole else case_plan.whole_note(target, plan, case_plan.served_shapes(
                       target, shapes, plan_config))]
     _record(verdict, session, run, [n for n in plan_notes if n], bool(cfg_verify.nsight))
