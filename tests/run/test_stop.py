@@ -15,6 +15,7 @@ import git
 import pytest
 
 from autotune import ledger
+from tests.quick import PIPELINE_CHECK
 
 TRACE = Path(__file__).resolve().parents[1] / "profile" / "fixtures" / "vllm_eager_worker.json.gz"
 
@@ -59,7 +60,7 @@ def test_a_signal_while_judging_stops_the_run_at_once_and_resume_finishes_it(tmp
     run_dir = tmp_path / "run"
     args = ["run", f"publish.repo={tmp_path / 'repo'}", f"hydra.run.dir={run_dir}", "targets=[rms_norm]",
             f"trace={TRACE}", "agent.candidates=1", "run.check_prompts=1", "run.check_new_tokens=2",
-            "verify.dtypes=[float32]"]  # the default plan: judging lasts long enough to be interrupted
+            *PIPELINE_CHECK]  # the signal follows the sandboxed worker's start by 0.2 s: the quickest plan is long enough
     # SIGINT as a terminal leaves it: pytest-xdist's workers ignore SIGINT, and an ignored signal stays ignored
     # across exec (Python then installs no KeyboardInterrupt handler), so the run would rightly not stop on it
     proc = subprocess.Popen([sys.executable, "-m", "autotune.cli", *args], stdout=subprocess.PIPE,

@@ -124,7 +124,8 @@ def test_the_script_copies_its_page_to_the_device_result_folder(tmp_path):
     out, result = tmp_path / "bench", tmp_path / "OUT"
     result.mkdir()
     proc = subprocess.run(["bash", "scripts/gpu_check.sh", "--dry-run", "--only", "roofline", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "OUT": str(result)})
+                          cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OUT": str(result), "PYTHON": sys.executable})  # this venv's, not PATH's
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert sorted(p.suffix for p in result.iterdir()) == [".json", ".log", ".md"]
 
