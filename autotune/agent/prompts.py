@@ -167,12 +167,71 @@ def contract_slots(target: Target) -> dict[str, Any]:
                         if name in target.scalar_from_model else f"`{name}` in {', '.join(f'{v:g}' for v in values)}"
                         for name, values in target.scalar_values.items())
     leading = ("...rows",) if len(target.dims) == 1 else ()  # a row op takes any leading dims
-    return {"dims": f"[{', '.join(leading + target.dims)}]",
-            "dtypes": ", ".join(dtype_name(d) for d in target.dtypes), "scalars": scalars,
+    atomics = ("Sums may use `tl.atomic_add` (split-K, combining top-k or partial results): two calls on the same "
+               "inputs may then differ within the checker's bound for reordered sums"
+               if target.atomic_tolerance is not None else
+               "Two calls on the same inputs must give bitwise equal outputs: no `tl.atomic_add` sums (their "
+               "order changes from call to call)")
+    return {"dims": f"[{', '.join(leading + target.dims)}]", "arguments": argument_lines(target.name),
+            "atomics": atomics, "dtypes": ", ".join(dtype_name(d) for d in target.dtypes), "scalars": scalars,
             "layouts": [(name, LAYOUTS[name]) for name in target.layouts],
             "edge_shapes": "; ".join(f"[{target.label_shape(s)}]" for s in target.edge_shapes),
             "tolerances": tolerances, "golden": golden, "integer_rule": integer_rule,
             "kinds": list(INPUT_KINDS.items())}
+
+
+@functools.cache
+def argument_lines(name: str) -> tuple[str, ...]:
+    """Each argument of the entry point and each result, as the checker passes and reads them: a tensor's shape
+    in the target's dims, its dtype and layout; a scalar's type. Found by running `make_inputs` and the reference
+    on the target's edge shapes (of the first one's rank) and naming each size by the dims' expressions that give
+    it in every one of them, never written by hand; "?" is a size that follows the inputs."""
+    import torch
+
+    from autotune import targets
+
+    target = targets.get(name)
+    dtype = torch.bfloat16 if torch.bfloat16 in target.dtypes else target.dtypes[0]
+    shapes = [s for s in target.edge_shapes if len(s) == len(target.edge_shapes[0])]
+    calls = []
+    for shape in shapes:
+        args = target.make_inputs(shape, dtype, torch.Generator().manual_seed(0), "normal")
+        out = target.reference(*args)
+        results = out if isinstance(out, tuple) else (out,)
+        calls.append((_dim_values(target, shape), [*args, *results]))
+    labels = [f"`{n}`" + (" (written in place)" if n in target.mutates else "") for n in target.arg_names]
+    n_results = len(calls[0][1]) - len(labels)
+    labels += ["returns" + (f" [{i}]" if n_results > 1 else "") for i in range(n_results)]
+    lines = []
+    for i, label in enumerate(labels):
+        value = calls[0][1][i]
+        if not isinstance(value, torch.Tensor):
+            lines.append(f"{label}: {type(value).__name__} (a scalar)")
+            continue
+        sizes = [_size_name([(dims, values[i].shape[d]) for dims, values in calls]) for d in range(value.dim())]
+        kind = "the case's dtype" if value.dtype == dtype else dtype_name(value.dtype)
+        layout = "contiguous" if value.is_contiguous() else f"strided (strides {tuple(value.stride())} at the first)"
+        lines.append(f"{label}: [{', '.join(sizes)}] {kind}, {layout}")
+    return tuple(lines)
+
+
+def _dim_values(target: Target, shape: tuple[int, ...]) -> dict[str, int]:
+    lead = len(shape) - len(target.dims)
+    named = [("rows" if lead == 1 else f"rows{i}") for i in range(lead)] + list(target.dims)
+    return dict(zip(named, shape))
+
+
+def _size_name(seen: list[tuple[dict[str, int], int]]) -> str:
+    """The simplest expression in the dims (one dim, a multiple, a half, a dim plus one, two dims' product, 1) that
+    gives the size in every call seen, or "?"."""
+    dims, _ = seen[0]
+    candidates: list[tuple[str, Any]] = [(n, lambda d, n=n: d[n]) for n in dims]
+    candidates += [(f"{k}*{n}", lambda d, n=n, k=k: k * d[n]) for k in (2, 3) for n in dims]
+    candidates += [(f"{n}/2", lambda d, n=n: d[n] / 2) for n in dims]
+    candidates += [(f"{n} + 1", lambda d, n=n: d[n] + 1) for n in dims]
+    candidates += [(f"{a}*{b}", lambda d, a=a, b=b: d[a] * d[b]) for a in dims for b in dims if a < b]
+    candidates.append(("1", lambda d: 1))
+    return next((text for text, size in candidates if all(size(d) == n for d, n in seen)), "?")
 
 
 @functools.cache

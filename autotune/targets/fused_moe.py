@@ -220,6 +220,13 @@ TARGET = Target(
     # a decode step reads each chosen expert's weights for a token or two (memory); a prefill chunk reuses each
     # weight tile over many sorted tokens (tensor cores): the floor says which
     op_class=OpClass.MIXED,
+    advice=("Group the token-expert pairs by expert first (a sort or a count-and-scatter of topk_ids, as vLLM's "
+            "moe_align_block_size does, each expert's rows padded to the row block), so that each program multiplies "
+            "a block of one expert's rows by that expert's weight tiles with `tl.dot`: an expert with no token costs "
+            "nothing, and a hot expert's many rows share each weight tile.",
+            "w13 holds each expert's gate rows [0, I) then its up rows [I, 2I): silu(gate) * up, with gate_up and the "
+            "activation each stored in the model's dtype as the reference does, then the down projection by w2, "
+            "weighted by the pair's topk_weight and summed over the token's top_k experts in float32."),
     search=SEARCH,
     dims=("tokens", "experts", "top_k", "hidden", "intermediate"),
     example="fused_moe.py",

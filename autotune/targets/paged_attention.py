@@ -240,6 +240,14 @@ TARGET = Target(
     summary="vLLM's unified attention: varlen prefill and decode rows over a paged KV cache (block table), "
             "causal, optional sliding window, GQA",
     reference=paged_attention,
+    advice=("A program per (block of one sequence's query rows, kv head) serves every query head of its group: find "
+            "the sequence from cu_seqlens_q (a decode is a sequence of one row, a prefill chunk many), and walk its "
+            "keys tile by tile through block_table (position p is in block block_table[s, p // block_size] at offset "
+            "p % block_size; block_size need not be a power of two), only up to the causal limit and from the "
+            "window's start when window > 0.",
+            "An online softmax (running max and sum) in float32, `tl.dot` on the 16-bit q, k and v tiles, and the "
+            "`scale` argument as given (it is not always head_dim ** -0.5); take every stride from the caches, "
+            "which may be views."),
     make_inputs=make_inputs,
     bytes_moved=bytes_moved,
     flops=flops,

@@ -195,3 +195,23 @@ def test_the_candidates_output_stays_inside_its_block_in_the_feedback():
     assert any("**accepted**" in b.content for b in blocks)
     assert not any(t.type == "heading_open" and "accepted" in text.split("\n")[t.map[0]]
                    for t in MarkdownIt().parse(text) if t.map)
+
+
+def test_task_message_gives_each_arguments_shape_dtype_and_layout_from_the_targets_own_inputs():
+    moe = prompts.task_message(targets.get("fused_moe"), None, ROOF, index=0, candidates=1)
+    for line in ("`hidden_states`: [tokens, hidden] the case's dtype, contiguous",
+                 "`w13`: [experts, 2*intermediate, hidden] the case's dtype, contiguous",  # gate then up, per expert
+                 "`w2`: [experts, hidden, intermediate] the case's dtype, contiguous",
+                 "`topk_weights`: [tokens, top_k] float32, contiguous", "`topk_ids`: [tokens, top_k] int32, contiguous",
+                 "returns: [tokens, hidden] the case's dtype, contiguous", "Sums may use `tl.atomic_add`",
+                 "Group the token-expert pairs by expert first"):  # and the op's own advice
+        assert line in moe, line
+    paged = prompts.task_message(targets.get("paged_attention"), None, ROOF, index=0, candidates=1)
+    for line in ("`k_cache`: [?, block_size, kv_heads, head_dim] the case's dtype", "`cu_seqlens_q`: [seqs + 1] int32",
+                 "`block_table`: [seqs, ?] int32", "`scale`: float (a scalar)", "`window`: int (a scalar)",
+                 "no `tl.atomic_add` sums", "block_size need not be a power of two"):
+        assert line in paged, line
+    quant = prompts.argument_lines("fused_add_rms_norm_quant")
+    assert quant[-3:] == ("returns [0]: [rows, hidden] int8, contiguous", "returns [1]: [rows, 1] float32, contiguous",
+                          "returns [2]: [rows, hidden] the case's dtype, contiguous")
+    assert "`cos`: [tokens, head_dim/2] float32, contiguous" in prompts.argument_lines("rotary_embedding")
