@@ -47,19 +47,12 @@ UNIFIED_HELPERS = ((_vllm("v1/attention/ops/triton_attention_helpers.py"),
 UNIFIED_NAMES = ("_cast_kv_tile", "kernel_unified_attention", "_is_gemma3_attention", "_get_tile_size")
 
 # Edits for the checker's static policy (reported with the ports; none changes what a bf16/fp16/fp32 cache computes):
-# - `x.dtype.is_fp8()` (the kernels' fp8-cache branches): `is_fp8` is not on the policy's list of dtype members,
-#   `primitive_bitwidth` is, and the 8-bit float dtypes are exactly the fp8 ones (no kernel here sees an int8 tile)
-IS_FP8 = (".dtype.is_fp8()", ".dtype.primitive_bitwidth == 8")
 # - the module's `float8_info = torch.finfo(current_platform.fp8_dtype())` (float8_e4m3fn on NVIDIA) feeds only the
 #   FP8_MIN/FP8_MAX defaults of the kernel (the fp8-output clamp): torch.finfo, the fp8 dtype and reading `.min` of a
 #   module-level value are all refused, so its two values are written in
 # - `V.dtype == tl.float8e4nv` picks a P scale of 256 for an e4m3 cache (128 for other fp8): tl.float8e4nv is refused,
 #   so an e4m3 cache would take 128 (bf16/fp16/fp32 caches take 1.0 either way)
-# - `stride_ks_blk: int | None = None` (and the five other per-token-head scale strides): the policy takes a kernel
-#   parameter's annotation only as a name (tl.constexpr, tl.int64, int); unannotated, a None default is what Triton
-#   receives all the same (vLLM passes None for them unless the KV cache is int8/fp8 per token-head)
-UNIFIED_EDITS = (("float8_info.min", "-448.0"), ("float8_info.max", "448.0"), IS_FP8,
-                 ("V.dtype == tl.float8e4nv", "False"), (": int | None = None", "=None"))
+UNIFIED_EDITS = (("float8_info.min", "-448.0"), ("float8_info.max", "448.0"), ("V.dtype == tl.float8e4nv", "False"))
 
 # The 2D launch of vllm.v1.attention.ops.triton_unified_attention.unified_attention, with what the
 # TritonAttention backend passes for a bf16/fp32 model: causal, no softcap/sinks/alibi/qq-bias/mm-prefix/R-SWA,
@@ -154,8 +147,7 @@ def decode_attention(q, k_cache, v_cache, slots, context_lens, scale, max_contex
     return o
 ''', "is_hip_ = False  # current_platform.is_rocm() on NVIDIA\n",
                    helpers=((_vllm("v1/attention/backends/mla/triton_mla.py"),
-                             ("_MIN_WORK_PER_SPLIT", "_SPLIT_OCCUPANCY_MULTIPLIER", "_compute_num_kv_splits")),),
-                   edits=(IS_FP8,))
+                             ("_MIN_WORK_PER_SPLIT", "_SPLIT_OCCUPANCY_MULTIPLIER", "_compute_num_kv_splits")),))
 
 
 # Chunked prefill on vLLM's unified attention: the target's chunks are sequences of the varlen batch
