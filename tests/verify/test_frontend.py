@@ -7,6 +7,7 @@ and stop at their first case; the correct kernels run every case (~20 s each on 
 """
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -124,3 +125,11 @@ def test_the_interpreter_rounds_fp32_to_bf16_to_nearest_even_as_a_gpu_does():
     # Triton 3.9's interpreter truncates: about half the values are off (if this turns 0, Triton fixed it)
     assert unpatched > 1000
     assert patched == 0  # torch's rounding, specials and the tie (to even: 1.0) included
+
+
+def test_a_kernel_that_needs_more_shared_memory_than_an_sm90_block_has_is_refused_with_the_figure():
+    v = verify("linear", CANDIDATES / "linear_tiles_past_shared_memory.py", compose(["verify=quick"]))
+    assert v.status is Status.COMPILE_ERROR, v.reason
+    needed = int(re.search(r"needs ([\d,]+) bytes of shared memory", v.reason).group(1).replace(",", ""))
+    assert needed > 232448 and "at most 232,448 (227 KB)" in v.reason and "OutOfResources" in v.reason
+    assert "`_linear_kernel`" in v.reason

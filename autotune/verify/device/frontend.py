@@ -7,8 +7,11 @@ candidate a second time with the interpreter off, which gives real `JITFunction`
 kernel launch to Triton IR (TTIR) for an sm_90 target before the interpreter runs it: the signature
 and constexprs are taken from the launch's own arguments, exactly as `JITFunction.run` would on a GPU,
 and each distinct specialization (kernel, argument types, constexpr values, options) is compiled once.
-Only the front end runs (`ASTSource.make_ir`: Python AST to verified TTIR); the later stages need
-ptxas and a driver. Measured on this machine: 0.2 s for the first kernel, 0.03 s for each later one.
+The front end runs (`ASTSource.make_ir`: Python AST to verified TTIR), then the TTIR and TTGIR passes and the
+shared-memory allocation of the LLVM stage, as `triton.compile` runs them for sm_90: a launch whose kernel needs
+more shared memory than the GPU gives a block (tiles too large for their pipeline stages) fails there with
+OutOfResources, and is refused here with the figure. The stages after it need ptxas and a driver. Measured on this
+machine: 0.2 s for the first kernel, 0.03 s for each later one, and 0.05 s for the passes to the allocation.
 
     FrontEnd.write(source, workdir)          # before the audit hook forbids writes
     front = FrontEnd.load(workdir)           # after the interpreted import succeeded
@@ -18,6 +21,7 @@ ptxas and a driver. Measured on this machine: 0.2 s for the first kernel, 0.03 s
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import re
 import sys
@@ -25,7 +29,7 @@ import time
 from pathlib import Path
 
 import triton
-from triton._C.libtriton import ir
+from triton._C.libtriton import ir, nvidia, passes
 from triton.backends.compiler import GPUTarget
 from triton.compiler.compiler import ASTSource, make_backend
 from triton.language import core as tl_core
@@ -33,7 +37,11 @@ from triton.runtime import KernelInterface
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction, create_function_from_signature
 
-TARGET = GPUTarget("cuda", 90, 32)  # H100: the front end's checks do not depend on the architecture
+TARGET = GPUTarget("cuda", 90, 32)  # H100 / H200: sm_90
+# the shared memory a block of an sm_90 GPU may have (cudaDevAttrMaxSharedMemoryPerBlockOptin, 227 KB: what Triton's
+# launcher compares a kernel's `shared` with); and the PTX ISA the allocation is planned for (ptxas is not run here)
+MAX_SHARED_BYTES = 232448
+PTX_VERSION = 87
 # an fp32 x fp32 tt.dot below IEEE: `tt.dot %a, %b, %c, inputPrecision = tf32 : tensor<16x16xf32> * ...` (IEEE
 # prints no inputPrecision); tl.dot's default on NVIDIA is tf32
 _REDUCED_FP32_DOT = re.compile(r"tt\.dot [^:\n]*inputPrecision = (\w+) : tensor<[^>]*xf32> \* tensor<[^>]*xf32>")
@@ -111,9 +119,32 @@ class FrontEnd:
         with _library_compiled():
             module = source.make_ir(TARGET, options, codegen, self.backend.get_module_map(), context)  # verified
         ir_text = str(module)
+        shared = self._shared_bytes(module, options, source)
+        if shared > MAX_SHARED_BYTES:
+            raise CompilationError(
+                f"`{name}` needs {shared:,} bytes of shared memory with these constexprs, warps and stages, and an "
+                f"sm_{TARGET.arch} GPU gives a block at most {MAX_SHARED_BYTES:,} (227 KB): Triton's launcher "
+                "refuses it (OutOfResources); use smaller tiles or fewer num_stages")
         self.compiled[key] = frozenset(_REDUCED_FP32_DOT.findall(ir_text)) | (
             {HALF_OPERANDS} if _HALF_DOT.search(ir_text) else set())
         return self.compiled[key]
+
+    def _shared_bytes(self, module, options, source: ASTSource) -> int:
+        """The shared memory the kernel takes on sm_90: `triton.compile`'s TTIR and TTGIR stages, then the LLVM
+        stage's passes up to its shared-memory allocation (the `ttg.shared` it records in the metadata)."""
+        options = dataclasses.replace(options, ptx_version=options.ptx_version or PTX_VERSION)
+        stages: dict = {}
+        self.backend.add_stages(stages, options, source.language)
+        metadata: dict = {}
+        module = stages["ttgir"](stages["ttir"](module, metadata), metadata)
+        manager = ir.pass_manager(module.context)
+        passes.ttgpuir.add_combine_tensor_select_and_if(manager)
+        passes.ttgpuir.add_allocate_warp_groups(manager, False)
+        passes.convert.add_scf_to_cf(manager)
+        passes.gluon.add_inliner(manager)
+        nvidia.passes.ttgpuir.add_allocate_shared_memory_nv(manager, TARGET.arch, options.ptx_version)
+        manager.run(module, "autotune_shared_memory")
+        return int(module.get_int_attr("ttg.shared") or 0)
 
 
 def _kernels(namespace: dict) -> dict[str, JITFunction]:
