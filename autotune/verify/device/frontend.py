@@ -62,6 +62,9 @@ class FrontEnd:
         self.kernels = kernels
         self.backend = make_backend(TARGET)
         self.compiled: dict[tuple, frozenset[str]] = {}  # specialization -> its reduced fp32 dot precisions
+        # (kernel, argument types, constexprs, options) -> its shared memory: the alignment attributes of a
+        # specialization change vector widths, not the tiles and stages that take shared memory
+        self.shared: dict[tuple, int] = {}
         self.seconds = 0.0
 
     @classmethod
@@ -119,7 +122,10 @@ class FrontEnd:
         with _library_compiled():
             module = source.make_ir(TARGET, options, codegen, self.backend.get_module_map(), context)  # verified
         ir_text = str(module)
-        shared = self._shared_bytes(module, options, source)
+        tiles = (name, repr(signature), repr(constexprs), key[-1])
+        if tiles not in self.shared:
+            self.shared[tiles] = self._shared_bytes(module, options, source)
+        shared = self.shared[tiles]
         if shared > MAX_SHARED_BYTES:
             raise CompilationError(
                 f"`{name}` needs {shared:,} bytes of shared memory with these constexprs, warps and stages, and an "
