@@ -22,7 +22,7 @@ import jinja2
 from omegaconf import OmegaConf
 
 from autotune.config import PROMPTS_DIR
-from autotune.targets.base import FIRST_DIRECTION, INPUT_KINDS, LAYOUTS, Target, dtype_name, numel, parse_dtype
+from autotune.targets.base import FIRST_DIRECTION, INPUT_KINDS, LAYOUTS, Target, dtype_name, parse_dtype
 from autotune.text import fence, pct, size, us
 from autotune.verify.verdict import Verdict, is_passed
 
@@ -181,24 +181,34 @@ def contract_slots(target: Target) -> dict[str, Any]:
 
 
 @functools.cache
-def argument_lines(name: str) -> tuple[str, ...]:
-    """Each argument of the entry point and each result, as the checker passes and reads them: a tensor's shape
-    in the target's dims, its dtype and layout; a scalar's type. Found by running `make_inputs` and the reference
-    on the target's edge shapes (of the first one's rank) and naming each size by the dims' expressions that give
-    it in every one of them, never written by hand; "?" is a size that follows the inputs."""
+def _example_calls(name: str) -> tuple[Any, tuple[tuple[dict[str, int], tuple], ...]]:
+    """(the dtype, then for each of the target's edge shapes of the first one's rank: its dims by name, and the
+    arguments make_inputs gives followed by what the reference returns): the facts the prompt states about the
+    arguments, found by running them rather than said by hand."""
     import torch
 
     from autotune import targets
 
     target = targets.get(name)
     dtype = torch.bfloat16 if torch.bfloat16 in target.dtypes else target.dtypes[0]
-    shapes = [s for s in target.edge_shapes if len(s) == len(target.edge_shapes[0])]
     calls = []
-    for shape in shapes:
+    for shape in (s for s in target.edge_shapes if len(s) == len(target.edge_shapes[0])):
         args = target.make_inputs(shape, dtype, torch.Generator().manual_seed(0), "normal")
         out = target.reference(*args)
-        results = out if isinstance(out, tuple) else (out,)
-        calls.append((_dim_values(target, shape), [*args, *results]))
+        calls.append((_dim_values(target, shape), (*args, *(out if isinstance(out, tuple) else (out,)))))
+    return dtype, tuple(calls)
+
+
+def argument_lines(name: str) -> tuple[str, ...]:
+    """Each argument of the entry point and each result, as the checker passes and reads them: a tensor's shape
+    in the target's dims (each size named by the dims' expression that gives it at every edge shape; "?" a size
+    that follows the inputs), its dtype and layout; a scalar's type."""
+    import torch
+
+    from autotune import targets
+
+    target = targets.get(name)
+    dtype, calls = _example_calls(name)
     labels = [f"`{n}`" + (" (written in place)" if n in target.mutates else "") for n in target.arg_names]
     n_results = len(calls[0][1]) - len(labels)
     labels += ["returns" + (f" [{i}]" if n_results > 1 else "") for i in range(n_results)]
@@ -234,20 +244,15 @@ def _size_name(seen: list[tuple[dict[str, int], int]]) -> str:
     return next((text for text, size in candidates if all(size(d) == n for d, n in seen)), "?")
 
 
-@functools.cache
 def _integer_outputs(name: str) -> bool:
-    """Whether the reference returns an integer tensor (a quantizer's), found by running it on its smallest edge
-    shape rather than said by hand."""
+    """Whether the reference returns an integer tensor (a quantizer's)."""
     import torch
 
     from autotune import targets
 
-    target = targets.get(name)
-    shape = min(target.edge_shapes, key=lambda s: numel(s))
-    args = target.make_inputs(shape, torch.float32, torch.Generator().manual_seed(0), "normal")
-    out = target.reference(*args)
-    outs = out if isinstance(out, tuple) else (out,)
-    return any(not (o.is_floating_point() or o.is_complex()) for o in outs if isinstance(o, torch.Tensor))
+    _, calls = _example_calls(name)
+    results = calls[0][1][len(targets.get(name).arg_names):]
+    return any(isinstance(o, torch.Tensor) and not (o.is_floating_point() or o.is_complex()) for o in results)
 
 
 def advice(target: Target, roofline: Roofline) -> str:
