@@ -27,7 +27,7 @@ from autotune import ledger
 from autotune.verify.verdict import Status
 
 TRACE = Path(__file__).resolve().parents[1] / "profile" / "fixtures" / "vllm_eager_worker.json.gz"
-TINY = ["targets=[rms_norm]", f"trace={TRACE}", "agent.candidates=1", "verify=quick",
+TINY = ["targets=[rms_norm]", f"trace={TRACE}", "agent.candidates=1", "verify=quick", "verify.models=[tiny]",
         "verify.max_profile_shapes=1", "verify.max_interpreter_rows=16", "verify.max_interpreter_elements=8192",
         "verify.max_interpreter_rows_extra=8", "run.check_prompts=1", "run.check_new_tokens=2"]
 
