@@ -6,7 +6,9 @@ This file is copied as the plugin package's `__init__.py`; it imports nothing fr
 - rms_norm, fused_add_rms_norm: where the installed vLLM has vLLM IR (`vllm.ir`, 0.2x and later), an
   implementation under the provider name "autotune" (`register_impl`), chosen with
   `--ir-op-priority '{"rms_norm": ["autotune"], "fused_add_rms_norm": ["autotune"]}'`; without vLLM IR, an
-  out-of-tree `RMSNorm` (`CustomOp.register_oot`).
+  out-of-tree `RMSNorm` (`CustomOp.register_oot`). A provider the priority may name but that cannot serve here (no
+  GPU and no interpreter, or left out by AUTOTUNE_KERNELS) is registered as unsupported: vLLM's worker refuses to
+  start on a name no one registered, and skips an unsupported one for the next provider ('native').
 - rotary_embedding: an out-of-tree `RotaryEmbedding` (plain RoPE, NeoX style, full rotary dim).
 - silu_and_mul: an out-of-tree `SiluAndMul`.
 - fused_moe: when the winner is a configuration of vLLM's own Triton fused MoE, the package carries vLLM's tuned
@@ -70,17 +72,24 @@ def register() -> dict[str, str]:
     if "fused_moe" in targets and configs:  # vLLM's own kernel with our configuration: no kernel of ours runs
         _registered["fused_moe"] = _use_tuned_configs()
         targets.discard("fused_moe")
-    if not kernels_runnable():
-        logger.warning("autotune kernels not registered: no CUDA GPU and TRITON_INTERPRET is not 1")
-        return dict(_registered)
     try:
         import vllm.ir  # noqa: F401 (imported only to learn whether this vLLM has vLLM IR)
         has_ir = True
     except ImportError:
         has_ir = False
+    runnable = kernels_runnable()
+    if not runnable:
+        logger.warning("autotune kernels not registered: no CUDA GPU and TRITON_INTERPRET is not 1")
     for name in ("rms_norm", "fused_add_rms_norm"):
-        if name in targets:
+        if name in targets and runnable:
             _registered[name] = _register_ir(name) if has_ir else _register_rms_norm_oot(targets)
+        elif name in MANIFEST["kernels"] and has_ir:
+            # --ir-op-priority may name the provider (the export prints the flag): vLLM's worker refuses to start
+            # on a provider no one registered, so it exists, unsupported, and vLLM's next provider serves
+            _registered[name] = _register_ir_unsupported(name, "not runnable here" if not runnable
+                                                       else "left out by AUTOTUNE_KERNELS")
+    if not runnable:
+        return dict(_registered)
     if "rotary_embedding" in targets:
         _registered["rotary_embedding"] = _register_rotary_oot()
     if "silu_and_mul" in targets:
@@ -105,6 +114,18 @@ def _register_ir(name: str) -> str:
     supports, impl = (_rms_norm_ir if name == "rms_norm" else _fused_add_rms_norm_ir)(kernel(name))
     getattr(ir.ops, name).register_impl(PROVIDER, supports_args=supports)(impl)
     return f"vllm.ir provider '{PROVIDER}'"
+
+
+def _register_ir_unsupported(name: str, why: str) -> str:
+    """The provider under the native op's exact signature, registered as not supported on this platform: vLLM
+    skips it and dispatches to the next provider in the priority."""
+    from vllm import ir
+
+    _, impl = (_rms_norm_ir if name == "rms_norm" else _fused_add_rms_norm_ir)(None)  # never called
+    getattr(ir.ops, name).register_impl(PROVIDER, supported=False)(impl)
+    logger.warning("autotune's %s provider is registered as unsupported (%s): vLLM's next provider serves it",
+                   name, why)
+    return f"vllm.ir provider '{PROVIDER}' unsupported ({why})"
 
 
 def _rms_norm_ir(fn):

@@ -99,6 +99,41 @@ def _plugin(tmp_path) -> Path:
     return tmp_path / "plugin"
 
 
+def test_a_launched_server_with_an_ir_only_plugin_comes_up_and_its_provider_serves_every_rms_norm(tmp_path, capsys):
+    """A user's flow for one approved rms_norm: export it alone, profile a launched vLLM with the plugin. vLLM's
+    worker (a process of its own) must have the provider the --ir-op-priority names, or the engine dies at start;
+    then the plain RMSNorms vLLM would run natively (the session's profile finds them) are the plugin's: none is
+    left in the trace as vLLM's own, while fused_add_rms_norm, which the plugin does not carry, still is. Two
+    server starts (~45 s each on 2 cores)."""
+    kernels = tmp_path / "kernels" / "rms_norm" / "k1"
+    kernels.mkdir(parents=True)
+    shutil.copyfile(Path(cli.__file__).parent / "targets" / "examples" / "rms_norm.py", kernels / "kernel.py")
+    (kernels / "provenance.json").write_text(json.dumps({"target": "rms_norm", "created_at": "2026-12-01T09:00:00+00:00",
+                                                         "verdict": {"status": "unmeasured"}}))
+    assert cli.main(["export", "vllm", "--out", str(tmp_path / "plugin"), f"kernels.dir={tmp_path / 'kernels'}"]) == 0
+    code = cli.main(["profile", "engine=vllm", "engine.launch=true", f"engine.python={PYTHON}", f"engine.model={MODEL}",
+                     f"engine.plugin={tmp_path / 'plugin'}", f"engine.args={ARGS}", "engine.startup_timeout_s=900",
+                     *SMALL, f"profile.out_dir={tmp_path / 'traces'}"])
+    out, err = capsys.readouterr()
+    assert code == 0, out[-3000:] + err[-3000:]
+    (run,) = [d for d in (tmp_path / "traces").iterdir() if not d.name.startswith(".")]
+    engine = json.loads((run / "env.json").read_text())["engine"]
+    assert engine["launched"] is True and '{"rms_norm": ["autotune"]}' in " ".join(engine["flags"])
+    found = {h["target"] for h in json.loads((run / "hotspots.json").read_text())["hotspots"]}
+    assert "rms_norm" not in found and "fused_add_rms_norm" in found, found
+
+    # the same flag with the kernel left out of the plugin's registration (as a per-kernel bench leaves others out):
+    # the provider exists, unsupported, so the worker starts and vLLM's own RMSNorm serves (it died at start before)
+    code = cli.main(["profile", "engine=vllm", "engine.launch=true", f"engine.python={PYTHON}", f"engine.model={MODEL}",
+                     f"engine.plugin={tmp_path / 'plugin'}", f"engine.args={ARGS}", "engine.startup_timeout_s=900",
+                     "+engine.env.AUTOTUNE_KERNELS=silu_and_mul", *SMALL, f"profile.out_dir={tmp_path / 'left-out'}"])
+    out, err = capsys.readouterr()
+    assert code == 0, out[-3000:] + err[-3000:]
+    (run,) = [d for d in (tmp_path / "left-out").iterdir() if not d.name.startswith(".")]
+    found = {h["target"] for h in json.loads((run / "hotspots.json").read_text())["hotspots"]}
+    assert "rms_norm" in found, found
+
+
 def test_bench_without_and_with_the_plugin_is_the_gate(vllm, tmp_path, capsys):
     plugin = _plugin(tmp_path)
     code = cli.main(["bench", *_attached(vllm), f"engine.python={PYTHON}", f"+bench.b.plugin={plugin}",
