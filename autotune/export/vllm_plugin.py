@@ -86,8 +86,8 @@ def register() -> dict[str, str]:
         elif name in MANIFEST["kernels"] and has_ir:
             # --ir-op-priority may name the provider (the export prints the flag): vLLM's worker refuses to start
             # on a provider no one registered, so it exists, unsupported, and vLLM's next provider serves
-            _registered[name] = _register_ir_unsupported(name, "not runnable here" if not runnable
-                                                       else "left out by AUTOTUNE_KERNELS")
+            _registered[name] = _register_ir(name, "not runnable here" if not runnable
+                                             else "left out by AUTOTUNE_KERNELS")
     if not runnable:
         return dict(_registered)
     if "rotary_embedding" in targets:
@@ -107,25 +107,21 @@ def _rows_ok(x, weight, variance_size) -> bool:
             and x.is_contiguous() and weight.is_contiguous())
 
 
-def _register_ir(name: str) -> str:
-    """A vLLM IR implementation with the native op's exact signature (vLLM checks the schema)."""
+def _register_ir(name: str, unsupported: str = "") -> str:
+    """A vLLM IR implementation with the native op's exact signature (vLLM checks the schema). `unsupported`: why
+    the kernel cannot serve in this process; then the provider is registered as not supported on this platform,
+    and vLLM skips it for the next provider in the priority (its function is never called)."""
     from vllm import ir
 
-    supports, impl = (_rms_norm_ir if name == "rms_norm" else _fused_add_rms_norm_ir)(kernel(name))
-    getattr(ir.ops, name).register_impl(PROVIDER, supports_args=supports)(impl)
-    return f"vllm.ir provider '{PROVIDER}'"
-
-
-def _register_ir_unsupported(name: str, why: str) -> str:
-    """The provider under the native op's exact signature, registered as not supported on this platform: vLLM
-    skips it and dispatches to the next provider in the priority."""
-    from vllm import ir
-
-    _, impl = (_rms_norm_ir if name == "rms_norm" else _fused_add_rms_norm_ir)(None)  # never called
+    supports, impl = (_rms_norm_ir if name == "rms_norm" else _fused_add_rms_norm_ir)(
+        None if unsupported else kernel(name))
+    if not unsupported:
+        getattr(ir.ops, name).register_impl(PROVIDER, supports_args=supports)(impl)
+        return f"vllm.ir provider '{PROVIDER}'"
     getattr(ir.ops, name).register_impl(PROVIDER, supported=False)(impl)
     logger.warning("autotune's %s provider is registered as unsupported (%s): vLLM's next provider serves it",
-                   name, why)
-    return f"vllm.ir provider '{PROVIDER}' unsupported ({why})"
+                   name, unsupported)
+    return f"vllm.ir provider '{PROVIDER}' unsupported ({unsupported})"
 
 
 def _rms_norm_ir(fn):

@@ -111,26 +111,24 @@ def test_a_launched_server_with_an_ir_only_plugin_comes_up_and_its_provider_serv
     (kernels / "provenance.json").write_text(json.dumps({"target": "rms_norm", "created_at": "2026-12-01T09:00:00+00:00",
                                                          "verdict": {"status": "unmeasured"}}))
     assert cli.main(["export", "vllm", "--out", str(tmp_path / "plugin"), f"kernels.dir={tmp_path / 'kernels'}"]) == 0
-    code = cli.main(["profile", "engine=vllm", "engine.launch=true", f"engine.python={PYTHON}", f"engine.model={MODEL}",
-                     f"engine.plugin={tmp_path / 'plugin'}", f"engine.args={ARGS}", "engine.startup_timeout_s=900",
-                     *SMALL, f"profile.out_dir={tmp_path / 'traces'}"])
-    out, err = capsys.readouterr()
-    assert code == 0, out[-3000:] + err[-3000:]
-    (run,) = [d for d in (tmp_path / "traces").iterdir() if not d.name.startswith(".")]
-    engine = json.loads((run / "env.json").read_text())["engine"]
-    assert engine["launched"] is True and '{"rms_norm": ["autotune"]}' in " ".join(engine["flags"])
-    found = {h["target"] for h in json.loads((run / "hotspots.json").read_text())["hotspots"]}
-    assert "rms_norm" not in found and "fused_add_rms_norm" in found, found
 
+    def profile(out: Path, *more: str) -> tuple[dict, set[str]]:
+        """(the launched engine's record, the targets in its hot spots) of a profile with the plugin."""
+        code = cli.main(["profile", "engine=vllm", "engine.launch=true", f"engine.python={PYTHON}",
+                         f"engine.model={MODEL}", f"engine.plugin={tmp_path / 'plugin'}", f"engine.args={ARGS}",
+                         "engine.startup_timeout_s=900", *more, *SMALL, f"profile.out_dir={out}"])
+        printed, err = capsys.readouterr()
+        assert code == 0, printed[-3000:] + err[-3000:]
+        (run,) = [d for d in out.iterdir() if not d.name.startswith(".")]
+        hot = json.loads((run / "hotspots.json").read_text())["hotspots"]
+        return json.loads((run / "env.json").read_text())["engine"], {h["target"] for h in hot}
+
+    engine, found = profile(tmp_path / "traces")
+    assert engine["launched"] is True and '{"rms_norm": ["autotune"]}' in " ".join(engine["flags"])
+    assert "rms_norm" not in found and "fused_add_rms_norm" in found, found
     # the same flag with the kernel left out of the plugin's registration (as a per-kernel bench leaves others out):
     # the provider exists, unsupported, so the worker starts and vLLM's own RMSNorm serves (it died at start before)
-    code = cli.main(["profile", "engine=vllm", "engine.launch=true", f"engine.python={PYTHON}", f"engine.model={MODEL}",
-                     f"engine.plugin={tmp_path / 'plugin'}", f"engine.args={ARGS}", "engine.startup_timeout_s=900",
-                     "+engine.env.AUTOTUNE_KERNELS=silu_and_mul", *SMALL, f"profile.out_dir={tmp_path / 'left-out'}"])
-    out, err = capsys.readouterr()
-    assert code == 0, out[-3000:] + err[-3000:]
-    (run,) = [d for d in (tmp_path / "left-out").iterdir() if not d.name.startswith(".")]
-    found = {h["target"] for h in json.loads((run / "hotspots.json").read_text())["hotspots"]}
+    _, found = profile(tmp_path / "left-out", "+engine.env.AUTOTUNE_KERNELS=silu_and_mul")
     assert "rms_norm" in found, found
 
 
