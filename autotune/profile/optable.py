@@ -157,7 +157,7 @@ def _inside_mapped(parents: list[int], mapped: list[MappedOp | None]) -> list[bo
 
 def _targets(parents: list[int], own: list[str]) -> list[str]:
     """Each event's target, blank when an enclosing op already counts for a target: its time is inside that op's
-    (the reference of `autotune::decode_attention` runs an `aten::_softmax`, which maps to softmax). The one rule
+    (the reference of `autotune::paged_attention` runs an `aten::_softmax`, which maps to softmax). The one rule
     both the op table and `coverage` count by."""
     return [t if t and not any(own[a] for a in _ancestors(parents, i)) else "" for i, t in enumerate(own)]
 

@@ -47,18 +47,21 @@ class Settings:
     prompts: int  # run.check_prompts
     new_tokens: int  # run.check_new_tokens
     seed: int
+    block_size: int  # serve.block_size: the paged cache's, as the engine serves
     limits: Limits  # the checker's, with twice the time and memory: a whole model, not one kernel
 
     @classmethod
     def from_config(cls, cfg: DictConfig) -> Settings:
         try:
             prompts, new_tokens, seed = int(cfg.run.check_prompts), int(cfg.run.check_new_tokens), int(cfg.seed)
+            block_size = int(cfg.serve.block_size)
         except (TypeError, ValueError) as e:
-            raise UserError(f"run.check_prompts, run.check_new_tokens and seed must be integers ({e})") from None
+            raise UserError(f"run.check_prompts, run.check_new_tokens, serve.block_size and seed must be integers "
+                            f"({e})") from None
         if prompts < 1 or new_tokens < 1:
             raise UserError(f"run.check_prompts and run.check_new_tokens must be at least 1, not {prompts} and "
                             f"{new_tokens}")
-        return cls(prompts, new_tokens, seed, Limits.from_config(cfg.verify).scaled(time=2, memory=2))
+        return cls(prompts, new_tokens, seed, block_size, Limits.from_config(cfg.verify).scaled(time=2, memory=2))
 
 
 @dataclasses.dataclass
@@ -108,12 +111,12 @@ def check_model(cfg: DictConfig, target: str, source: str, *, workdir: Path) -> 
     prompts = check_prompts(model.config.vocab_size, settings.prompts, 16, settings.seed)
     new_tokens = settings.new_tokens
     with counting(target) as calls:
-        ref_tokens, ref_logits = greedy_generate(model, prompts, new_tokens)
+        ref_tokens, ref_logits = greedy_generate(model, prompts, new_tokens, settings.block_size)
     del model
     if not calls[0]:
         return ModelCheck(False, never_called(cfg, target), len(prompts), new_tokens, False, None, None)
     payload = {"target": target, "source": source, "prompts": prompts, "new_tokens": new_tokens, "device": device,
-               "cfg": OmegaConf.to_container(cfg, resolve=True)}
+               "block_size": settings.block_size, "cfg": OmegaConf.to_container(cfg, resolve=True)}
     checkpoint = (str(cfg.model.checkpoint),) if cfg.model.get("checkpoint") else ()
     result = run_isolated("autotune.run.model_check", payload, limits=settings.limits, workdir=workdir,
                           gpu=device == "cuda", readable=checkpoint)
@@ -216,7 +219,7 @@ def _child(payload: dict, send) -> dict:
             after = latency_figures(serve(cfg, model=model, requests=requests))
         out["latency"] = {"before": before, "after": after}
     with counting(payload["target"], fn) as calls:
-        tokens, logits = greedy_generate(model, payload["prompts"], payload["new_tokens"])
+        tokens, logits = greedy_generate(model, payload["prompts"], payload["new_tokens"], payload["block_size"])
     out.update(tokens=tokens.cpu(), logits=logits.float().cpu(), kernel_calls=calls[0])
     return out
 

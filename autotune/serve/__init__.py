@@ -29,5 +29,6 @@ def serve(cfg, *, model: LlamaModel | None = None, requests: list[Request] | Non
     if requests is None:
         requests = make_requests(cfg.workload, model.config.vocab_size, model.config.max_seq_len)
     engine = Engine(model, max_batch_size=int(cfg.serve.max_batch_size),
-                    max_batched_tokens=int(cfg.serve.max_batched_tokens), time_scale=float(cfg.serve.time_scale))
+                    max_batched_tokens=int(cfg.serve.max_batched_tokens), time_scale=float(cfg.serve.time_scale),
+                    block_size=int(cfg.serve.block_size))
     return engine.run(requests)

@@ -4,7 +4,7 @@ Every step (one model forward) first gives each running sequence that has finish
 decode token, then spends the rest of `max_batched_tokens` on prompt chunks: unfinished prompts first,
 then newly arrived requests, admitted while fewer than `max_batch_size` sequences run. So new requests
 join between decode steps, long prompts are prefilled in chunks, and a finished sequence frees its
-cache slot at once. Sampling is greedy, so batching never changes a request's tokens.
+cache slot (and its KV blocks) at once. Sampling is greedy, so batching never changes a request's tokens.
 
 Time is real: requests arrive at `arrival_s / time_scale` seconds after the start; when nothing runs
 and the next arrival is in the future, the engine sleeps until then. A closed-loop request (`after`
@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 
 from autotune.errors import UserError
-from autotune.serve.attention import Segment
+from autotune.serve.attention import BLOCK_SIZE, Segment
 from autotune.serve.report import RequestStats, ServeReport
 
 __all__ = ["Engine", "Request", "ServeReport"]
@@ -70,22 +70,27 @@ class _Sequence:
 
 class Engine:
     def __init__(self, model, *, max_batch_size: int = 8, max_batched_tokens: int = 2048, time_scale: float = 1.0,
-                 clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep):
+                 block_size: int = BLOCK_SIZE, clock: Callable[[], float] = time.perf_counter,
+                 sleep: Callable[[float], None] = time.sleep):
         if max_batch_size < 1:
             raise UserError(f"serve.max_batch_size={max_batch_size} (set it to 1 or more)")
         if max_batched_tokens < max_batch_size:
             raise UserError(f"serve.max_batched_tokens={max_batched_tokens} is below serve.max_batch_size="
                             f"{max_batch_size} (each running sequence needs a token per step: raise it)")
+        if block_size < 1:
+            raise UserError(f"serve.block_size={block_size} (the KV cache's positions per block: 1 or more, vLLM's "
+                            "default 16)")
         if not time_scale > 0:
             raise UserError(f"serve.time_scale={time_scale} (set it > 0; 2.0 plays traffic twice as fast)")
         self.model = model
         self.max_batch_size, self.max_batched_tokens, self.time_scale = max_batch_size, max_batched_tokens, time_scale
+        self.block_size = block_size
         self.clock, self.sleep = clock, sleep
 
     def run(self, requests: list[Request]) -> ServeReport:
         """Serve every request to completion and report the latencies."""
         check_requests(requests, self.model.config.vocab_size, self.model.config.max_seq_len)
-        cache = self.model.new_cache(self.max_batch_size, max(r.total_len for r in requests))
+        cache = self.model.new_cache(self.max_batch_size, max(r.total_len for r in requests), self.block_size)
         state = _State(requests, self.max_batch_size, self.time_scale)
         start = self.clock()
         steps = 0

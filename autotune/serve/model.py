@@ -11,8 +11,8 @@ Token embedding, RMSNorm, rotary position embedding (rotate-half, as Hugging Fac
 expect), grouped-query attention over a KV cache, SwiGLU MLP, LM head. Every projection and the LM head
 go through `dispatch.linear` (the projections through `dispatch.int8_linear` with `model.quant=int8`, and
 int8 x int8 after `dispatch.fused_add_rms_norm_quant` with `model.quant=w8a8`: autotune.serve.quant),
-decode attention through `dispatch.decode_attention`. The residual stream is arranged as in vLLM's
-Llama: layer 0 does `residual = h; h = rms_norm(h)`, every later norm is
+attention over vLLM's paged KV cache through `dispatch.paged_attention` (autotune.serve.attention). The
+residual stream is arranged as in vLLM's Llama: layer 0 does `residual = h; h = rms_norm(h)`, every later norm is
 `h, residual = fused_add_rms_norm(h, residual, w)`, the final norm included. q/k/v and gate/up are merged
 projections, as in vLLM, so silu_and_mul sees [T, 2 * intermediate].
 
@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from autotune.errors import UserError
 from autotune.serve import dispatch, moe, quant
-from autotune.serve.attention import Batch, KVCache, Segment, attend, write_kv
+from autotune.serve.attention import BLOCK_SIZE, Batch, KVCache, Segment, attend, write_kv
 from autotune.targets.base import parse_dtype
 
 MODEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -233,12 +233,12 @@ class LlamaModel(torch.nn.Module):
     def device(self) -> torch.device:
         return self.embed.device
 
-    def new_cache(self, max_slots: int, max_len: int) -> KVCache:
+    def new_cache(self, max_slots: int, max_len: int, block_size: int = BLOCK_SIZE) -> KVCache:
         c = self.config
         if max_len > c.max_seq_len:
             raise ValueError(f"a cache of length {max_len} exceeds model.max_seq_len={c.max_seq_len}")
         return KVCache(c.num_layers, c.num_kv_heads, c.head_dim, max_slots=max_slots, max_len=max_len,
-                       dtype=c.dtype, device=self.device)
+                       dtype=c.dtype, device=self.device, block_size=block_size)
 
     @torch.inference_mode()
     def forward(self, segments: list[Segment], cache: KVCache, all_logits: bool = False) -> torch.Tensor:
@@ -304,12 +304,12 @@ def check_prompts(vocab_size: int, n: int, length: int, seed: int) -> list[list[
     return torch.randint(0, vocab_size, (n, length), generator=gen).tolist()
 
 
-def greedy_generate(model: LlamaModel, prompts: list[list[int]], max_new_tokens: int
+def greedy_generate(model: LlamaModel, prompts: list[list[int]], max_new_tokens: int, block_size: int = BLOCK_SIZE
                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """Greedy decoding of all prompts as one batch: (tokens [N, max_new_tokens], fp32 logits [N, max_new, vocab])."""
     if not prompts or any(not p for p in prompts) or max_new_tokens < 1:
         raise ValueError("greedy_generate needs non-empty prompts and max_new_tokens >= 1")
-    cache = model.new_cache(len(prompts), max(len(p) for p in prompts) + max_new_tokens)
+    cache = model.new_cache(len(prompts), max(len(p) for p in prompts) + max_new_tokens, block_size)
     segments = [Segment(i, 0, tuple(p)) for i, p in enumerate(prompts)]
     tokens, logits = [], []
     for _ in range(max_new_tokens):

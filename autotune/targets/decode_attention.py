@@ -1,9 +1,11 @@
 """decode_attention: one query token per sequence against its slot of the KV cache, grouped-query heads.
 
-q [B, heads, D]; k_cache, v_cache [slots, kv_heads, L, D], the built-in model's per-layer cache
-(`autotune.serve.attention.KVCache`); slots [B] (int64) the cache slot of each sequence; context_lens
-[B] (int64) how many cached positions each sequence attends to (its position + 1, this step's key
-included); max_context = max(context_lens). Query head h reads kv head h // (heads // kv_heads).
+q [B, heads, D]; k_cache, v_cache [slots, kv_heads, L, D], the per-layer slot cache the built-in model kept
+before it took vLLM's paged cache (it calls paged_attention now: no engine calls this target; kept for the
+kernels, cheats and ports written for it until it is retired into paged attention); slots [B] (int64) the cache
+slot of each sequence; context_lens [B] (int64) how many cached positions each sequence attends to (its
+position + 1, this step's key included); max_context = max(context_lens). Query head h reads kv head
+h // (heads // kv_heads).
 out[b, h] = softmax(q[b, h] . K[slot_b, kvh, :ctx_b]^T * scale) @ V[slot_b, kvh, :ctx_b], fp32 math,
 output [B, heads, D] in q's dtype. Positions at and beyond ctx_b hold stale values (another sequence's,
 an earlier request's): they must not count.

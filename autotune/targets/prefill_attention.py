@@ -6,7 +6,8 @@ starts[c], starts[c] + 1, ... of the sequence in cache slot slots[c] (chunked pr
 start after a prefix already in the cache). k_cache, v_cache [slots, kv_heads, L, D] already hold the
 chunk's own keys. Query row i of chunk c attends to cache positions 0 .. starts[c] + i (causal), query
 head h to kv head h // (heads // kv_heads). max_query_len = the longest chunk. fp32 math, output
-[T, heads, D] in q's dtype. This is what the built-in model runs for every multi-token segment of a step.
+[T, heads, D] in q's dtype. The built-in model ran this for every multi-token segment of a step before it took
+vLLM's paged cache and paged_attention (see decode_attention: no engine calls this target now).
 
 Case shape: (num_chunks, num_heads, num_kv_heads, head_dim, max_query_len[, max_context]). make_inputs draws
 each chunk's length in [1, max_query_len] (one gets max_query_len; the lengths depend on the shape alone,

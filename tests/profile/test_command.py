@@ -92,7 +92,7 @@ def test_profile_writes_a_complete_run_whose_trace_carries_its_environment(profi
     assert cover["ops_us"] == pytest.approx(cover["covered_us"] + sum(u["time_us"] for u in cover["uncovered"]))
     # the model's projections and attention run through the linear and attention targets' dispatch points: the aten
     # ops inside them count once, for their target, and are in no uncovered row
-    assert {"linear", "decode_attention", "prefill_attention"} <= {h["target"] for h in record["hotspots"]}
+    assert {"linear", "paged_attention"} <= {h["target"] for h in record["hotspots"]}
     assert not {"aten::linear", "aten::_softmax"} & {u["op"] for u in cover["uncovered"]}
     assert f"targets cover {100 * cover['share']:.1f}% of the time spent in ops" in stdout.replace("\n", " ")
     for words in ("hot spots", "rms_norm", "silu_and_mul", "TTFT", "TPOT", "tokens/s", str(run)):

@@ -59,10 +59,10 @@ def test_every_dispatch_point_is_called_with_the_step_shapes(tiny):
         expected += [("linear", [(t, h), (qkv, h)]),
                      ("rotary_embedding", [(t, c.num_heads, c.head_dim), (t, c.head_dim // 2), (t, c.head_dim // 2)]),
                      ("rotary_embedding", [(t, c.num_kv_heads, c.head_dim), (t, c.head_dim // 2), (t, c.head_dim // 2)]),
-                     ("decode_attention", [(1, c.num_heads, c.head_dim), (2, c.num_kv_heads, 32, c.head_dim),
-                                           (2, c.num_kv_heads, 32, c.head_dim), (1,), (1,)]),  # context 4
-                     ("prefill_attention", [(5, c.num_heads, c.head_dim), (2, c.num_kv_heads, 32, c.head_dim),
-                                            (2, c.num_kv_heads, 32, c.head_dim), (1,), (1,), (2,)]),  # 5 tokens
+                     # one call for the step, vLLM's unified attention: 2 slots of 32 positions in blocks of 16; the
+                     # decode's sequence (context 4) and the prefill's (5) hold one block each
+                     ("paged_attention", [(t, c.num_heads, c.head_dim), (4, 16, c.num_kv_heads, c.head_dim),
+                                          (4, 16, c.num_kv_heads, c.head_dim), (3,), (2,), (2, 1)]),
                      ("linear", [(t, c.num_heads * c.head_dim), (h, c.num_heads * c.head_dim)]),
                      ("fused_add_rms_norm", [(t, h), (t, h), (h,)]),
                      ("linear", [(t, h), (2 * i, h)]),
@@ -133,3 +133,41 @@ def test_bad_steps_are_refused_before_they_reach_the_device(tiny):
                      [Segment(0, 0, (1,)), Segment(0, 1, (2,))]):
         with pytest.raises(ValueError):
             tiny(segments, cache)
+
+
+def test_the_cache_is_vllms_paged_layout_and_attention_must_follow_the_block_table(tiny):
+    """k/v [num_blocks, block_size, kv_heads, D] per layer; a sequence's blocks come from a shuffled pool, so an
+    attention that walks blocks in order from the first (ignoring block_table) changes the logits; a slot that
+    starts a new sequence gives its blocks back first."""
+    c, tokens = tiny.config, tuple(prompt(40, seed=4))
+    reference = dispatch.current("paged_attention")
+    tables = []
+
+    def recording(*args):
+        tables.append(args[5].clone())
+        return reference(*args)
+
+    def in_order(q, k, v, cu, lens, table, *rest):  # block j of a sequence taken as its first block + j
+        steps = torch.arange(table.shape[1], dtype=table.dtype)
+        return reference(q, k, v, cu, lens, (table[:, :1] + steps).remainder(k.shape[0]), *rest)
+
+    cache = tiny.new_cache(max_slots=2, max_len=64)
+    assert cache.k.shape == (c.num_layers, 8, 16, c.num_kv_heads, c.head_dim)
+    with dispatch.using({"paged_attention": recording}):
+        logits = tiny([Segment(1, 0, tokens)], cache)
+    blocks = tables[0][0].tolist()
+    assert len(blocks) == 3 and blocks != list(range(blocks[0], blocks[0] + 3)) and len(cache.free) == 5
+    with dispatch.using({"paged_attention": in_order}):
+        wrong = tiny([Segment(1, 0, tokens)], tiny.new_cache(max_slots=2, max_len=64))
+    assert not torch.allclose(logits, wrong, atol=1e-3)
+    again = tiny([Segment(1, 0, tokens)], cache)  # the slot's new sequence: its old blocks back to the pool first
+    assert len(cache.free) == 5 and torch.equal(again, logits)
+
+
+@pytest.mark.parametrize("block_size", [1, 5, 128])
+def test_the_logits_do_not_depend_on_the_block_size(tiny, block_size):
+    prompts = check_prompts(tiny.config.vocab_size, n=3, length=11, seed=2)
+    tokens, logits = greedy_generate(tiny, prompts, 6)
+    other_tokens, other_logits = greedy_generate(tiny, prompts, 6, block_size=block_size)
+    assert torch.equal(tokens, other_tokens)
+    torch.testing.assert_close(other_logits, logits, rtol=0, atol=1e-5)
