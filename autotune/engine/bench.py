@@ -33,7 +33,7 @@ from omegaconf import DictConfig
 
 from autotune import env, text
 from autotune.config import as_dict
-from autotune.engine.launch import Server, auth_headers, http, plugin_kernels, serving
+from autotune.engine.launch import Server, auth_headers, http, plugin_kernels, plugin_notes, serving
 from autotune.engine.profile import measure
 from autotune.engine.settings import EngineSettings
 from autotune.engine.stats import LoadReport
@@ -258,6 +258,7 @@ def markdown(record: dict[str, Any]) -> str:
         load = s.get("load_1m") or []
         busy = f"; machine load {min(load):.1f}-{max(load):.1f} on {cpus} CPUs" if load else ""
         lines.append(f"- {s['label']}: {s['describe']}; {engine.get('name')} {engine.get('version')}{busy}")
+        lines += [f"  - {note}" for note in plugin_notes(engine)]
     gate = record["gate"]
     if gate is not None:
         verdict = "PASSED" if gate["passed"] else "FAILED: " + "; ".join(gate["reasons"])

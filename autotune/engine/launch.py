@@ -37,6 +37,11 @@ IR_TARGETS = ("rms_norm", "fused_add_rms_norm")  # the plugin's kernels vLLM IR 
 PLUGIN_PACKAGE = "autotune_vllm_kernels"
 # the start of the first error in an engine's log: a Python traceback, or a line logged at ERROR/CRITICAL level
 FIRST_ERROR = re.compile(r"^Traceback \(most recent call last\)|\b(ERROR|CRITICAL)\b|^\S*Error: ")
+# the exported plugin's lines in a vLLM log (each process logs its own registration: the API server and the worker)
+# and what vLLM refused of it: an attention backend its platform does not take ("Cannot use
+# AttentionBackendEnum.CUSTOM backend on CPU.", vLLM's CPU platform, which runs only its own CPU_ATTN)
+PLUGIN_LINE = re.compile(r"autotune kernels (not )?registered|autotune's .* provider|Cannot use \S+ backend")
+REFUSED_BACKEND = re.compile(r"Cannot use (\S+) backend")
 
 
 @dataclasses.dataclass
@@ -51,6 +56,7 @@ class Server:
     command: tuple[str, ...] = ()  # launched: the command line, secrets masked
     process: subprocess.Popen | None = None
     log_path: Path | None = None
+    plugin_log: list[str] = dataclasses.field(default_factory=list)  # PLUGIN_LINE lines of a launched log, once up
 
     @property
     def flags(self) -> list[str] | None:
@@ -63,7 +69,17 @@ class Server:
         s = self.settings
         return {"name": s.name, "version": self.version, "url": self.url, "model": self.model, "launched": s.launch,
                 "python": s.python, "flags": self.flags, "plugin": s.plugin,
-                "plugin_kernels": list(s.plugin_kernels) or None, "max_model_len": self.max_model_len}
+                "plugin_kernels": list(s.plugin_kernels) or None, "max_model_len": self.max_model_len,
+                "plugin_log": self.plugin_log or None}
+
+    def read_plugin_log(self) -> list[str]:
+        """The log's lines about the plugin (PLUGIN_LINE), each once, without their timestamps."""
+        if not self.settings.plugin or not self.log_path or not self.log_path.is_file():
+            return []
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        found = (re.sub(r"\s+(INFO|WARNING)\s+\d\d-\d\d \d\d:\d\d:\d\d(\.\d+)?", r" \1", line).strip()
+                 for line in lines if PLUGIN_LINE.search(line))
+        return list(dict.fromkeys(re.sub(r"pid=\d+", "pid", line) for line in found))
 
     def log_excerpt(self, lines: int = 30) -> str:
         """Why it died, from its log: the first error (an engine's worker process writes its traceback to the same
@@ -124,6 +140,8 @@ def server_command(settings: EngineSettings, port: int, profile_dir: Path) -> tu
         priority = _ir_priority(s)
         if priority:
             command += ["--ir-op-priority", priority]
+        if _attention_backend(s) and "--attention-backend" not in s.args:
+            command += ["--attention-backend", "CUSTOM"]  # the name the plugin registers its backend under
     else:
         command = [python, "-m", "sglang.launch_server", "--model-path", model, "--host", s.host, "--port",
                    str(port), "--disable-cuda-graph"]
@@ -191,6 +209,22 @@ def _ir_priority(settings: EngineSettings) -> str:
     return json.dumps({t: ["autotune"] for t in chosen}) if chosen else ""
 
 
+def _attention_backend(settings: EngineSettings) -> bool:
+    """Whether the plugin serves attention: its paged_attention kernel, selected (engine.plugin_kernels)."""
+    if not settings.plugin or "paged_attention" not in plugin_kernels(settings.plugin):
+        return False
+    return not settings.plugin_kernels or "paged_attention" in settings.plugin_kernels
+
+
+def plugin_notes(record: dict) -> list[str]:
+    """What a reader must know of the plugin in the engine it ran in (an engine record's `plugin_log`): a part vLLM
+    refused, so that the engine's own served instead."""
+    refused = [m.group(1) for line in record.get("plugin_log") or [] for m in [REFUSED_BACKEND.search(line)] if m]
+    return [f"vLLM refused the plugin's attention backend ({name}): \"Cannot use {name} backend\" in its log, so its "
+            "own attention served and the paged_attention kernel did not run (vLLM's CPU platform takes no backend "
+            "but CPU_ATTN; on a GPU the Triton-based backend is selected)" for name in dict.fromkeys(refused)]
+
+
 def _offline_build() -> list[str]:
     """Build the plugin with this environment's setuptools when it can (>= 70.1), else let pip fetch one."""
     try:
@@ -251,6 +285,7 @@ def describe(server: Server) -> Server:
 
     # vLLM names the folder it loaded ("root", else the id is the path): its config.json, where it is on this machine
     server.vocab_size = model_vocab_size(chosen.get("root")) or model_vocab_size(chosen.get("id"))
+    server.plugin_log = server.read_plugin_log()
     return server
 
 

@@ -25,7 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 from autotune import env
 from autotune.config import as_dict
 from autotune.engine.endpoints import profiling
-from autotune.engine.launch import Server, serving
+from autotune.engine.launch import Server, plugin_notes, serving
 from autotune.engine.load import Endpoint, run_load
 from autotune.engine.settings import EngineSettings
 from autotune.engine.stats import LoadReport
@@ -53,7 +53,7 @@ def profile_engine(cfg: DictConfig, settings: EngineSettings | None = None):
     finally:
         if settings.launch:
             shutil.rmtree(workdir, ignore_errors=True)  # the raw traces: the worker's was copied into the run
-    result.notes.extend(trace_notes(trace))
+    result.notes.extend(trace_notes(trace) + plugin_notes(environment["engine"]))
     return result, report
 
 

@@ -71,6 +71,9 @@ def vllm_instructions(exported: ExportedPackage) -> str:
     oot = [f"{t} replaces vLLM's {cls}" for t, cls in replaced.items() if t in exported.kernels]
     if oot:
         lines.append("; ".join(oot) + " by itself (out-of-tree CustomOp)")
+    if "paged_attention" in exported.kernels:
+        lines.append("select its attention backend (paged_attention):  vllm serve MODEL --attention-backend CUSTOM  "
+                     "(a GPU build: vLLM's CPU platform takes no backend but its own CPU_ATTN)")
     lines.append("VLLM_PLUGINS=autotune_kernels limits vLLM's plugins to this one")
     lines.append("the kernels are Triton: a CUDA GPU, or TRITON_INTERPRET=1 on the CPU (slow; for testing)")
     return "\n".join(lines)

@@ -42,7 +42,7 @@ import logging
 import os
 from pathlib import Path
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's logger: its handler prints it, in every process
 MANIFEST = json.loads((Path(__file__).parent / "manifest.json").read_text())
 PROVIDER = "autotune"
 _registered: dict[str, str] = {}  # target -> how it was registered

@@ -85,18 +85,35 @@ def test_the_agents_own_requests_replay_through_the_chat_template(vllm, tmp_path
     assert load["failed"] == 0 and [r["output_tokens"] for r in load["requests"]] == [6, 7]
 
 
-def _plugin(tmp_path) -> Path:
+def _plugin(tmp_path, kernels: dict[str, Path] | None = None) -> Path:
+    """The vLLM plugin exported from a kernels/ folder holding these kernels (target -> file; the export tests'
+    correct kernels by default)."""
     from tests.export.conftest import CORRECT
 
-    kernels = tmp_path / "kernels"
-    for target, source in CORRECT.items():
-        folder = kernels / target / "k1"
-        folder.mkdir(parents=True)
-        shutil.copyfile(source, folder / "kernel.py")
-        (folder / "provenance.json").write_text(json.dumps({"target": target, "created_at": "2026-12-01T09:00:00+00:00",
-                                                            "verdict": {"status": "unmeasured"}}))
-    assert cli.main(["export", "vllm", "--out", str(tmp_path / "plugin"), f"kernels.dir={kernels}"]) == 0
+    folder = tmp_path / "kernels"
+    for target, source in (kernels or CORRECT).items():
+        (folder / target / "k1").mkdir(parents=True)
+        shutil.copyfile(source, folder / target / "k1" / "kernel.py")
+        (folder / target / "k1" / "provenance.json").write_text(json.dumps(
+            {"target": target, "created_at": "2026-12-01T09:00:00+00:00", "verdict": {"status": "unmeasured"}}))
+    assert cli.main(["export", "vllm", "--out", str(tmp_path / "plugin"), f"kernels.dir={folder}"]) == 0
     return tmp_path / "plugin"
+
+
+def _launched_profile(capsys, plugin: Path, out: Path, *more: str) -> tuple[dict, set[str], str]:
+    """(the launched engine's record, the targets in its hot spots, what was printed) of a profile of a vLLM
+    started here with the plugin."""
+    code = cli.main(["profile", "engine=vllm", "engine.launch=true", f"engine.python={PYTHON}", f"engine.model={MODEL}",
+                     f"engine.plugin={plugin}", f"engine.args={ARGS}", "engine.startup_timeout_s=900", *more, *SMALL,
+                     f"profile.out_dir={out}"])
+    printed, err = capsys.readouterr()
+    assert code == 0, printed[-3000:] + err[-3000:]
+    (run,) = [d for d in out.iterdir() if not d.name.startswith(".")]
+    hot = json.loads((run / "hotspots.json").read_text())["hotspots"]
+    return json.loads((run / "env.json").read_text())["engine"], {h["target"] for h in hot}, printed
+
+
+EXAMPLES = Path(cli.__file__).parent / "targets" / "examples"
 
 
 def test_a_launched_server_with_an_ir_only_plugin_comes_up_and_its_provider_serves_every_rms_norm(tmp_path, capsys):
@@ -105,31 +122,32 @@ def test_a_launched_server_with_an_ir_only_plugin_comes_up_and_its_provider_serv
     then the plain RMSNorms vLLM would run natively (the session's profile finds them) are the plugin's: none is
     left in the trace as vLLM's own, while fused_add_rms_norm, which the plugin does not carry, still is. Two
     server starts (~45 s each on 2 cores)."""
-    kernels = tmp_path / "kernels" / "rms_norm" / "k1"
-    kernels.mkdir(parents=True)
-    shutil.copyfile(Path(cli.__file__).parent / "targets" / "examples" / "rms_norm.py", kernels / "kernel.py")
-    (kernels / "provenance.json").write_text(json.dumps({"target": "rms_norm", "created_at": "2026-12-01T09:00:00+00:00",
-                                                         "verdict": {"status": "unmeasured"}}))
-    assert cli.main(["export", "vllm", "--out", str(tmp_path / "plugin"), f"kernels.dir={tmp_path / 'kernels'}"]) == 0
-
-    def profile(out: Path, *more: str) -> tuple[dict, set[str]]:
-        """(the launched engine's record, the targets in its hot spots) of a profile with the plugin."""
-        code = cli.main(["profile", "engine=vllm", "engine.launch=true", f"engine.python={PYTHON}",
-                         f"engine.model={MODEL}", f"engine.plugin={tmp_path / 'plugin'}", f"engine.args={ARGS}",
-                         "engine.startup_timeout_s=900", *more, *SMALL, f"profile.out_dir={out}"])
-        printed, err = capsys.readouterr()
-        assert code == 0, printed[-3000:] + err[-3000:]
-        (run,) = [d for d in out.iterdir() if not d.name.startswith(".")]
-        hot = json.loads((run / "hotspots.json").read_text())["hotspots"]
-        return json.loads((run / "env.json").read_text())["engine"], {h["target"] for h in hot}
-
-    engine, found = profile(tmp_path / "traces")
+    plugin = _plugin(tmp_path, {"rms_norm": EXAMPLES / "rms_norm.py"})
+    engine, found, _ = _launched_profile(capsys, plugin, tmp_path / "traces")
     assert engine["launched"] is True and '{"rms_norm": ["autotune"]}' in " ".join(engine["flags"])
     assert "rms_norm" not in found and "fused_add_rms_norm" in found, found
+    assert any("Worker" in line and "autotune kernels registered" in line for line in engine["plugin_log"]), engine
     # the same flag with the kernel left out of the plugin's registration (as a per-kernel bench leaves others out):
     # the provider exists, unsupported, so the worker starts and vLLM's own RMSNorm serves (it died at start before)
-    _, found = profile(tmp_path / "left-out", "+engine.env.AUTOTUNE_KERNELS=silu_and_mul")
+    _, found, _ = _launched_profile(capsys, plugin, tmp_path / "left-out", "+engine.env.AUTOTUNE_KERNELS=silu_and_mul")
     assert "rms_norm" in found, found
+
+
+def test_a_plugin_with_an_attention_backend_starts_vllm_and_the_profile_says_what_the_cpu_platform_refused(
+        tmp_path, capsys):
+    """The attention-backend kind (paged_attention): the launch selects the plugin's backend (--attention-backend
+    CUSTOM, the name it registers), vLLM's worker registers it (its log says so), and vLLM's CPU platform, which
+    takes no backend but its own CPU_ATTN, logs "Cannot use AttentionBackendEnum.CUSTOM backend on CPU." and serves
+    with CPU_ATTN: the server comes up and serves, and the profile says the kernel did not run, and why."""
+    plugin = _plugin(tmp_path, {"paged_attention": EXAMPLES / "paged_attention.py"})
+    engine, found, printed = _launched_profile(capsys, plugin, tmp_path / "traces")
+    flags = engine["flags"]
+    assert flags[flags.index("--attention-backend") + 1] == "CUSTOM"
+    registered = [line for line in engine["plugin_log"] if "autotune kernels registered" in line]
+    assert any("Worker" in line and "attention backend CUSTOM" in line for line in registered), engine["plugin_log"]
+    assert any("Cannot use AttentionBackendEnum.CUSTOM backend on CPU" in line for line in engine["plugin_log"])
+    assert "vLLM refused the plugin's attention backend (AttentionBackendEnum.CUSTOM)" in " ".join(printed.split())
+    assert "paged_attention" in found, found  # vLLM's own CPU attention (_C::cpu_attention_with_kv_cache) served
 
 
 def test_bench_without_and_with_the_plugin_is_the_gate(vllm, tmp_path, capsys):
