@@ -59,6 +59,6 @@ def paged_attention(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, sc
         q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, out, scale, window, seq_lens.shape[0], group,
         block_table.shape[1], q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         block_table.stride(0), D=head_dim, GROUP=max(triton.next_power_of_2(group), 16),
-        BD=triton.next_power_of_2(head_dim), BS=block_size, TILE=128,
+        BD=triton.next_power_of_2(head_dim), BS=block_size, TILE=128 if head_dim <= 128 else 64,
     )
     return out
