@@ -23,6 +23,7 @@ import torch
 from autotune.serve import dispatch
 
 BLOCK_SIZE = 16  # vLLM's default on GPUs (serve.block_size; its CPU backend uses 128)
+BLOCK_MULTIPLE = 16  # block sizes vLLM's Triton attention backend takes (MultipleOf(16)): the paged_attention domain
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,8 +48,8 @@ class KVCache:
 
     def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, *, max_slots: int, max_len: int,
                  dtype: torch.dtype, device: str | torch.device, block_size: int = BLOCK_SIZE):
-        if block_size < 1:
-            raise ValueError(f"block_size {block_size}: set serve.block_size to 1 or more")
+        if block_size < 1 or block_size % BLOCK_MULTIPLE:
+            raise ValueError(f"block_size {block_size}: set serve.block_size to a multiple of {BLOCK_MULTIPLE}")
         per_sequence = -(-max_len // block_size)
         shape = (num_layers, max_slots * per_sequence, block_size, num_kv_heads, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 
 from autotune.errors import UserError
-from autotune.serve.attention import BLOCK_SIZE, Segment
+from autotune.serve.attention import BLOCK_MULTIPLE, BLOCK_SIZE, Segment
 from autotune.serve.report import RequestStats, ServeReport
 
 __all__ = ["Engine", "Request", "ServeReport"]
@@ -77,9 +77,9 @@ class Engine:
         if max_batched_tokens < max_batch_size:
             raise UserError(f"serve.max_batched_tokens={max_batched_tokens} is below serve.max_batch_size="
                             f"{max_batch_size} (each running sequence needs a token per step: raise it)")
-        if block_size < 1:
-            raise UserError(f"serve.block_size={block_size} (the KV cache's positions per block: 1 or more, vLLM's "
-                            "default 16)")
+        if block_size < 1 or block_size % BLOCK_MULTIPLE:
+            raise UserError(f"serve.block_size={block_size} (the KV cache's positions per block: a multiple of "
+                            f"{BLOCK_MULTIPLE}, as vLLM's Triton attention backend takes them; vLLM's default 16)")
         if not time_scale > 0:
             raise UserError(f"serve.time_scale={time_scale} (set it > 0; 2.0 plays traffic twice as fast)")
         self.model = model

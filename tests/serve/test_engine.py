@@ -153,6 +153,7 @@ def test_an_idle_engine_sleeps_until_the_next_arrival(tiny):
     (dict(max_batch_size=8, max_batched_tokens=4), "max_batched_tokens=4 is below"),
     (dict(time_scale=0.0), "time_scale"),
     (dict(block_size=0), "serve.block_size=0"),
+    (dict(block_size=8), "a multiple of 16"),
 ])
 def test_bad_engine_settings_are_user_errors(tiny, kwargs, message):
     with pytest.raises(UserError, match=message):
