@@ -72,8 +72,8 @@ def verify(plan: Plan, clock: Clock, done: dict) -> tuple[bool, dict]:
     extra = [f"device={plan.device}", *sizes(plan)["verify"]] + ([f"profile.out_dir={traces}"] if traces else [])
     cheats = [e for e in items if e.expected and not e.correct][:plan.max_candidates or None]
     served = {h["target"] for h in done.get("profile", {}).get("hotspots", [])}  # first: timed on served shapes
-    correct = sorted((e for e in items if e.correct), key=lambda e: e.target not in served)[:plan.max_candidates
-                                                                                            or None]
+    correct = sorted((e for e in items if e.correct), key=lambda e: e.target not in served)
+    correct = correct[:plan.max_candidates or None]
     with ThreadPoolExecutor(sizes(plan)["workers"]) as pool:  # rejected ones: correctness only, in parallel
         judged = list(pool.map(lambda e: _judge(plan, clock, e, extra), cheats))
     judged += [_judge(plan, clock, e, extra) for e in correct]  # timed: one at a time, the GPU to itself

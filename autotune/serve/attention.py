@@ -17,6 +17,7 @@ Their tokens are concatenated into one [T, hidden] activation, as in vLLM, so no
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import torch
 
@@ -99,15 +100,13 @@ class Batch:
         tables: list[list[int]] = []
         for seg in segments:
             blocks = cache.reserve(seg)
-            tables.append(blocks[:-(-seg.end // cache.block_size)])
+            tables.append(list(blocks))
             tokens.extend(seg.tokens)
             positions.extend(range(seg.start, seg.end))
             slots.extend(blocks[p // cache.block_size] * cache.block_size + p % cache.block_size
                          for p in range(seg.start, seg.end))
         lengths = [len(seg.tokens) for seg in segments]
-        cu = [0]
-        for n in lengths:
-            cu.append(cu[-1] + n)
+        cu = [0, *itertools.accumulate(lengths)]
         width = max(len(t) for t in tables)
 
         def tensor(values, dtype=torch.long):

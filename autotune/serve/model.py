@@ -304,18 +304,41 @@ def check_prompts(vocab_size: int, n: int, length: int, seed: int) -> list[list[
     return torch.randint(0, vocab_size, (n, length), generator=gen).tolist()
 
 
+PREFILL_CHUNK = 8  # greedy_generate's prompt tokens per step (chunked prefill)
+
+
 def greedy_generate(model: LlamaModel, prompts: list[list[int]], max_new_tokens: int, block_size: int = BLOCK_SIZE
                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Greedy decoding of all prompts as one batch: (tokens [N, max_new_tokens], fp32 logits [N, max_new, vocab])."""
+    """Greedy decoding of the prompts, scheduled as an engine steps them: prompt i joins at step i and is prefilled
+    PREFILL_CHUNK tokens a step (a chunk over the prefix already cached), beside the decodes of the prompts before
+    it, so the steps mix decode rows with a prefill chunk as vLLM's do (the model check runs a kernel through such
+    steps). Greedy tokens do not depend on the schedule. (tokens [N, max_new_tokens], fp32 logits [N, max_new,
+    vocab])."""
     if not prompts or any(not p for p in prompts) or max_new_tokens < 1:
         raise ValueError("greedy_generate needs non-empty prompts and max_new_tokens >= 1")
     cache = model.new_cache(len(prompts), max(len(p) for p in prompts) + max_new_tokens, block_size)
-    segments = [Segment(i, 0, tuple(p)) for i, p in enumerate(prompts)]
-    tokens, logits = [], []
-    for _ in range(max_new_tokens):
-        step_logits = model(segments, cache).float()  # [N, vocab]
-        chosen = step_logits.argmax(dim=-1)
-        tokens.append(chosen)
-        logits.append(step_logits)
-        segments = [Segment(s.slot, s.end, (t,)) for s, t in zip(segments, chosen.tolist())]
-    return torch.stack(tokens, dim=1).cpu(), torch.stack(logits, dim=1).cpu()
+    cached = [0] * len(prompts)  # prompt tokens in the cache
+    tokens: list[list[int]] = [[] for _ in prompts]
+    logits: list[list[torch.Tensor]] = [[] for _ in prompts]
+    step = 0
+    while any(len(t) < max_new_tokens for t in tokens):
+        segments: list[Segment] = []
+        samplers: list[int | None] = []  # the prompt each segment's logits give a token to (None: mid-prompt)
+        for i, prompt in enumerate(prompts[:step + 1]):
+            if len(tokens[i]) == max_new_tokens:
+                continue
+            if cached[i] < len(prompt):
+                chunk = tuple(prompt[cached[i]:cached[i] + PREFILL_CHUNK])
+                segments.append(Segment(i, cached[i], chunk))
+                cached[i] += len(chunk)
+                samplers.append(i if cached[i] == len(prompt) else None)  # its last chunk's logits: a token
+            else:
+                segments.append(Segment(i, len(prompt) + len(tokens[i]) - 1, (tokens[i][-1],)))
+                samplers.append(i)
+        step_logits = model(segments, cache).float()  # [segments, vocab]
+        for owner, row in zip(samplers, step_logits):
+            if owner is not None:
+                tokens[owner].append(int(row.argmax()))
+                logits[owner].append(row)
+        step += 1
+    return torch.tensor(tokens), torch.stack([torch.stack(rows) for rows in logits]).cpu()

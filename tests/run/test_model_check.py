@@ -57,7 +57,7 @@ def test_the_models_attention_is_paged_attention_and_a_kernel_must_follow_its_bl
     check = check_model(compose(FAST), "paged_attention", get("paged_attention").example_path.read_text(),
                         workdir=tmp_path / "good")
     assert check.passed, check.reason
-    assert check.kernel_calls == check.reference_calls == 2 * 4  # the tiny model's 2 layers, 4 steps
+    assert check.kernel_calls == check.reference_calls >= 2 * 4  # the tiny model's 2 layers, a call a step
     in_order = ("import torch\nfrom autotune.targets.paged_attention import paged_attention as reference\n\n"
                 "def paged_attention(q, k, v, cu, lens, table, *rest):\n"
                 "    steps = torch.arange(table.shape[1], dtype=table.dtype)\n"

@@ -96,6 +96,26 @@ def test_greedy_outputs_are_varied_and_reproducible(tiny):
     assert torch.equal(tokens, again)
 
 
+def test_greedy_generate_steps_as_an_engine_does(tiny):
+    """The model check's generation: prompts join one a step and are prefilled in chunks over their cached prefix,
+    beside the decodes of those before them; the tokens are those of generating each prompt alone."""
+    steps = []
+
+    class Recording:
+        config, new_cache = tiny.config, tiny.new_cache
+
+        def __call__(self, segments, cache):
+            steps.append(segments)
+            return tiny(segments, cache)
+
+    prompts = check_prompts(tiny.config.vocab_size, n=3, length=20, seed=5)
+    tokens, _ = greedy_generate(Recording(), prompts, 4)  # type: ignore[arg-type]
+    assert any(len(s.tokens) > 1 and s.start > 0 for step in steps for s in step)  # a chunk over a cached prefix
+    assert any({len(s.tokens) == 1 for s in step} == {True, False} for step in steps)  # decodes beside a chunk
+    for i, p in enumerate(prompts):
+        assert tokens[i].tolist() == greedy_generate(tiny, [p], 4)[0][0].tolist()
+
+
 def test_greedy_generate_matches_the_reference(tiny, reference):
     prompts = check_prompts(tiny.config.vocab_size, n=2, length=5, seed=3)
     tokens, logits = greedy_generate(tiny, prompts, max_new_tokens=3)
