@@ -44,6 +44,25 @@ def verify(target, source, cfg_verify, *, shapes=None, environment=None):
                  digest=digest, served_rows=rows)
 
 
+def describe_plan(target, cfg_verify) -> list[str]:
+    """The call domain `target` is judged on and the plan covering it on this device, as `verify` would plan it with
+    this config (the newest profile's shapes with verify.shapes=latest), with no candidate: `autotune verify TARGET
+    --plan`."""
+    from autotune import config
+    from autotune.env import resolve_device
+    from autotune.records import ProfiledShape
+    from autotune.targets import get as get_target
+    from autotune.verify.plan.config import PlanConfig
+    from autotune.verify.plan.domain import describe
+
+    t = get_target(target) if isinstance(target, str) else target
+    cfg_v, device, out_dir, rows = _settings(cfg_verify)
+    shapes = latest_shapes(t.name, out_dir) if str(cfg_v.shapes) == "latest" else None
+    plan_config = PlanConfig.from_config(cfg_v, presets=config.chosen_presets(cfg_v.get("models", "all")),
+                                         served_rows=rows or 0, whole=resolve_device(device) == "cuda")
+    return describe(t, [ProfiledShape.of(s) for s in shapes] if shapes else None, plan_config)
+
+
 def _settings(cfg):
     """(the verify node, device setting, profile out dir, the most tokens a step serves or None) from either the
     whole config or its verify node (then the served rows are conf/config.yaml's)."""
@@ -90,4 +109,4 @@ def latest_shapes(target: str, out_dir: str):
         return None
 
 
-__all__ = ["verify", "latest_shapes"]
+__all__ = ["verify", "latest_shapes", "describe_plan"]

@@ -18,6 +18,10 @@ What happens:
 On CPU the kernel runs under the Triton interpreter, shapes are cut to keep it quick (the report says
 which), and a correct candidate is `unmeasured`: timing needs a GPU.
 
+`--plan` (no FILE) prints the call domain the target is judged on (each dim's served values, the edges, layouts,
+scalar values, dtypes) and the plan that covers it on this device: its cases, what it cuts, what it never runs
+whole.
+
 Output: a readable report (per case: shape, dtype, input kind, max abs/rel error, pass/fail; the
 isolation applied; timings or "not measured"), or with --json exactly one JSON object (the Verdict:
 status, reason, cases, timings, sandbox, environment, ...).
@@ -37,7 +41,7 @@ from autotune.config import from_argv
 from autotune.errors import UserError
 from autotune.verify import verify
 
-USAGE = "autotune verify TARGET FILE [--json] [key=value ...]"
+USAGE = "autotune verify TARGET FILE [--json] [key=value ...]  |  autotune verify TARGET --plan [key=value ...]"
 
 
 class _ArgParser(argparse.ArgumentParser):
@@ -60,9 +64,17 @@ def _main(argv: list[str]) -> int:
     cfg, rest = from_argv(argv)
     parser = _ArgParser(prog="autotune verify", add_help=False)
     parser.add_argument("target")
-    parser.add_argument("file")
+    parser.add_argument("file", nargs="?")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--plan", action="store_true")
     ns = parser.parse_args(rest)
+    if ns.plan:  # the call domain and the plan that covers it, no candidate
+        from autotune.verify import describe_plan
+
+        print("\n".join(describe_plan(ns.target, cfg)))
+        return 0
+    if ns.file is None:
+        raise UserError(f"name the candidate file to judge (usage: {USAGE})")
     return judge_file(cfg, ns.target, ns.file, ns.json)
 
 

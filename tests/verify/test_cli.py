@@ -63,3 +63,18 @@ def test_help_is_the_commands_docstring(tmp_path):
     p = autotune("verify", "--help", cwd=tmp_path)
     assert p.returncode == 0 and "usage: autotune verify TARGET FILE [--json]" in p.stdout
     assert "Exit status: 0 accepted or unmeasured" in p.stdout
+
+
+def test_plan_says_the_call_domain_and_its_plan_without_a_candidate(tmp_path):
+    """`--plan`: each dim's served values (the presets' hidden sizes among them: Llama 3 8B's 4096, Qwen2.5-0.5B's
+    896), the layouts and scalars, the plan's case count; narrowed by verify.models as a verdict would be."""
+    p = autotune("verify", "rms_norm", "--plan", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    served = next(line for line in p.stdout.splitlines() if line.startswith("served values: "))
+    assert "896" in served and "4096" in served, served
+    assert re.search(r"^plan: \d+ cases over \d+ shapes \(", p.stdout, re.M) and "layouts: " in p.stdout
+    narrowed = autotune("verify", "rms_norm", "--plan", "verify.models=[tiny]", cwd=tmp_path)
+    assert narrowed.returncode == 0 and "1 model presets" in narrowed.stdout, narrowed.stdout
+    assert "896" not in next(line for line in narrowed.stdout.splitlines() if line.startswith("served values: "))
+    missing = autotune("verify", "rms_norm", cwd=tmp_path)
+    assert missing.returncode == 2 and "name the candidate file" in missing.stderr, missing.stderr[-500:]
