@@ -21,10 +21,18 @@ import itertools
 
 import torch
 
+from autotune.errors import UserError
 from autotune.serve import dispatch
 
 BLOCK_SIZE = 16  # vLLM's default on GPUs (serve.block_size; its CPU backend uses 128)
 BLOCK_MULTIPLE = 16  # block sizes vLLM's Triton attention backend takes (MultipleOf(16)): the paged_attention domain
+
+
+def check_block_size(block_size: int) -> None:
+    """serve.block_size: positions per block, a multiple of BLOCK_MULTIPLE (UserError otherwise)."""
+    if block_size < 1 or block_size % BLOCK_MULTIPLE:
+        raise UserError(f"serve.block_size={block_size} (the KV cache's positions per block: a multiple of "
+                        f"{BLOCK_MULTIPLE}, as vLLM's Triton attention backend takes them; vLLM's default 16)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,8 +57,7 @@ class KVCache:
 
     def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, *, max_slots: int, max_len: int,
                  dtype: torch.dtype, device: str | torch.device, block_size: int = BLOCK_SIZE):
-        if block_size < 1 or block_size % BLOCK_MULTIPLE:
-            raise ValueError(f"block_size {block_size}: set serve.block_size to a multiple of {BLOCK_MULTIPLE}")
+        check_block_size(block_size)
         per_sequence = -(-max_len // block_size)
         shape = (num_layers, max_slots * per_sequence, block_size, num_kv_heads, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 
 from autotune.errors import UserError
-from autotune.serve.attention import BLOCK_MULTIPLE, BLOCK_SIZE, Segment
+from autotune.serve.attention import BLOCK_SIZE, Segment, check_block_size
 from autotune.serve.report import RequestStats, ServeReport
 
 __all__ = ["Engine", "Request", "ServeReport"]
@@ -77,9 +77,7 @@ class Engine:
         if max_batched_tokens < max_batch_size:
             raise UserError(f"serve.max_batched_tokens={max_batched_tokens} is below serve.max_batch_size="
                             f"{max_batch_size} (each running sequence needs a token per step: raise it)")
-        if block_size < 1 or block_size % BLOCK_MULTIPLE:
-            raise UserError(f"serve.block_size={block_size} (the KV cache's positions per block: a multiple of "
-                            f"{BLOCK_MULTIPLE}, as vLLM's Triton attention backend takes them; vLLM's default 16)")
+        check_block_size(block_size)
         if not time_scale > 0:
             raise UserError(f"serve.time_scale={time_scale} (set it > 0; 2.0 plays traffic twice as fast)")
         self.model = model
@@ -91,7 +89,7 @@ class Engine:
         """Serve every request to completion and report the latencies."""
         check_requests(requests, self.model.config.vocab_size, self.model.config.max_seq_len)
         cache = self.model.new_cache(self.max_batch_size, max(r.total_len for r in requests), self.block_size)
-        state = _State(requests, self.max_batch_size, self.time_scale)
+        state = Schedule(requests, self.max_batch_size, self.time_scale)
         start = self.clock()
         steps = 0
         while not state.done():
@@ -124,8 +122,9 @@ def check_requests(requests: list[Request], vocab_size: int, max_seq_len: int) -
         seen.add(r.request_id)
 
 
-class _State:
-    """Where every request is: not yet arrived, waiting for a slot, running, or finished."""
+class Schedule:
+    """Where every request is: not yet arrived, waiting for a slot, running, or finished; and each step's segments
+    (`plan`). The engine steps it in real time; `model.greedy_generate` (the model check) one step per time unit."""
 
     def __init__(self, requests: list[Request], max_batch_size: int, time_scale: float):
         self.time_scale = time_scale

@@ -304,41 +304,33 @@ def check_prompts(vocab_size: int, n: int, length: int, seed: int) -> list[list[
     return torch.randint(0, vocab_size, (n, length), generator=gen).tolist()
 
 
-PREFILL_CHUNK = 8  # greedy_generate's prompt tokens per step (chunked prefill)
+PREFILL_CHUNK = 8  # greedy_generate's step budget beyond one token per prompt: prompt tokens a step at least
 
 
 def greedy_generate(model: LlamaModel, prompts: list[list[int]], max_new_tokens: int, block_size: int = BLOCK_SIZE
                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Greedy decoding of the prompts, scheduled as an engine steps them: prompt i joins at step i and is prefilled
-    PREFILL_CHUNK tokens a step (a chunk over the prefix already cached), beside the decodes of the prompts before
-    it, so the steps mix decode rows with a prefill chunk as vLLM's do (the model check runs a kernel through such
-    steps). Greedy tokens do not depend on the schedule. (tokens [N, max_new_tokens], fp32 logits [N, max_new,
-    vocab])."""
+    """Greedy decoding of the prompts, stepped by the engine's own schedule (autotune.serve.engine.Schedule): prompt
+    i arrives at step i, and each step's budget (a token per prompt and PREFILL_CHUNK more) goes to the running
+    decodes first, then to prompt chunks over their cached prefix, so steps mix decode rows with prefill chunks as
+    vLLM's do (the model check runs a kernel through such steps). Greedy tokens do not depend on the schedule.
+    (tokens [N, max_new_tokens], fp32 logits [N, max_new, vocab])."""
+    from autotune.serve.engine import Request, Schedule
+
     if not prompts or any(not p for p in prompts) or max_new_tokens < 1:
         raise ValueError("greedy_generate needs non-empty prompts and max_new_tokens >= 1")
     cache = model.new_cache(len(prompts), max(len(p) for p in prompts) + max_new_tokens, block_size)
-    cached = [0] * len(prompts)  # prompt tokens in the cache
-    tokens: list[list[int]] = [[] for _ in prompts]
+    schedule = Schedule([Request(i, tuple(p), max_new_tokens, arrival_s=float(i)) for i, p in enumerate(prompts)],
+                        len(prompts), time_scale=1.0)
     logits: list[list[torch.Tensor]] = [[] for _ in prompts]
     step = 0
-    while any(len(t) < max_new_tokens for t in tokens):
-        segments: list[Segment] = []
-        samplers: list[int | None] = []  # the prompt each segment's logits give a token to (None: mid-prompt)
-        for i, prompt in enumerate(prompts[:step + 1]):
-            if len(tokens[i]) == max_new_tokens:
-                continue
-            if cached[i] < len(prompt):
-                chunk = tuple(prompt[cached[i]:cached[i] + PREFILL_CHUNK])
-                segments.append(Segment(i, cached[i], chunk))
-                cached[i] += len(chunk)
-                samplers.append(i if cached[i] == len(prompt) else None)  # its last chunk's logits: a token
-            else:
-                segments.append(Segment(i, len(prompt) + len(tokens[i]) - 1, (tokens[i][-1],)))
-                samplers.append(i)
+    while not schedule.done():
+        schedule.arrive(float(step))
+        segments, samplers = schedule.plan(len(prompts) + PREFILL_CHUNK)
         step_logits = model(segments, cache).float()  # [segments, vocab]
-        for owner, row in zip(samplers, step_logits):
-            if owner is not None:
-                tokens[owner].append(int(row.argmax()))
-                logits[owner].append(row)
+        for seq, row in zip(samplers, step_logits):
+            if seq is not None:
+                logits[seq.request.request_id].append(row)
+        schedule.commit(samplers, step_logits.argmax(dim=-1).tolist(), float(step))
         step += 1
-    return torch.tensor(tokens), torch.stack([torch.stack(rows) for rows in logits]).cpu()
+    finished = sorted(schedule.finished, key=lambda r: r.request_id)
+    return torch.tensor([list(r.tokens) for r in finished]), torch.stack([torch.stack(rows) for rows in logits]).cpu()

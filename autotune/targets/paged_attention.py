@@ -90,9 +90,8 @@ def _lengths(shape) -> tuple[torch.Tensor, torch.Tensor, int]:
     rows[0] = longest
     spare = (torch.rand(seqs, generator=by_shape) * (max_context - rows + 1)).long()
     ctx = torch.minimum(rows + spare, torch.tensor(max_context))
-    prefix = int(torch.randint(0, 2 * longest + 17, (1,), generator=by_shape))
     if max_query_len > 1:  # a decode-only step's first sequence keeps its drawn context, as the others
-        ctx[0] = min(max_context, longest + prefix)
+        ctx[0] = min(max_context, longest + int(torch.randint(0, 2 * longest + 17, (1,), generator=by_shape)))
     ctx[-1] = max_context
     return rows, ctx, _window(shape)
 

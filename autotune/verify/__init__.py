@@ -26,7 +26,6 @@ def verify(target, source, cfg_verify, *, shapes=None, environment=None):
     None collects it. Raises UserError for an unknown target or a missing file.
     """
     from autotune.env import collect, resolve_device
-    from autotune.errors import UserError
     from autotune.targets import get as get_target
     from autotune.verify.judge import judge
     from autotune.verify.static.size import SourceLimits
@@ -34,10 +33,8 @@ def verify(target, source, cfg_verify, *, shapes=None, environment=None):
     t = get_target(target) if isinstance(target, str) else target
     cfg_v, device, out_dir, rows = _settings(cfg_verify)
     path, text, digest = _source(source, SourceLimits.from_config(cfg_v).max_bytes)
-    if shapes is None and str(cfg_v.shapes) == "latest":
-        shapes = latest_shapes(t.name, out_dir)
-    elif shapes is None and str(cfg_v.shapes) != "default":
-        raise UserError(f"verify.shapes must be latest or default, not '{cfg_v.shapes}'")
+    if shapes is None:
+        shapes = _configured_shapes(t.name, cfg_v, out_dir)
     env: Any = environment if environment is not None else collect()
     env = env.to_dict() if hasattr(env, "to_dict") else dict(env)
     return judge(t, text, path, cfg_v, shapes=shapes or None, device=resolve_device(device), environment=env,
@@ -57,10 +54,21 @@ def describe_plan(target, cfg_verify) -> list[str]:
 
     t = get_target(target) if isinstance(target, str) else target
     cfg_v, device, out_dir, rows = _settings(cfg_verify)
-    shapes = latest_shapes(t.name, out_dir) if str(cfg_v.shapes) == "latest" else None
+    shapes = _configured_shapes(t.name, cfg_v, out_dir)
     plan_config = PlanConfig.from_config(cfg_v, presets=config.chosen_presets(cfg_v.get("models", "all")),
                                          served_rows=rows or 0, whole=resolve_device(device) == "cuda")
     return describe(t, [ProfiledShape.of(s) for s in shapes] if shapes else None, plan_config)
+
+
+def _configured_shapes(target: str, cfg_v, out_dir: str):
+    """verify.shapes: the newest profile's shapes for `target` ("latest"; None without one) or None ("default")."""
+    from autotune.errors import UserError
+
+    if str(cfg_v.shapes) == "latest":
+        return latest_shapes(target, out_dir)
+    if str(cfg_v.shapes) != "default":
+        raise UserError(f"verify.shapes must be latest or default, not '{cfg_v.shapes}'")
+    return None
 
 
 def _settings(cfg):
