@@ -97,19 +97,15 @@ def test_greedy_outputs_are_varied_and_reproducible(tiny):
 
 
 def test_greedy_generate_steps_as_an_engine_does(tiny):
-    """The model check's generation: prompts join one a step and are prefilled in chunks over their cached prefix,
-    beside the decodes of those before them; the tokens are those of generating each prompt alone."""
-    steps = []
+    """The model check's generation, on the engine's schedule: prompts arrive one a step and are prefilled in chunks
+    over their cached prefix, beside the decodes of those before them; the tokens are those of generating each
+    prompt alone."""
+    from tests.serve.test_engine import Recording
 
-    class Recording:
-        config, new_cache = tiny.config, tiny.new_cache
-
-        def __call__(self, segments, cache):
-            steps.append(segments)
-            return tiny(segments, cache)
-
+    model = Recording(tiny)
     prompts = check_prompts(tiny.config.vocab_size, n=3, length=20, seed=5)
-    tokens, _ = greedy_generate(Recording(), prompts, 4)  # type: ignore[arg-type]
+    tokens, _ = greedy_generate(model, prompts, 4)  # type: ignore[arg-type]
+    steps = model.steps
     assert any(len(s.tokens) > 1 and s.start > 0 for step in steps for s in step)  # a chunk over a cached prefix
     assert any({len(s.tokens) == 1 for s in step} == {True, False} for step in steps)  # decodes beside a chunk
     for i, p in enumerate(prompts):
