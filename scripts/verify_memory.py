@@ -78,7 +78,7 @@ def measure(name: str, target: str, path: Path, overrides: list[str]) -> None:
 
 def main() -> None:
     overrides = sys.argv[1:]
-    for target in ("rms_norm", "decode_attention", "fused_moe"):
+    for target in ("rms_norm", "paged_attention", "fused_moe"):
         measure(f"{target} example", target, EXAMPLES / f"{target}.py", overrides)
     with tempfile.TemporaryDirectory() as tmp:
         for name, path in attacks(Path(tmp)):

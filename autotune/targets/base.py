@@ -172,11 +172,6 @@ class Target:
     # launch's programs (autotune.verify.plan.cases.range_sample, autotune.verify.interp.sampling).
     # The default: range_rows.
     range_cuts: Callable[[Shape], tuple[Shape, ...]] = lambda shape: range_rows(shape)
-    # dims of a range case whose value may drop to the smallest any range case has, in a case where another range
-    # case of the plan keeps that value (the longest context: in one case, not in every one; every value still
-    # appears, and a launch only the served shape makes still gets its own case from the dry calls' coverage);
-    # for targets with one range cut
-    range_relax: tuple[int, ...] = ()
     # shape -> an upper bound on the elements of all inputs / all outputs of one call (the judge sizes the
     # largest result frame it accepts from these); None: each input, and at most two outputs, no larger than
     # the case shape, which holds for the row-wise ops

@@ -97,12 +97,12 @@ def _lengths(shape) -> tuple[torch.Tensor, torch.Tensor, int]:
 
 
 def _window(shape) -> int:
-    """The sliding window, from the sizes no cut changes (heads, kv_heads, head_dim, block_size, and whether the step
+    """The sliding window, from the sizes no cut changes (the GQA group, head_dim, block_size, and whether the step
     is decode-only), so that the range cases and probes of a served shape make the launches it makes (vLLM's kernel
     takes the window as a constexpr): none for half the combinations, a family's (SERVED_WINDOWS) for a quarter,
     an odd one below 1000 (no multiple of a key tile) for the rest."""
     _, heads, kv_heads, head_dim, block_size, max_query_len, _ = shape
-    key = heads * 7919 + kv_heads * 104729 + head_dim * 31 + block_size * 131 + (max_query_len == 1) * 17
+    key = heads // kv_heads * 97 + head_dim * 31 + block_size * 131 + (max_query_len == 1) * 17
     by_sizes = torch.Generator().manual_seed(key)
     pick, served, odd = torch.randint(0, 1 << 20, (3,), generator=by_sizes).tolist()
     return (0, 0, SERVED_WINDOWS[served % len(SERVED_WINDOWS)], 1 + 2 * (odd % 500))[pick % 4]
@@ -170,14 +170,22 @@ def cut_shape(shape, max_rows, max_elements):
 
 
 def range_cuts(shape):
-    """Every sequence and a prefill's every query row (the query blocks after a chunk's first, the sequences a grid
-    over them reaches late), every head, kv head, head_dim and block size; the context to at least the query
-    rows, else to 512 (a ragged last block kept) or fewer where the sequences' keys would pass RANGE_ELEMENTS (64
-    decodes over 64 keys). The ordinary cases keep each preset's longest context."""
+    """Every sequence, every head, kv head, head_dim and block size, and a prefill's every query row up to 512 (the
+    query blocks after a chunk's first, the sequences a grid over them reaches late); the context to at least the
+    query rows, else to 512 (a ragged last block kept) or fewer where the sequences' keys would pass RANGE_ELEMENTS
+    (64 decodes over 64 keys). And a served step of more than 8 sequences whole, its longest query and longest
+    context together, on one kv head and its query group: a kernel's scratch or split count sized by sequences x
+    context, or a path taken past a chunk length, goes wrong only there (sampled: vLLM's 256 decodes over 1024 keys
+    are 33M cached values a tensor; a 2048-row chunk over 4096 keys is the reference's 34M scores a head group). The
+    ordinary cases keep each preset's longest context."""
     seqs, heads, kv_heads, head_dim, block_size, max_query_len, max_context = shape
+    rows = min(max_query_len, 512)
     keys = min(512 + max_context % block_size, RANGE_ELEMENTS // (seqs * kv_heads * head_dim))
-    return ((seqs, heads, kv_heads, head_dim, block_size, max_query_len,
-             min(max_context, max(max_query_len, keys, block_size + 1))),)
+    cuts: tuple[tuple[int, ...], ...] = (
+        (seqs, heads, kv_heads, head_dim, block_size, rows, min(max_context, max(rows, keys, block_size + 1))),)
+    if seqs > 8 or max_query_len > rows:
+        cuts += ((seqs, heads // kv_heads, 1, head_dim, block_size, max_query_len, max_context),)
+    return cuts
 
 
 def model_shapes(dims, rows):
@@ -273,10 +281,10 @@ TARGET = Target(
     bytes_moved=bytes_moved,
     flops=flops,
     # (seqs, heads, kv_heads, head_dim, block_size, max_query_len, max_context): Llama 3 8B, 16 decodes and a
-    # 512-token prefill chunk over contexts up to 4096; 256 decodes (vLLM's default max_num_seqs: the range cases
-    # run every sequence) up to 1024 (each preset's longest context, 8192 for all but the tiny ones, comes with
-    # model_shapes)
-    default_shapes=((17, 32, 8, 128, 16, 512, 4096), (256, 32, 8, 128, 16, 1, 1024)),
+    # 2048-token prefill chunk (vLLM's default max_num_batched_tokens) over contexts up to 4096; 256 decodes
+    # (vLLM's default max_num_seqs: the range cases run every sequence) up to 1024 (each preset's longest context,
+    # 8192 for all but the tiny ones, comes with model_shapes)
+    default_shapes=((17, 32, 8, 128, 16, 2048, 4096), (256, 32, 8, 128, 16, 1, 1024)),
     # one decode of context 1; MHA with block 32 and a ragged context; MQA; head_dim not a power of two; the real
     # vLLM CPU trace's 128-token blocks (Qwen2.5-0.5B's group of 7 and every preset's heads come with model_shapes);
     # a block of 528 tokens, not a power of two, as vLLM sizes attention blocks to a hybrid (attention + Mamba)

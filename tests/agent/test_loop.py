@@ -218,7 +218,7 @@ def test_the_search_agent_needs_no_endpoint(tmp_path):
 
 # Each target's first search configuration passes the checker in tests/agent/test_search.py; here the loop runs
 # the search agent and the real checker end to end, on a target with more than one input and a 3-D case shape.
-@pytest.mark.parametrize("name", ["decode_attention"])
+@pytest.mark.parametrize("name", ["rotary_embedding"])
 def test_the_search_agent_yields_a_candidate_the_checker_passes(tmp_path, name):
     cfg = compose(["agent=search", "agent.candidates=1", *FAST_VERIFY])
     result = search_target(targets.get(name), None, cfg, tmp_path, Ledger(tmp_path / "l.jsonl"))  # the real checker

@@ -207,18 +207,15 @@ def test_profile_shapes_are_capped_to_the_extremes_and_the_most_called():
     assert selection_note(shapes, 10) == ""
 
 
-@pytest.mark.parametrize("name", ["decode_attention", "prefill_attention"])
-def test_range_cases_keep_every_served_value_and_the_longest_context_once(name):
-    """The greedy cover keeps every value a served shape's range cut takes; range_relax then leaves the longest
-    context (8192, the dear part for the interpreter) in one range case, the others at the shortest served one."""
+@pytest.mark.parametrize("name", ["paged_attention", "fused_moe"])
+def test_range_cases_keep_every_served_value(name):
+    """The greedy cover keeps every value each served shape's range cuts take in each dim."""
     target = get(name)
     served = {tuple(r) for s in case_plan.served_shapes(target, None, PLAN) for r in target.range_cuts(s)}
     chosen = [run for _, run in case_plan.range_shapes(target, None, dataclasses.replace(PLAN, max_range_shapes=0))]
+    assert set(chosen) <= served
     for d in range(len(next(iter(served)))):
         assert {r[d] for r in served} <= {r[d] for r in chosen}, d
-    context = target.range_relax[0]
-    assert [r[context] for r in chosen].count(max(r[context] for r in served)) == 1
-    assert min(r[context] for r in chosen) == min(r[context] for r in served)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
@@ -278,9 +275,9 @@ def test_probes_raise_one_dim_alone_to_its_served_value_and_its_power_of_two_buc
     assert (257, *cut[1:]) in probes and (512, *cut[1:]) in probes  # next_power_of_2 is 512 over 257..512
     assert (*cut[:3], 1025, cut[4]) in probes and (*cut[:4], 768) in probes and (*cut[:4], 513) in probes
     assert all(sum(a != b for a, b in zip(p, cut)) == 1 for p in probes)  # one dim raised at a time
-    # a raise the op cannot take is left out: decode's heads raised alone leave a group that does not divide
-    decode = get("decode_attention")
-    calls = case_plan.probe_calls(decode, [((64, 32, 8, 128, 4096), torch.float32)], PLAN)
+    # a raise the op cannot take is left out: paged attention's heads raised alone leave a group that does not divide
+    paged = get("paged_attention")
+    calls = case_plan.probe_calls(paged, [((17, 32, 8, 128, 16, 2048, 4096), torch.float32)], PLAN)
     assert calls and all(s[1] % s[2] == 0 for s, _, _ in calls)
     # the cheapest probe that made a launch is the case, sampled where it is dear
     made = [[((512, *cut[1:]), torch.float32), ((257, *cut[1:]), torch.bfloat16), ((257, *cut[1:]), torch.float32)],
@@ -311,8 +308,9 @@ def test_verify_models_narrows_the_presets_by_name_and_refuses_an_unknown_one():
     assert config.chosen_presets("all") == config.model_presets()
     assert [p["name"] for p in config.chosen_presets(OmegaConf.create(["tiny", "llama3_8b"]))] == ["tiny", "llama3_8b"]
     narrowed = PlanConfig.from_config(CFG, presets=config.chosen_presets(["qwen2_5_0_5b"]), served_rows=2048)
-    heads = {case.shape[1] for case in plan(get("decode_attention"), None, narrowed, SALT) if case.source == "model"}
-    assert heads == {14}  # Qwen2.5-0.5B's query heads, no other model's
+    sizes = {case.shape[1:4] for case in plan(get("paged_attention"), None, narrowed, SALT) if case.source == "model"}
+    assert sizes == {(14, 2, 64), (2, 1, 32)}  # Qwen2.5-0.5B's heads, kv heads and head_dim, and its longest context
+    # on one kv head; no other model's
     for bad in (["llama_9000"], [], "some"):
         with pytest.raises(config.UserError, match=r"verify.models=.*give all, or a list of model presets from \["):
             config.chosen_presets(bad)

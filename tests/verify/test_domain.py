@@ -48,7 +48,7 @@ def test_a_gemm_runs_every_served_k_whole():
 
 def test_the_attention_scale_takes_values_off_the_head_dim():
     assert all(abs(s - d ** -0.5) > 1e-6 for s in ATTENTION_SCALES[:1] for d in (32, 64, 128, 256))  # Gemma 2's
-    v = verify("decode_attention", CANDIDATES / "decode_ignores_scale.py", QUICK_FP32)
+    v = verify("paged_attention", CANDIDATES / "paged_attention_ignores_scale.py", QUICK_FP32)
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
     scale = re.search(r"scale=([0-9.e-]+)", v.reason)
     assert scale and v.failing_case().shape[3] ** -0.5 != float(scale[1]), v.reason  # the case's scale is named
@@ -225,29 +225,26 @@ def test_a_launch_only_a_served_combination_of_sizes_makes_stays_unproven(tmp_pa
     assert "BIG=True" in v.reason and "never ran in a compared case" in v.reason, v.reason
 
 
-def test_a_decode_batch_and_its_context_run_large_together(tmp_path):
-    """A served batch of 64 sequences runs with the 4096-position context in one case (sampled; one kv head and its
-    query group): the example with its scale off by 0.1% once sequences x context passes 65536 is right on every
-    case that keeps one of them small."""
-    decode = get("decode_attention")
-    assert (64, 4, 1, 128, 4096) in decode.range_cuts((64, 32, 8, 128, 4096))
-    wrong = example_variant(tmp_path, "decode_attention", "out, scale, n_heads,",
-                            "out, scale * (1.0 if n_seqs * max_context <= 65536 else 1.001), n_heads,")
-    v = verify("decode_attention", wrong, QUICK_FP32)
-    assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
-    failing = v.failing_case()
-    assert failing.shape[0] * failing.shape[4] > 65536, v.reason
+# A served step's sizes that go wrong only together, each a variant of the example with its scale off by 0.1% there
+# (right on every case that keeps one of them small): a range case runs the step whole on one kv head, sampled
+STEP_SIZES = [
+    # 256 decodes over contexts up to 1024: a scratch or split count sized by sequences x context
+    ("max_seq_len):\n", "max_seq_len):\n    scale = scale * (1.0 if seq_lens.shape[0] * max_seq_len <= 65536 else 1.001)\n",
+     lambda shape: shape[0] * shape[6] > 65536),
+    # a 2048-row prefill chunk (vLLM's default max_num_batched_tokens): a path taken past 512 query rows
+    ("max_seq_len):\n", "max_seq_len):\n    scale = scale * (1.0 if max_query_len <= 512 else 1.001)\n",
+     lambda shape: shape[5] > 512),
+]
 
 
-def test_a_prefill_chunk_runs_at_its_served_length(tmp_path):
-    """A served chunk of 512 or 2048 rows runs whole in one case (sampled): the example with its scale off by 0.1%
-    past 65 query rows was right on every case the CPU plan had (65 rows at most)."""
-    assert (1, 4, 1, 128, 2048, 2048) in get("prefill_attention").range_cuts((1, 32, 8, 128, 2048))
-    wrong = example_variant(tmp_path, "prefill_attention", "out, scale, n_heads,",
-                            "out, scale * (1.0 if max_query_len <= 65 else 1.001), n_heads,")
-    v = verify("prefill_attention", wrong, QUICK_FP32)
+@pytest.mark.parametrize("old, new, failing", STEP_SIZES, ids=["seqs_x_context", "chunk_2048"])
+def test_a_served_steps_sizes_run_large_together(tmp_path, old, new, failing):
+    target = get("paged_attention")
+    assert (17, 4, 1, 128, 16, 2048, 4096) in target.range_cuts((17, 32, 8, 128, 16, 2048, 4096))
+    assert (256, 4, 1, 128, 16, 1, 1024) in target.range_cuts((256, 32, 8, 128, 16, 1, 1024))
+    v = verify("paged_attention", example_variant(tmp_path, "paged_attention", old, new), QUICK_FP32)
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
-    assert v.failing_case().shape[4] > 65, v.reason
+    assert failing(v.failing_case().shape), v.reason
 
 
 def test_a_grid_past_cudas_limit_on_axis_one_fails_as_on_a_gpu():

@@ -112,8 +112,8 @@ def test_a_candidate_cannot_reach_the_timer_it_shares_a_process_with():
 def test_a_library_without_the_op_or_not_installed_is_named_absent():
     from autotune.verify import bench
 
-    assert bench._library("decode_attention") == "Liger-Kernel has no decode_attention op"
-    fns, absent = bench._baselines({"target": "decode_attention", "baselines": ["eager", "liger", "tvm"]}, CPU)
+    assert bench._library("paged_attention") == "Liger-Kernel has no paged_attention op"
+    fns, absent = bench._baselines({"target": "paged_attention", "baselines": ["eager", "liger", "tvm"]}, CPU)
     assert list(fns) == ["eager"]
-    assert absent == {"liger": "Liger-Kernel has no decode_attention op",
+    assert absent == {"liger": "Liger-Kernel has no paged_attention op",
                       "tvm": "unknown baseline (known: eager, compile, liger)"}

@@ -31,7 +31,7 @@ against the stores only (a program that reads an element before another stores i
 that run the store first, about half of them). Measured cost, interpreted CPU time per call with and without
 the detector (bf16, one thread, shared machine): rms_norm [64, 4096] 0.36 s vs 0.34, softmax 0.45 vs 0.36,
 linear [8, 512, 2048] 3.34 vs 3.27, decode_attention [4, 8, 2, 128, 256] 0.60 vs 0.55, prefill_attention 5.44 vs
-5.55, rotary (in place) 1.61 vs 1.39.
+5.55 (two attention targets since retired into paged_attention), rotary (in place) 1.61 vs 1.39.
 """
 
 from __future__ import annotations

@@ -294,8 +294,7 @@ def range_shapes(target: Target, shapes, config: PlanConfig) -> list[tuple[Shape
     """(served shape, a shape its range cases run) for the target's served shapes (every profile shape, or the
     defaults; every preset's at the most rows served). For each of the target's range cuts (`Target.range_cuts`:
     the i-th shape of each served shape's cuts), at most `verify.max_range_shapes` of them (0: all), chosen so that
-    every value each dim takes in any of them is in at least one (a greedy cover, largest first on ties); then each
-    of the target's `range_relax` dims takes its smallest value in every case but one per value."""
+    every value each dim takes in any of them is in at least one (a greedy cover, largest first on ties)."""
     families: list[dict[Shape, Shape]] = []
     for s in served_shapes(target, shapes, config):
         for i, run in enumerate(target.range_cuts(tuple(s))):
@@ -303,13 +302,13 @@ def range_shapes(target: Target, shapes, config: PlanConfig) -> list[tuple[Shape
                 families.append({})
             families[i].setdefault(tuple(run), tuple(s))
     chosen: dict[Shape, Shape] = {}  # each shape once
-    for i, runs in enumerate(families):
-        for served, run in _cover(target, runs, config.max_range_shapes, relax=i == 0):
+    for runs in families:
+        for served, run in _cover(runs, config.max_range_shapes):
             chosen.setdefault(run, served)
     return [(served, run) for run, served in chosen.items()]
 
 
-def _cover(target: Target, runs: dict[Shape, Shape], limit: int, relax: bool) -> list[tuple[Shape, Shape]]:
+def _cover(runs: dict[Shape, Shape], limit: int) -> list[tuple[Shape, Shape]]:
     left = list(runs)
     wanted = {(d, v) for r in left for d, v in enumerate(r)}
     chosen: list[Shape] = []
@@ -320,13 +319,7 @@ def _cover(target: Target, runs: dict[Shape, Shape], limit: int, relax: bool) ->
         chosen.append(best)
         left.remove(best)
         wanted -= set(enumerate(best))
-    cases = [(runs[r], r) for r in chosen]
-    for d in target.range_relax if relax else ():  # a value another case keeps need not make this one dear
-        low = min(r[d] for r in runs)
-        for i, (served, r) in enumerate(cases):
-            if any(other[d] == r[d] for j, (_, other) in enumerate(cases) if j != i):
-                cases[i] = (served, tuple(target.range_cuts((*r[:d], low, *r[d + 1:]))[0]))  # kept valid by the cut
-    return cases
+    return [(runs[r], r) for r in chosen]
 
 
 def range_sample(target: Target, shape: Shape, config: PlanConfig) -> int:
