@@ -60,6 +60,10 @@ def render(verdict: Verdict, console: Console | None = None) -> None:
                           f"{verdict.speedup_geomean:.3f}x")
     elif verdict.status.correct:
         console.print("timing: not measured (no GPU)")
+    if verdict.fp32_dots:
+        console.print(f"note: fp32 through {', '.join(verdict.fp32_dots).upper()}: its fp32 tl.dot takes its operands "
+                      "at that precision (Triton's default on NVIDIA), and its fp32 cases were judged against the "
+                      "reference's products at it (verify.fp32_dot=ieee demands IEEE)", markup=False)
     for note in verdict.notes:
         console.print(f"note: {note}", markup=False)
     if verdict.sandbox:

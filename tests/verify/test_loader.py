@@ -131,3 +131,13 @@ def test_the_file_bounds_hold_in_the_device_too(tmp_path):
         load(kernel(top="# " + "x" * (BOUNDS.max_bytes + 1)), tmp_path / "kernels.py", BOUNDS)
     with pytest.raises(KernelSourceError, match="verify.max_tree_depth"):
         load(kernel(top="A = " + "-" * 80 + "1"), tmp_path / "kernels.py", BOUNDS)
+
+
+def test_a_launch_metadata_hook_stays_on_the_host(tmp_path):
+    """The device never runs the file's Python: `launch_metadata=` names a plain function, which the device's kernel
+    goes without (no hook is installed to call it), and nothing of it is evaluated."""
+    source = kernel(top="def _label(grid, kernel, args):\n    return open('/etc/passwd')\n").replace(
+        "@triton.jit", "@triton.jit(launch_metadata=_label)")
+    kernels = load(source, tmp_path / "kernels.py", BOUNDS)
+    assert kernels.compiled["kernel"].launch_metadata is None
+    assert "_label" not in kernels.compiled["kernel"].fn.__globals__

@@ -194,10 +194,12 @@ def _is_kernel(fn: ast.FunctionDef, ns: dict) -> bool:
 def _kernel(fn: ast.FunctionDef, path: Path, ns: dict, interpreted: bool):
     """One kernel compiled alone (decorators, defaults and annotations removed) into `ns`, then given its vetted
     defaults and annotations; `@triton.jit(...)`'s constant keyword arguments (do_not_specialize, debug ...)
-    kept. Nothing of the file's is evaluated but by `constant` and `_resolve`."""
+    kept; `launch_metadata` left out (a profiler's hook, Python of the file: Triton calls it only while a launch
+    hook is installed, which the checker never does). Nothing of the file's is evaluated but by `constant` and
+    `_resolve`."""
     jit = fn.decorator_list[-1]
     options = {str(k.arg): _vetted(k.value, ns, fn, f"`@triton.jit`'s `{k.arg}`")
-               for k in jit.keywords} if isinstance(jit, ast.Call) else {}
+               for k in jit.keywords if k.arg != "launch_metadata"} if isinstance(jit, ast.Call) else {}
     a = fn.args
     params = [*a.posonlyargs, *a.args, *a.kwonlyargs, *(p for p in (a.vararg, a.kwarg) if p is not None)]
     annotations = {p.arg: _annotation(p.annotation, ns, fn, p.arg) for p in params if p.annotation is not None}

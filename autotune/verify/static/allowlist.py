@@ -39,10 +39,13 @@ IMPORTS: dict[str, str] = {
     "triton.language": "the language kernels are written in",
     "math": "integer helpers for block sizes in the launcher (ceil, log2)",
     "triton.language.extra.libdevice": "CUDA's libdevice math in kernels, only the functions in KERNEL_LIBDEVICE",
+    "typing": "type annotations of the launcher (vLLM annotates its launch_metadata hooks), only those in NAMES",
+    "collections.abc": "type annotations of the launcher, only those in NAMES",
 }
 # Not importable: `triton.language.extra.cuda` and the other backends' modules (a kernel names the portable
 # stub module, which the compiler maps to the GPU's own), `triton.language.extra` beyond libdevice.
-# `typing`, `functools`, `__future__`: `from typing import sys` reached the worker's modules (issue 8).
+# `functools`, `__future__`, and typing beyond its annotation names: `from typing import sys` reached the worker's
+# modules (issue 8); a name imported from a listed module must itself be in NAMES.
 ALLOWED_IMPORTS = tuple(IMPORTS)
 
 # Dotted names reachable from the imported modules, outside kernels and inside them.
@@ -58,7 +61,9 @@ NAMES: dict[str, tuple[Use, str]] = {
     **_group("torch.float32 torch.float16 torch.bfloat16 torch.float64 torch.float torch.half torch.double "
              "torch.int8 torch.int16 torch.int32 torch.int64 torch.uint8 torch.bool torch.long torch.int",
              Use.VALUE, "dtypes, to allocate in a given dtype or to pick a block size by dtype"),
-    **_group("torch.Tensor", Use.ANNOTATION, "type annotations of the launcher"),
+    **_group("torch.Tensor typing.Any typing.Optional typing.Union collections.abc.Callable", Use.ANNOTATION,
+             "type annotations of the launcher"),
+    **_group("typing collections collections.abc", Use.MODULE, "reached only through listed annotation names"),
     **_group("triton.jit", Use.DECORATOR, "marks a kernel"),
     **_group("triton.autotune triton.heuristics", Use.DECORATOR,
              "launch configurations chosen by shape; on CPU the configs take turns, so each is checked"),
@@ -159,6 +164,8 @@ ATTRIBUTES: dict[str, tuple[Use, str]] = {
     # the machine the file runs on
     **_group("device", Use.VALUE, "the device to allocate on, passed along"),
 }
+# Read on its arguments by a `launch_metadata=` hook of @triton.jit (policy.py: a profiler's, never run by the checker)
+HOOK_ATTRIBUTES: dict[str, tuple[Use, str]] = _group("name", Use.VALUE, "the kernel's name, for the profiler's label")
 
 # Attributes and methods of the values inside a kernel: Triton tensor members (triton 3.9's `tl.tensor`)
 # and dtype fields. Not listed: `handle` (under the interpreter, the numpy array behind a tensor).

@@ -33,6 +33,7 @@ from autotune.verify.static.allowlist import (
     ATTRIBUTES,
     BUILTINS,
     CONVERSIONS,
+    HOOK_ATTRIBUTES,
     IMPORTS,
     KERNEL_ATTRIBUTES,
     KERNEL_BUILTINS,
@@ -155,6 +156,7 @@ class _Scanner:
         self.functions: set[str] = set()  # top-level plain functions
         self.globals: set[str] = set()  # every other name bound at the top level
         self.scopes: list[set[str]] = []  # names bound in the enclosing functions and lambdas
+        self.hooks: set[str] = set()  # top-level functions used only as `@triton.jit(launch_metadata=...)`
 
     def flag(self, node: ast.AST, message: str) -> None:
         self.findings.append(f"line {getattr(node, 'lineno', 0)}: {message}")
@@ -171,6 +173,7 @@ class _Scanner:
                 self.kernels.add(alias)
             elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
                 self.globals |= names.stored_names(stmt)  # a name only read in a target (`d[exec] = 1`) is a use
+        self.hooks = self.launch_metadata_hooks()
         for stmt in self.tree.body:
             if isinstance(stmt, ast.FunctionDef):
                 self.function(stmt)
@@ -187,6 +190,24 @@ class _Scanner:
                 self.walk(stmt, "launcher")  # first: what it does is the more useful finding (`open`, ...)
                 self.flag(stmt, f"a top-level `{type(stmt).__name__.lower()}` statement: the top level of a kernel "
                                 "file holds imports, constants and functions only")
+
+    def launch_metadata_hooks(self) -> set[str]:
+        """The plain functions named only as `launch_metadata=` of a @triton.jit (vLLM's GEMMs name their FLOPs and
+        bytes for profilers this way). Triton calls such a hook only while a launch hook is installed, which the
+        checker never does and a candidate cannot (triton.knobs is not listed), and what it returns goes to the
+        profiler alone: it may format strings. A function read anywhere else is plain launcher code."""
+        named = [k.value.id for d in ast.walk(self.tree) if isinstance(d, ast.Call)
+                 and self.decorating(d) and self.dotted(names.callee(d)) == "triton.jit"
+                 for k in d.keywords if k.arg == "launch_metadata" and isinstance(k.value, ast.Name)]
+        loads = [n.id for n in ast.walk(self.tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
+        return {name for name in named if name in self.functions and loads.count(name) == named.count(name)}
+
+    def in_hook(self, node: ast.AST) -> bool:
+        while node in self.parents:
+            node = self.parents[node]
+            if isinstance(node, ast.FunctionDef) and node.name in self.hooks and node in self.tree.body:
+                return True
+        return False
 
     # imports -----------------------------------------------------------------------------------
     def imports(self, node: ast.Import | ast.ImportFrom) -> None:
@@ -330,7 +351,7 @@ class _Scanner:
         elif isinstance(node, ast.JoinedStr) or (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod)
                                                  and isinstance(node.left, ast.Constant)
                                                  and isinstance(node.left.value, str)):
-            if not self.inside(node, (ast.Raise, ast.Assert)):
+            if not self.inside(node, (ast.Raise, ast.Assert)) and not self.in_hook(node):
                 self.flag(node, "formats a string outside an error message (the text of a kernel object differs "
                                 "between the interpreter and a GPU)")
         elif isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr)):
@@ -385,7 +406,8 @@ class _Scanner:
             self.flag(node, "reads `.device` other than to pass it on: a candidate may not choose its path by the "
                             "device it runs on")
         else:
-            entry = METHODS.get(node.attr) or ATTRIBUTES.get(node.attr)
+            entry = METHODS.get(node.attr) or ATTRIBUTES.get(node.attr) or (
+                HOOK_ATTRIBUTES.get(node.attr) if self.in_hook(node) else None)
             called = isinstance(self.parents.get(node), ast.Call) and getattr(self.parents[node], "func", None) is node
             self.use(node, node.attr, entry, f"`.{node.attr}{'()' if called else ''}` outside a kernel",
                      "allocation, views/reshapes, contiguity and shape/stride/dtype queries; the math goes in the "
