@@ -8,6 +8,8 @@ Verdicts (verify=quick, bfloat16 + float32, CPU interpreter):
   before, "race in kernel_unified_attention" at a GQA group that does not divide 16 (BLOCK_M 16, BLOCK_Q = 16 //
   group: a program's last 16 - BLOCK_Q * group rows are the next program's first query row, stored by both, equal
   on a GPU, one bit apart under numpy's sgemm).
+- vllm/chunked_prefill_paged_decode: rejected, "NaN swallowed": a decode whose query holds a NaN gives 0 (see
+  test_production.py's NOT_YET); its fp32 values are right on every edge and model shape, checked outside.
 The decode_attention and prefill_attention targets, with their slot cache that no engine uses, were retired into
 paged_attention (stop 40), and with them the ports fitted to that cache by transposed views (vLLM's and SGLang's
 split-KV decodes, vLLM's unified attention as a prefill).
@@ -91,4 +93,65 @@ def paged_attention(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, sc
 ''', helpers=UNIFIED_HELPERS, edits=UNIFIED_EDITS)
 
 
-ATTENTION_PORTS = (VLLM_PAGED,)
+# vLLM's chunked_prefill_paged_decode (vllm/v1/attention/ops/chunked_prefill_paged_decode.py, its ROCm attention
+# backend's path): prefix_prefill's context_attention_fwd for the sequences of more than one query row (its
+# `_fwd_kernel`, reading this step's keys back from the cache as its KV_FROM_CACHE mode does), then
+# `kernel_paged_attention_2d` for the decodes (filter_by_query_len), each over vLLM's older cache layout
+# (K [num_blocks, kv_heads, D // x, block_size, x], V [num_blocks, kv_heads, D, block_size]) by its strides: our
+# launcher passes views of the target's [num_blocks, block_size, kv_heads, D] caches in that layout, never a copy.
+CHUNKED = vllm_file("v1/attention/ops/chunked_prefill_paged_decode.py")
+PREFIX_PREFILL = (vllm_file("v1/attention/ops/prefix_prefill.py"), ("_paged_kv_cache_offsets", "_fwd_kernel"))
+VLLM_CHUNKED = Port("vllm/chunked_prefill_paged_decode", "paged_attention", CHUNKED,
+                    ("cdiv_fn", "kernel_paged_attention_2d"), '''
+def paged_attention(q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, scale, window, max_query_len,
+                    max_seq_len):
+    num_blocks, block_size, num_kv_heads, head_size = k_cache.shape
+    x = 16 // k_cache.element_size()  # vLLM's key cache keeps 16 bytes of a key together innermost
+    key_cache = k_cache.view(num_blocks, block_size, num_kv_heads, head_size // x, x).permute(0, 2, 3, 1, 4)
+    value_cache = v_cache.permute(0, 2, 3, 1)
+    output = torch.empty_like(q)
+    num_seqs = seq_lens.shape[0]
+    num_query_heads = q.shape[1]
+    num_queries_per_kv = num_query_heads // num_kv_heads
+    # read only to dequantize an fp8 cache (`if K_load.dtype.is_fp8()`), never for bf16/fp16/fp32
+    k_scale = torch.zeros((1,), dtype=torch.float32, device=q.device)
+    v_scale = torch.zeros((1,), dtype=torch.float32, device=q.device)
+    if max_query_len > 1:  # context_attention_fwd(q, None, None, ..., skip_decode=True): k, v are placeholders
+        BLOCK_M = 128
+        _fwd_kernel[(num_seqs, num_query_heads, triton.cdiv(max_query_len, BLOCK_M))](
+            q, q, q, key_cache, value_cache, None, block_table, scale, k_scale, v_scale, 1.0, cu_seqlens_q,
+            seq_lens, x, output, block_table.stride(0), block_table.stride(1), q.stride(0), q.stride(1),
+            q.stride(2), q.stride(0), q.stride(1), q.stride(2), q.stride(0), q.stride(1), q.stride(2),
+            output.stride(0), output.stride(1), output.stride(2),
+            stride_k_cache_bs=key_cache.stride(0), stride_k_cache_h=key_cache.stride(1),
+            stride_k_cache_d=key_cache.stride(2), stride_k_cache_bl=key_cache.stride(3),
+            stride_k_cache_x=key_cache.stride(4), stride_v_cache_bs=value_cache.stride(0),
+            stride_v_cache_h=value_cache.stride(1), stride_v_cache_d=value_cache.stride(2),
+            stride_v_cache_bl=value_cache.stride(3), BLOCK_SIZE=32, PHYSICAL_BLOCK_SIZE=block_size,
+            num_queries_per_kv=num_queries_per_kv, IN_PRECISION=None, BLOCK_DMODEL=head_size,
+            BLOCK_DMODEL_PADDED=triton.next_power_of_2(head_size), SLIDING_WINDOW=window, SKIP_DECODE=True,
+            USE_FP8=False, BLOCK_M=BLOCK_M, BLOCK_N=64, num_unroll_cache=4, num_unroll_request=1, num_warps=4,
+            num_stages=1, USE_SINKS=False, CAUSAL=True, KV_FROM_CACHE=True,
+        )
+    is_pow2 = block_size & (block_size - 1) == 0
+    kernel_paged_attention_2d[(num_seqs, num_kv_heads)](
+        output_ptr=output, query_ptr=q, key_cache_ptr=key_cache, value_cache_ptr=value_cache, sink_ptr=None,
+        block_tables_ptr=block_table, seq_lens_ptr=seq_lens, alibi_slopes_ptr=None, scale=scale, k_scale=k_scale,
+        v_scale=v_scale, out_scale_inv=1.0, num_query_heads=num_query_heads, num_queries_per_kv=num_queries_per_kv,
+        num_queries_per_kv_padded=max(triton.next_power_of_2(num_queries_per_kv), 16),
+        block_table_stride=block_table.stride(0), query_stride_0=q.stride(0), query_stride_1=q.stride(1),
+        output_stride_0=output.stride(0), output_stride_1=output.stride(1),
+        BLOCK_SIZE=min(block_size, 128) if is_pow2 else 32, PHYSICAL_BLOCK_SIZE=block_size, HEAD_SIZE=head_size,
+        HEAD_SIZE_PADDED=triton.next_power_of_2(head_size), USE_ALIBI_SLOPES=False, SLIDING_WINDOW=window, x=x,
+        stride_k_cache_0=key_cache.stride(0), stride_k_cache_1=key_cache.stride(1),
+        stride_k_cache_2=key_cache.stride(2), stride_k_cache_3=key_cache.stride(3),
+        stride_k_cache_4=key_cache.stride(4), stride_v_cache_0=value_cache.stride(0),
+        stride_v_cache_1=value_cache.stride(1), stride_v_cache_2=value_cache.stride(2),
+        stride_v_cache_3=value_cache.stride(3), filter_by_query_len=True, query_start_len_ptr=cu_seqlens_q,
+        USE_SINKS=False, USE_FP8=False,
+    )
+    return output
+''', helpers=(PREFIX_PREFILL,), edits=(("float8_info.min", "-448.0"), ("float8_info.max", "448.0")))
+
+
+ATTENTION_PORTS = (VLLM_PAGED, VLLM_CHUNKED)
