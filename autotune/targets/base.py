@@ -182,6 +182,9 @@ class Target:
     mutates: tuple[str, ...] = ()  # arguments the op writes in place (vLLM style); every other input is read-only
     # argument name -> values the cases take in turn (instead of what make_inputs chose), e.g. eps
     scalar_values: Mapping[str, tuple[float, ...]] = dataclasses.field(default_factory=dict)
+    # served values the domain knows of and no plan runs, CPU or GPU (each a phrase naming the value and who serves
+    # it): every verdict and `verify --plan` say them, so that a pass is never read as covering them
+    beyond_domain: tuple[str, ...] = ()
     # argument name -> conf/model/*.yaml key whose value in every preset joins scalar_values
     scalar_from_model: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # a model preset's dims (conf/model/*.yaml as a dict) and a row count -> the shapes its layers pass here

@@ -37,3 +37,5 @@ def test_correct_kernels_are_unmeasured_on_cpu(target, path, plan):
     assert v.timings == [] and not v.measured
     assert {"rlimits", "network", "filesystem", "user", "environment", "timeout_s"} <= set(v.sandbox)
     assert v.environment["device"] == "cpu" and v.candidate_sha256
+    beyond = get(target).beyond_domain  # what no plan runs is said, never implied covered (paged_attention's contexts)
+    assert not beyond or any(n.startswith("served values no case runs") and beyond[0] in n for n in v.notes), v.notes

@@ -73,19 +73,24 @@ def test_a_block_size_that_is_not_a_power_of_two_is_served():
 # shape outside the checker); the domain now has each value, and a variant of the example that fails only there is
 # rejected at it: (change, what the failing case must have). The fifth, a block lookup per 16 keys, is right for every
 # block size vLLM's Triton backend takes (multiples of 16), and the domain says so (serve.block_size too).
-PAGED_DOMAIN = [
+PAGED_DOMAIN = [  # (the changes, each (old, new); the dim of the failing case; its values)
     # head_dim 256 (Gemma 2 2B/9B, vLLM's largest): dims past 128 never written
-    (("BD=triton.next_power_of_2(head_dim)", "BD=min(triton.next_power_of_2(head_dim), 128)"), 3, (256,)),
-    # a decode step of vLLM's max_num_seqs (256), a range case of the default plan (the quick one keeps 2 of 6): the
-    # sequence search stops after 64 sequences
-    (("for i in range(1, num_seqs):", "for i in range(1, tl.minimum(num_seqs, 64)):"), 0, (256,)),
+    ((("BD=triton.next_power_of_2(head_dim)", "BD=min(triton.next_power_of_2(head_dim), 128)"),), 3, (256,)),
+    # a decode step of vLLM's max_num_seqs (1024 on an H100/H200), a range case of the default plan (the quick one
+    # keeps 2 of 6): the sequence search stops after 64 sequences
+    ((("for i in range(1, num_seqs):", "for i in range(1, tl.minimum(num_seqs, 64)):"),), 0, (1024,)),
+    # stop 40's attacker: the window applied to the cached prefix only (a chunk's own keys taken as inside it), wrong
+    # once a prefill chunk is longer than its window: the default step's 2048-row chunk under Gemma 3's 1024 keys
+    ((("for start in range(lo // TILE * TILE, pos + 1, TILE):",
+       "for start in range(tl.minimum(lo, ctx - n) // TILE * TILE, pos + 1, TILE):"),
+      ("live = (p >= lo) & (p <= pos)", "live = ((p >= lo) | (p >= ctx - n)) & (p <= pos)")), 5, (2048,)),
 ]
 
 
-@pytest.mark.parametrize("change, dim, values", PAGED_DOMAIN, ids=["head_dim_256", "seqs_256"])
-def test_paged_attention_is_judged_at_what_engines_serve_beyond_the_presets(tmp_path, change, dim, values):
-    plan_ = QUICK_FP32 if dim else compose(["verify.dtypes=[float32]"])
-    v = verify("paged_attention", example_variant(tmp_path, "paged_attention", *change), plan_)
+@pytest.mark.parametrize("changes, dim, values", PAGED_DOMAIN, ids=["head_dim_256", "seqs_1024", "window_chunk"])
+def test_paged_attention_is_judged_at_what_engines_serve_beyond_the_presets(tmp_path, changes, dim, values):
+    plan_ = QUICK_FP32 if dim in (3, 5) else compose(["verify.dtypes=[float32]"])
+    v = verify("paged_attention", example_variant(tmp_path, "paged_attention", *changes[0], *changes[1:]), plan_)
     assert v.status is Status.INCORRECT, v.reason
     assert v.failing_case().shape[dim] in values, v.reason
 
@@ -228,7 +233,7 @@ def test_a_launch_only_a_served_combination_of_sizes_makes_stays_unproven(tmp_pa
 # A served step's sizes that go wrong only together, each a variant of the example with its scale off by 0.1% there
 # (right on every case that keeps one of them small): a range case runs the step whole on one kv head, sampled
 STEP_SIZES = [
-    # 256 decodes over contexts up to 1024: a scratch or split count sized by sequences x context
+    # 1024 decodes over contexts up to 512: a scratch or split count sized by sequences x context
     ("max_seq_len):\n", "max_seq_len):\n    scale = scale * (1.0 if seq_lens.shape[0] * max_seq_len <= 65536 else 1.001)\n",
      lambda shape: shape[0] * shape[6] > 65536),
     # a 2048-row prefill chunk (vLLM's default max_num_batched_tokens): a path taken past 512 query rows
@@ -241,7 +246,7 @@ STEP_SIZES = [
 def test_a_served_steps_sizes_run_large_together(tmp_path, old, new, failing):
     target = get("paged_attention")
     assert (17, 4, 1, 128, 16, 2048, 4096) in target.range_cuts((17, 32, 8, 128, 16, 2048, 4096))
-    assert (256, 4, 1, 128, 16, 1, 1024) in target.range_cuts((256, 32, 8, 128, 16, 1, 1024))
+    assert (1024, 4, 1, 128, 16, 1, 512) in target.range_cuts((1024, 32, 8, 128, 16, 1, 512))
     v = verify("paged_attention", example_variant(tmp_path, "paged_attention", old, new), QUICK_FP32)
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
     assert failing(v.failing_case().shape), v.reason
@@ -268,3 +273,4 @@ def test_a_launch_one_program_short_only_at_the_largest_steps_is_caught_on_the_d
                compose(["verify.dtypes=[float32]", "verify.shapes=default"]))
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
     assert "[2048, 4096]" in v.reason, v.reason
+

@@ -452,6 +452,27 @@ def test_a_launch_metadata_hook_may_label_its_launch_for_the_profiler():
     assert any("`.name` outside a kernel" in f for f in findings("k = _k.name"))  # only a hook reads it
 
 
+# An attacker of stop 40 zeroed the key cache from a hook (`args["k_ptr"].zero_()`): it would run only under a
+# profiler, where nothing checks it. A hook only reads and builds its own dict.
+HOOK_EFFECTS = [
+    ('args["x_ptr"].zero_()', "calls `.zero_()` in the launch_metadata hook"),
+    ('args["x_ptr"][0] = 1.0', "stores into `args['x_ptr']` in the launch_metadata hook"),
+    ('x = args["x_ptr"]\n    x += 1', "changes a value in place in the launch_metadata hook"),
+    ('_k[(1,)](args["x_ptr"], args["x_ptr"], 1, BLOCK=1)', "calls `_k[1,]` in the launch_metadata hook"),
+    ('torch.empty_like(args["x_ptr"])', "calls `torch.empty_like` in the launch_metadata hook"),
+    ('rms_norm(args["x_ptr"], None, 1.0)', "calls `rms_norm` in the launch_metadata hook"),
+]
+
+
+@pytest.mark.parametrize("effect, fragment", HOOK_EFFECTS,
+                         ids=["method", "store", "in_place", "launch", "torch", "own_function"])
+def test_a_launch_metadata_hook_may_not_change_anything(effect, fragment):
+    source = HOOKED.replace("{use}", "pass").replace("    return {\"name\"", f"    {effect}\n    return {{\"name\"", 1)
+    assert effect in source
+    found = scan(parse(source), RMS)
+    assert any(fragment in f for f in found), found
+
+
 @pytest.mark.parametrize("line, fragment", [
     ("from typing import sys", "imports `typing.sys`, which is not on the allow-list"),
     ("import typing\nT = typing.get_type_hints", "uses `typing.get_type_hints`, which is not on the allow-list"),

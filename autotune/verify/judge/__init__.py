@@ -130,7 +130,8 @@ def _judge(target: Target, source: str, path: str, cfg_verify, verdict: Verdict,
     narrowed = "" if len(presets) == len(config.model_presets()) else (
         f"model presets covered: {', '.join(p['name'] for p in presets)} of {len(config.model_presets())} "
         "(verify.models); other models' shapes and scalars were not checked")
-    plan_notes = [narrowed, case_plan.cut_note(target, shapes, plan_config, salt), case_plan.probe_note(plan),
+    plan_notes = [narrowed, case_plan.beyond_note(target), case_plan.cut_note(target, shapes, plan_config, salt),
+                  case_plan.probe_note(plan),
                   "" if plan_config.whole else case_plan.whole_note(target, plan, case_plan.served_shapes(
                       target, shapes, plan_config))]
     _record(verdict, session, run, [n for n in plan_notes if n], bool(cfg_verify.nsight))

@@ -436,6 +436,12 @@ def cut_note(target: Target, shapes, config: PlanConfig, salt: bytes = b"") -> s
     return "; ".join(n for n in notes if n)
 
 
+def beyond_note(target: Target) -> str:
+    """The served values the target declares no plan runs (Target.beyond_domain), '' when none."""
+    return ("served values no case runs (on a GPU either): " + "; ".join(target.beyond_domain)
+            if target.beyond_domain else "")
+
+
 def whole_note(target: Target, cases: list[Case], served: list[Shape]) -> str:
     """What the CPU plan never ran with every program: each dim whose largest served value is beyond the largest
     any case runs whole, with the largest a sample of programs meets; '' when every served value runs whole. A kernel

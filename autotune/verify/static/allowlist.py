@@ -166,6 +166,8 @@ ATTRIBUTES: dict[str, tuple[Use, str]] = {
 }
 # Read on its arguments by a `launch_metadata=` hook of @triton.jit (policy.py: a profiler's, never run by the checker)
 HOOK_ATTRIBUTES: dict[str, tuple[Use, str]] = _group("name", Use.VALUE, "the kernel's name, for the profiler's label")
+# The only methods such a hook may call (reads: it runs where the checker never looks)
+HOOK_READS = frozenset("element_size numel size stride dim get items keys values".split())
 
 # Attributes and methods of the values inside a kernel: Triton tensor members (triton 3.9's `tl.tensor`)
 # and dtype fields. Not listed: `handle` (under the interpreter, the numpy array behind a tensor).

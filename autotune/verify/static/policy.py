@@ -34,6 +34,7 @@ from autotune.verify.static.allowlist import (
     BUILTINS,
     CONVERSIONS,
     HOOK_ATTRIBUTES,
+    HOOK_READS,
     IMPORTS,
     KERNEL_ATTRIBUTES,
     KERNEL_BUILTINS,
@@ -254,6 +255,33 @@ class _Scanner:
     def function(self, node: ast.FunctionDef) -> None:
         self.decorators(node)
         self.body(node, "kernel" if node.name in self.kernels else "launcher")
+        if node.name in self.hooks:
+            self.hook(node)
+
+    def hook(self, node: ast.FunctionDef) -> None:
+        """A launch_metadata hook runs only under a profiler, never in the checker, so nothing it did would be seen:
+        beyond the launcher rules, it may only read (sizes, strides, element sizes, its dict arguments) and build
+        the dict it returns. No call of this file's functions, of a module's or of a kernel; no method but those
+        reads; no store but into a dict it made; no in-place operator (an argument's tensor zeroed, say)."""
+        own = {t.id for s in ast.walk(node) if isinstance(s, ast.Assign) and isinstance(s.value, ast.Dict)
+               for t in s.targets if isinstance(t, ast.Name)}
+        for n in ast.walk(node):
+            if isinstance(n, ast.Call):
+                f = n.func
+                if isinstance(f, ast.Attribute) and self.dotted(f) is None:
+                    ok, what = f.attr in HOOK_READS, f"`.{f.attr}()`"
+                else:
+                    ok, what = isinstance(f, ast.Name) and f.id in _PYTHON_BUILTINS, f"`{ast.unparse(f)}`"
+                if not ok:
+                    self.flag(n, f"calls {what} in the launch_metadata hook `{node.name}`: a hook only reads its "
+                                 f"arguments ({', '.join(sorted(HOOK_READS))}) and returns a new dict, as Triton "
+                                 "runs it under a profiler the checker never installs")
+            elif isinstance(n, ast.AugAssign):
+                self.flag(n, f"changes a value in place in the launch_metadata hook `{node.name}`")
+            elif isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) and not (
+                    isinstance(n.value, ast.Name) and n.value.id in own):
+                self.flag(n, f"stores into `{ast.unparse(n.value)}` in the launch_metadata hook `{node.name}`: only "
+                             "into a dict the hook made")
 
     def body(self, node: ast.FunctionDef, mode: str) -> None:
         """A function's defaults and annotations (evaluated where it is defined), then its body in a scope of its own:
