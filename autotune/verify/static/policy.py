@@ -27,14 +27,13 @@ import builtins
 import threading
 from typing import TYPE_CHECKING
 
-from autotune.verify.static import names, statics
+from autotune.verify.static import hooks, names, statics
 from autotune.verify.static.allowlist import (
     ALLOWED_IMPORTS,
     ATTRIBUTES,
     BUILTINS,
     CONVERSIONS,
     HOOK_ATTRIBUTES,
-    HOOK_READS,
     IMPORTS,
     KERNEL_ATTRIBUTES,
     KERNEL_BUILTINS,
@@ -174,7 +173,8 @@ class _Scanner:
                 self.kernels.add(alias)
             elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
                 self.globals |= names.stored_names(stmt)  # a name only read in a target (`d[exec] = 1`) is a use
-        self.hooks = self.launch_metadata_hooks()
+        self.hooks = hooks.named(self.tree, self.functions, lambda d: self.decorating(d) and self.dotted(
+            names.callee(d)) == "triton.jit")
         for stmt in self.tree.body:
             if isinstance(stmt, ast.FunctionDef):
                 self.function(stmt)
@@ -191,24 +191,6 @@ class _Scanner:
                 self.walk(stmt, "launcher")  # first: what it does is the more useful finding (`open`, ...)
                 self.flag(stmt, f"a top-level `{type(stmt).__name__.lower()}` statement: the top level of a kernel "
                                 "file holds imports, constants and functions only")
-
-    def launch_metadata_hooks(self) -> set[str]:
-        """The plain functions named only as `launch_metadata=` of a @triton.jit (vLLM's GEMMs name their FLOPs and
-        bytes for profilers this way). Triton calls such a hook only while a launch hook is installed, which the
-        checker never does and a candidate cannot (triton.knobs is not listed), and what it returns goes to the
-        profiler alone: it may format strings. A function read anywhere else is plain launcher code."""
-        named = [k.value.id for d in ast.walk(self.tree) if isinstance(d, ast.Call)
-                 and self.decorating(d) and self.dotted(names.callee(d)) == "triton.jit"
-                 for k in d.keywords if k.arg == "launch_metadata" and isinstance(k.value, ast.Name)]
-        loads = [n.id for n in ast.walk(self.tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)]
-        return {name for name in named if name in self.functions and loads.count(name) == named.count(name)}
-
-    def in_hook(self, node: ast.AST) -> bool:
-        while node in self.parents:
-            node = self.parents[node]
-            if isinstance(node, ast.FunctionDef) and node.name in self.hooks and node in self.tree.body:
-                return True
-        return False
 
     # imports -----------------------------------------------------------------------------------
     def imports(self, node: ast.Import | ast.ImportFrom) -> None:
@@ -255,33 +237,8 @@ class _Scanner:
     def function(self, node: ast.FunctionDef) -> None:
         self.decorators(node)
         self.body(node, "kernel" if node.name in self.kernels else "launcher")
-        if node.name in self.hooks:
-            self.hook(node)
-
-    def hook(self, node: ast.FunctionDef) -> None:
-        """A launch_metadata hook runs only under a profiler, never in the checker, so nothing it did would be seen:
-        beyond the launcher rules, it may only read (sizes, strides, element sizes, its dict arguments) and build
-        the dict it returns. No call of this file's functions, of a module's or of a kernel; no method but those
-        reads; no store but into a dict it made; no in-place operator (an argument's tensor zeroed, say)."""
-        own = {t.id for s in ast.walk(node) if isinstance(s, ast.Assign) and isinstance(s.value, ast.Dict)
-               for t in s.targets if isinstance(t, ast.Name)}
-        for n in ast.walk(node):
-            if isinstance(n, ast.Call):
-                f = n.func
-                if isinstance(f, ast.Attribute) and self.dotted(f) is None:
-                    ok, what = f.attr in HOOK_READS, f"`.{f.attr}()`"
-                else:
-                    ok, what = isinstance(f, ast.Name) and f.id in _PYTHON_BUILTINS, f"`{ast.unparse(f)}`"
-                if not ok:
-                    self.flag(n, f"calls {what} in the launch_metadata hook `{node.name}`: a hook only reads its "
-                                 f"arguments ({', '.join(sorted(HOOK_READS))}) and returns a new dict, as Triton "
-                                 "runs it under a profiler the checker never installs")
-            elif isinstance(n, ast.AugAssign):
-                self.flag(n, f"changes a value in place in the launch_metadata hook `{node.name}`")
-            elif isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) and not (
-                    isinstance(n.value, ast.Name) and n.value.id in own):
-                self.flag(n, f"stores into `{ast.unparse(n.value)}` in the launch_metadata hook `{node.name}`: only "
-                             "into a dict the hook made")
+        for n, message in hooks.findings(node, self.dotted) if node.name in self.hooks else ():
+            self.flag(n, message)
 
     def body(self, node: ast.FunctionDef, mode: str) -> None:
         """A function's defaults and annotations (evaluated where it is defined), then its body in a scope of its own:
@@ -379,7 +336,8 @@ class _Scanner:
         elif isinstance(node, ast.JoinedStr) or (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod)
                                                  and isinstance(node.left, ast.Constant)
                                                  and isinstance(node.left.value, str)):
-            if not self.inside(node, (ast.Raise, ast.Assert)) and not self.in_hook(node):
+            if not (self.inside(node, (ast.Raise, ast.Assert)) or hooks.inside(node, self.parents, self.hooks,
+                                                                                self.tree)):
                 self.flag(node, "formats a string outside an error message (the text of a kernel object differs "
                                 "between the interpreter and a GPU)")
         elif isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr)):
@@ -435,7 +393,7 @@ class _Scanner:
                             "device it runs on")
         else:
             entry = METHODS.get(node.attr) or ATTRIBUTES.get(node.attr) or (
-                HOOK_ATTRIBUTES.get(node.attr) if self.in_hook(node) else None)
+                HOOK_ATTRIBUTES.get(node.attr) if hooks.inside(node, self.parents, self.hooks, self.tree) else None)
             called = isinstance(self.parents.get(node), ast.Call) and getattr(self.parents[node], "func", None) is node
             self.use(node, node.attr, entry, f"`.{node.attr}{'()' if called else ''}` outside a kernel",
                      "allocation, views/reshapes, contiguity and shape/stride/dtype queries; the math goes in the "
