@@ -49,10 +49,9 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     bounds, lengths = cu_seqlens_q.tolist(), seq_lens.tolist()
     rows = [bounds[s + 1] - bounds[s] for s in range(len(lengths))]
     decodes = [s for s, n in enumerate(rows) if n == 1]
-    for first in range(0, len(decodes), DECODE_BATCH):  # a decode step's many sequences: batched, not a loop of 1024
-        _decodes(q, k_cache, v_cache, [bounds[s] for s in decodes[first:first + DECODE_BATCH]],
-                 seq_lens[decodes[first:first + DECODE_BATCH]], block_table[decodes[first:first + DECODE_BATCH]],
-                 scale, window, out)
+    for first in range(0, len(decodes), 64):  # a decode step's many sequences, 64 at a time, not one by one
+        some = decodes[first:first + 64]
+        _decodes(q, k_cache, v_cache, [bounds[s] for s in some], seq_lens[some], block_table[some], scale, window, out)
     block_size, kv_heads, d = k_cache.shape[1], k_cache.shape[2], q.shape[2]
     group = q.shape[1] // kv_heads
     for s, ctx in enumerate(lengths):
@@ -75,14 +74,11 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     return out
 
 
-DECODE_BATCH = 64  # decodes attended together: their keys gathered to [64, longest context, kv_heads, D]
-
-
 def _decodes(q, k_cache, v_cache, rows: list[int], ctx: torch.Tensor, table: torch.Tensor, scale: float, window: int,
              out: torch.Tensor) -> None:
     """Decodes (one query row each, at its sequence's last position) in one batched product: each sequence's keys
-    gathered through its block table to the batch's longest context; a key past its own context is hidden, and its
-    value zeroed (it may be another sequence's, or garbage)."""
+    gathered through its block table to the batch's longest context ([batch, longest, kv_heads, D]); a key past its
+    own context is hidden, and its value zeroed (it may be another sequence's, or garbage)."""
     block_size, kv_heads, d = k_cache.shape[1], k_cache.shape[2], q.shape[2]
     batch, group, ctx = len(rows), q.shape[1] // kv_heads, ctx.long()
     key_pos = torch.arange(int(ctx.max()), device=q.device)
