@@ -7,10 +7,10 @@ Nothing of the kernels' code is in this repository: `Port.candidate()` takes it 
 
 from __future__ import annotations
 
-from tests.production.ports import FLAG_GEMS, LIGER, SGLANG, VLLM, Port
+from tests.production.ports import FLAG_GEMS, LIGER, SGLANG, Port, vllm_file
 from tests.production.wheels import Source
 
-VLLM_FUSED_MOE = Source(*VLLM, "vllm/model_executor/layers/fused_moe/fused_moe.py")
+VLLM_FUSED_MOE = vllm_file("model_executor/layers/fused_moe/fused_moe.py")
 VLLM_NAMES = ("write_zeros_to_output", "fused_moe_kernel")
 # FlagGems' Triton moe_align_block_size and moe_sum: its stand-ins for vLLM's CUDA ops of those names
 FLAG_GEMS_ALIGN = (Source(*FLAG_GEMS, "flag_gems/fused/moe_align_block_size.py"),
