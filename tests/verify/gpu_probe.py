@@ -111,6 +111,23 @@ def _own_rows(y_ptr, x_ptr, N: tl.constexpr):  # each program reads and rewrites
 
 
 @triton.jit
+def _readback(y_ptr, x_ptr, N: tl.constexpr):  # stores a row, then reads it back reversed: another thread's element
+    offs = tl.program_id(0) * N + tl.arange(0, N)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs) * 2.0)
+    back = tl.program_id(0) * N + (N - 1 - tl.arange(0, N))
+    tl.store(y_ptr + back, tl.load(y_ptr + back) + 1.0)
+
+
+@triton.jit
+def _readback_barrier(y_ptr, x_ptr, N: tl.constexpr):  # the same, with a barrier between: ordered
+    offs = tl.program_id(0) * N + tl.arange(0, N)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs) * 2.0)
+    tl.debug_barrier()
+    back = tl.program_id(0) * N + (N - 1 - tl.arange(0, N))
+    tl.store(y_ptr + back, tl.load(y_ptr + back) + 1.0)
+
+
+@triton.jit
 def _bf16_ops(x_ptr, y_ptr, z_ptr, out_ptr, sums_ptr, idx_ptr, N: tl.constexpr):  # bf16 in, bf16 arithmetic
     offs = tl.arange(0, N)
     x, y, z = tl.load(x_ptr + offs), tl.load(y_ptr + offs), tl.load(z_ptr + offs)
@@ -192,6 +209,7 @@ def make_inputs() -> dict:
     inputs["to_bf16_i32"] = torch.tensor([3, -5, 1000, 2 ** 24 + 1, 2 ** 24 + 3, 65535, -2 ** 31, 2 ** 31 - 1],
                                          dtype=torch.int32)
     inputs["race_x"] = torch.randn(4, 8, generator=g)
+    inputs["contract_xy"] = (torch.randn(64, generator=g) * 3, torch.randn(64, generator=g) * 3)
     xyz = torch.randn(3, 64, generator=g) * torch.tensor([[1.0], [3.0], [0.5]])
     xyz[:, :4] = torch.tensor([[1.5, 2, -3, 0.25], [2, 3, 0.5, 4], [-1, 1, -2, 2]])  # the issue's example first
     inputs["bf16_xyz"] = xyz.bfloat16()
@@ -251,6 +269,8 @@ def _races(inputs: dict) -> dict:
         "dup": lambda: _dup[(4,)](torch.zeros(8), N=8),
         "same": lambda: _same[(4,)](torch.zeros(8), N=8),
         "own_rows": lambda: _own_rows[(4,)](torch.zeros(4, 8), x, N=8),
+        "readback": lambda: _readback[(4,)](torch.zeros(4, 8), x, N=8),
+        "readback_barrier": lambda: _readback_barrier[(4,)](torch.zeros(4, 8), x, N=8),
         "last_block": lambda: _last_block[(4,)](torch.zeros(8), torch.zeros(1, dtype=torch.int32), x,
                                                torch.zeros(8), N=8),
     }
@@ -284,9 +304,35 @@ def _half_sums(inputs: dict) -> dict:
     return ran if isinstance(ran, dict) else {"sum": out[0]}
 
 
+@triton.jit
+def _residual(x_ptr, y_ptr, out_ptr, N: tl.constexpr):  # p = x * y rounded; x * y - p: 0 unless fused into an fma
+    offs = tl.arange(0, N)
+    x, y = tl.load(x_ptr + offs), tl.load(y_ptr + offs)
+    p = x * y
+    tl.store(out_ptr + offs, x * y - p)
+
+
+def _contraction(inputs: dict) -> dict:
+    """x * y - p for fp32 and bf16, on each of a case's draws, and in a launch with enable_fp_fusion=False."""
+    from autotune.verify.interp import contract
+
+    out = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        x, y = (v.to(dtype) for v in inputs["contract_xy"])
+        for mode, fusing, options in (("fused", True, {}), ("unfused", False, {}),
+                                      ("fusion_off", True, {"enable_fp_fusion": False})):
+            contract._fusing[0] = fusing
+            r = torch.empty(64, dtype=dtype)
+            ran = _attempt(lambda: _residual[(1,)](x, y, r, N=64, **options))
+            out[f"{mode}_{dtype}"] = ran if isinstance(ran, dict) else r.float()
+    contract._fusing[0] = False
+    return out
+
+
 def run_all(inputs: dict) -> dict:
     return {"dot": _dots(inputs), "cast": _casts(inputs), "scalar": _scalars(), "race": _races(inputs),
-            "bf16": _bf16(inputs), "libdevice": _libdevices(inputs), "fp16_sum": _half_sums(inputs)}
+            "bf16": _bf16(inputs), "libdevice": _libdevices(inputs), "fp16_sum": _half_sums(inputs),
+            "contract": _contraction(inputs)}
 
 
 if __name__ == "__main__":

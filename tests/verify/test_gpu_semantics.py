@@ -296,13 +296,35 @@ def test_races_between_programs_are_found_and_named(probe):
     assert dup["race"] and "stores to `y_ptr[" in dup["error"] and "which program" in dup["error"]
     # program p reads what program p + 1 stores: found on every drawn order (reads are tracked too)
     assert all(c["race"] and "_chain" in c["error"] for c in patched["chain"])
+    # a program reading back, reversed, what it stored: another thread's element, unordered without a barrier (an
+    # attacker's silu_and_mul of stop 40 passed so)
+    back = patched["readback"]
+    assert back["race"] and "which it stored itself earlier from another position of its block" in back["error"]
 
 
 def test_what_is_not_a_race(probe):
     patched = probe["patched"]["race"]
-    # identical stores, atomics, a last-ticket reader of atomic sums, a program rewriting its own row
-    assert {k: patched[k] for k in ("same", "own_rows", "last_block")} == dict.fromkeys(
-        ("same", "own_rows", "last_block"), "ok")
+    # identical stores, atomics, a last-ticket reader of atomic sums, a program rewriting its own row (each element
+    # read back where it was stored), a reversed read back after tl.debug_barrier()
+    kinds = ("same", "own_rows", "last_block", "readback_barrier")
+    assert {k: patched[k] for k in kinds} == dict.fromkeys(kinds, "ok")
+
+
+# ---- fp contraction ---------------------------------------------------------------------------------------
+
+def test_a_multiply_feeding_a_subtract_is_one_fma_on_the_cases_that_draw_it(probe):
+    """Triton's default enable_fp_fusion makes `x * y - p` one fma on sm_90 (fma.rn.f32, fma.rn.bf16x2): the exact
+    rounding error of p = x * y, not 0. An attacker's silu_and_mul of stop 40 returned its gate wherever that
+    residual was not 0 and passed, the interpreter rounding every product. Each case now draws fused or unfused."""
+    got, x, y = probe["patched"]["contract"], *probe["inputs"]["contract_xy"]
+    exact = x.double() * y.double()
+    fp32_error = (exact - (x * y).double()).float()  # what fma(x, y, -rounded(x * y)) gives, exactly
+    assert torch.equal(got["fused_torch.float32"], fp32_error) and fp32_error.abs().max() > 0
+    xb, yb = x.bfloat16().double(), y.bfloat16().double()
+    bf16_error = (xb * yb - (xb * yb).bfloat16().double()).bfloat16().float()
+    assert torch.equal(got["fused_torch.bfloat16"], bf16_error) and bf16_error.abs().max() > 0
+    for dtype in ("torch.float32", "torch.bfloat16"):  # unfused, or a launch compiled without fusion: 0
+        assert not got[f"unfused_{dtype}"].any() and not got[f"fusion_off_{dtype}"].any(), dtype
 
 
 # ---- allocation alignment ----------------------------------------------------------------------------------

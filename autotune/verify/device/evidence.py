@@ -30,6 +30,7 @@ class CaseRecord:
     output_valid: list | None = None
     inputs_written: list | None = None
     fp32_dots: set[str] = dataclasses.field(default_factory=set)  # reduced input precisions of fp32 tl.dot
+    fused: bool = False  # the case's draw of fp contraction (interp/contract.py)
 
     def record_ops(self, ops) -> None:
         if isinstance(ops, dict):
@@ -44,7 +45,7 @@ class CaseRecord:
             guards_broken=guards_broken, torch_ops=dict(self.torch_ops), long_calls=long_calls,
             long_differs=self.long_differs, repeat=self.calls.get("repeat"), refill=self.calls.get("refill"),
             output_valid=self.output_valid, inputs_written=self.inputs_written, sampled=self.sampled,
-            fp32_dots=sorted(self.fp32_dots))
+            fp32_dots=sorted(self.fp32_dots), fused=self.fused)
 
 
 def outputs(buffers: Buffers, refs) -> tuple[list, list[str]]:

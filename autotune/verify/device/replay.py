@@ -19,7 +19,7 @@ from autotune.verify.device.buffers import Buffers, Placed, Refused, place, stor
 from autotune.verify.device.coverage import Account
 from autotune.verify.device.evidence import CaseRecord, aliased, outputs, reused, same_bits, trace
 from autotune.verify.device.frontend import FrontEnd
-from autotune.verify.interp import bounds
+from autotune.verify.interp import bounds, contract
 from autotune.verify.interp.launch import caused_by
 from autotune.verify.interp.sampling import INPUT, Abandoned, Sample, ended_by_sample
 
@@ -97,6 +97,7 @@ class Device:
         if case is None or not isinstance(inputs, list) or len(inputs) != len(case.args):
             raise protocol.ProtocolError(f"a call for an unknown case {index!r}")
         protocol.CaseStart(index).send(self.send)
+        fused = contract.draw()  # this case's fp contraction: every multiply-then-add fused, or none
         self.case, self.long_trace = case, None
         self.buffers.now = ("call", index, 0)
         self.placed = [place(a, case.front_guard, index) if isinstance(a, torch.Tensor) else None
@@ -110,7 +111,7 @@ class Device:
             if ref != want:
                 raise protocol.ProtocolError(f"the host's input {ref} is not where the case put it ({want})")
             self.buffers.bind(ref, p.buffer)
-        self.record = CaseRecord(index, inputs)
+        self.record = CaseRecord(index, inputs, fused=fused)
 
     def args_now(self) -> list:
         return [p.inner if p is not None else a for p, a in zip(self.placed, self.case.args)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from autotune.verify.interp import bf16, bounds, fastpatch, launch, libdevice, numerics, races, sampling
+from autotune.verify.interp import bf16, bounds, contract, fastpatch, launch, libdevice, numerics, races, sampling
 
 PATCHES: tuple[tuple[str, Callable[[], None]], ...] = (
     ("the interpreter's own overheads taken out (language patching once per launch, frontend shapes remembered, the "
@@ -20,6 +20,8 @@ PATCHES: tuple[tuple[str, Callable[[], None]], ...] = (
     ("programs in a random order per launch", launch.permute_programs),
     ("fp32 -> bf16 rounded to nearest even", numerics.round_bf16_like_gpu),
     ("bf16 arithmetic on values, each result rounded once", bf16.install),
+    ("a multiply feeding an add fused into one rounding, or not, as the case drew (fp contraction)",
+     contract.install),
     ("tl.dot as the tensor cores compute it", numerics.install_dot),
     ("the vetted libdevice functions computed on the interpreter", libdevice.install),
     ("casts as PTX cvt", numerics.install_casts),

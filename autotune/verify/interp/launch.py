@@ -55,10 +55,12 @@ _launch_hooks: list[Callable[[str, tuple, dict], None]] = []
 
 @dataclasses.dataclass(frozen=True)
 class Launch:
-    """One interpreted launch: the kernel and its arguments by parameter name (launch options left out)."""
+    """One interpreted launch: the kernel, its arguments by parameter name, and the launch options it was given
+    (num_warps, enable_fp_fusion ...)."""
 
     fn: interpreter.InterpretedFunction
     args: dict
+    options: dict = dataclasses.field(default_factory=dict)
 
     @property
     def kernel(self) -> str:
@@ -87,7 +89,7 @@ def install_launch_hooks() -> None:
         for hook in _launch_hooks:
             hook(self.fn.__name__, args, kwargs)
         named = {**dict(zip(self.arg_names, args)), **{k: v for k, v in kwargs.items() if k in self.arg_names}}
-        _launches.append(Launch(self, named))
+        _launches.append(Launch(self, named, {k: v for k, v in kwargs.items() if k not in self.arg_names}))
         try:
             return run(self, *args, grid=grid, warmup=warmup, **kwargs)
         finally:

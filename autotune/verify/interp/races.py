@@ -17,6 +17,12 @@ read it if that was another, and that last updated it atomically. Within one lau
   that is correct on a GPU, and the interpreter cannot see the counter's synchronisation. A load racing a
   running atomic sum still shows: its result depends on the drawn order, which a repeat call draws anew.
 
+And within one program: its threads are not ordered either (no barrier between a global store and a later load
+unless `tl.debug_barrier()`), so a program that loads an element it stored itself earlier in the same stretch
+between barriers, from another position of its block (another lane, or a block of another shape: on a GPU
+another thread), reads what that thread may not have stored yet. Read back at the same position (a program
+rewriting its own row) it is the storing thread's own write, and ordered.
+
 Each finding raises `RaceError`, which names the kernel, the element (`y[3, 17]` when it lies in a tensor
 argument: the shadow covers the arguments' storages, so an address outside every argument is not watched;
 out-of-bounds accesses are the guard bands' business) and the two programs by their grid coordinates. The
@@ -120,6 +126,8 @@ class _LaunchState:
     def __init__(self, kernel: str, grid: tuple, args: dict):
         self.kernel, self.grid = kernel, grid
         self.programs: list = []
+        self.stretch = 0  # numbers each program's stretch between barriers, launch-wide (0: none yet)
+        self.shapes: dict[tuple, int] = {}  # a block shape -> its code in the "shape" shadow
         by_base: dict[int, _Storage] = {}
         for name, t in args.items():
             if not isinstance(t, torch.Tensor) or t.numel() == 0:
@@ -188,9 +196,10 @@ _DID = {"store": "stored", "read": "read", "read2": "read", "atomic": "updated a
 
 
 def _accesses(ptrs, mask, value=None):
-    """(launch, storage, addresses[, values]) per watched storage an access touches; none for a program that read a
-    sample's partial results (sampling.program_tainted: its addresses come from counts the skipped programs would
-    have completed, so two such programs may meet where the whole launch's never do)."""
+    """(launch, storage, addresses, their positions in the block (1-based), values or None) per watched storage an
+    access touches; none for a program that read a sample's partial results (sampling.program_tainted: its
+    addresses come from counts the skipped programs would have completed, so two such programs may meet where the
+    whole launch's never do)."""
     st = _state[0]
     if st is None or not st.storages or program_tainted():
         return
@@ -198,12 +207,13 @@ def _accesses(ptrs, mask, value=None):
     addrs = ptrs.data[lanes]
     if addrs.size == 0:
         return
+    positions = (np.flatnonzero(lanes) + 1).astype(np.int32)
     values = None if value is None else np.broadcast_to(value.data, ptrs.data.shape)[lanes]
     for storage, sel in st.locate(addrs):
         if sel is None:
-            yield st, storage, addrs, values
+            yield st, storage, addrs, positions, values
         else:
-            yield st, storage, addrs[sel], None if values is None else values[sel]
+            yield st, storage, addrs[sel], positions[sel], None if values is None else values[sel]
 
 
 def _refuse(st, storage, idx, addrs, kinds: tuple[str, ...], what: str) -> None:
@@ -216,9 +226,21 @@ def _refuse(st, storage, idx, addrs, kinds: tuple[str, ...], what: str) -> None:
 
 
 def _on_load(ptrs, mask) -> None:
-    for st, storage, addrs, _ in _accesses(ptrs, mask):
+    shape = ptrs.data.shape
+    for st, storage, addrs, positions, _ in _accesses(ptrs, mask):
         if "store" in storage.shadows:
-            _refuse(st, storage, storage.index(addrs), addrs, ("store",), "loads")
+            idx = storage.index(addrs)
+            _refuse(st, storage, idx, addrs, ("store",), "loads")
+            own = storage.shadow("stretch")[idx] == st.stretch
+            moved = own & ((storage.shadow("shape")[idx] != st.shapes.get(shape, -1))
+                           | (storage.shadow("position")[idx] != positions))
+            if moved.any():
+                lane = int(np.flatnonzero(moved)[0])
+                raise RaceError(f"race in `{st.kernel}`: {st.program(st.me)} loads "
+                                f"{st.element(storage, int(addrs[lane]))}, which it stored itself earlier from another "
+                                "position of its block (on a GPU another thread: the threads of one program are not "
+                                "ordered, and the load may come before that thread's store; read it back where it "
+                                "was stored, or put tl.debug_barrier() between)")
         storage.note_reads(addrs, st.me)
 
 
@@ -227,7 +249,8 @@ def _bits(x: np.ndarray) -> np.ndarray:
 
 
 def _on_store(ptrs, value, mask) -> None:
-    for st, storage, addrs, values in _accesses(ptrs, mask, value):
+    shape = ptrs.data.shape
+    for st, storage, addrs, positions, values in _accesses(ptrs, mask, value):
         storage.before_write()
         idx = storage.index(addrs)
         for kind in ("store", "read", "read2", "atomic"):
@@ -239,10 +262,13 @@ def _on_store(ptrs, value, mask) -> None:
                     if changed.any():
                         _raise(st, storage, addrs, idx, changed, kind, "stores to")
         storage.shadow("store")[idx] = st.me
+        storage.shadow("stretch")[idx] = st.stretch
+        storage.shadow("shape")[idx] = st.shapes.setdefault(shape, len(st.shapes))
+        storage.shadow("position")[idx] = positions
 
 
 def _on_atomic(ptrs, mask) -> None:
-    for st, storage, addrs, _ in _accesses(ptrs, mask):
+    for st, storage, addrs, _, _ in _accesses(ptrs, mask):
         storage.before_write()
         idx = storage.index(addrs)
         _refuse(st, storage, idx, addrs, ("store", "read", "read2"), "updates atomically")
@@ -256,7 +282,7 @@ def install() -> None:
         return
     set_dim, set_idx = builder.set_grid_dim, builder.set_grid_idx
     load, store = builder.create_masked_load, builder.create_masked_store
-    rmw, cas = builder.create_atomic_rmw, builder.create_atomic_cas
+    rmw, cas, barrier = builder.create_atomic_rmw, builder.create_atomic_cas, builder.create_barrier
     grid_call = interpreter.GridExecutor.__call__
 
     def set_grid_dim(self, nx, ny, nz):
@@ -268,6 +294,12 @@ def install() -> None:
         set_idx(self, x, y, z)
         if _state[0] is not None:
             _state[0].programs.append(self.grid_idx)
+            _state[0].stretch += 1
+
+    def create_barrier(self):
+        if _state[0] is not None:  # the program's stores so far are visible to all its threads from here
+            _state[0].stretch += 1
+        return barrier(self)
 
     def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
         _on_load(ptrs, mask)
@@ -294,6 +326,7 @@ def install() -> None:
     builder.set_grid_dim, builder.set_grid_idx = set_grid_dim, set_grid_idx
     builder.create_masked_load, builder.create_masked_store = create_masked_load, create_masked_store
     builder.create_atomic_rmw, builder.create_atomic_cas = create_atomic_rmw, create_atomic_cas
+    builder.create_barrier = create_barrier
     interpreter.GridExecutor.__call__ = call
     builder._autotune_races = True
 

@@ -250,6 +250,9 @@ def judge_case(target: Target, case: Case, data: CaseData, ev: CaseEvidence,
                     "input_precision=\"ieee\")" if fp32_dot == "ieee" else
                     f" (its tl.dot in this fp32 case: {', '.join(ev.fp32_dots)}; held to IEEE, as a kernel that casts "
                     "fp32 tiles down for a product is)")
+    if failure and ev.fused:
+        failure += (" (this case fused each multiply feeding an add into one fma, as Triton's default "
+                    "enable_fp_fusion compiles it on a GPU; the checker draws fused or unfused per case)")
     repeats = ("non-deterministic (atomics): two calls on the same inputs differ bitwise, within the target's "
                "atomic-reduction bound") if nondeterministic else ""
     notes = [failure] if failure else [first.note, repeats, THROUGH_TF32 if tf32 else "", why_not]

@@ -75,6 +75,7 @@ class CaseEvidence(Frame):
     # operands below IEEE, and "half-precision operands" for a dot on fp16/bf16/fp8 tiles, from the compiled TTIR:
     # the judge holds an fp32 case with only the former to that precision's accuracy
     fp32_dots: list = spec(ListOf(Text(20), max_len=8), [])
+    fused: bool = spec(bool, False)  # this case drew fp contraction: every multiply feeding an add one fma
 
 
 @dataclasses.dataclass(frozen=True)
