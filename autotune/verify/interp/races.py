@@ -196,10 +196,10 @@ _DID = {"store": "stored", "read": "read", "read2": "read", "atomic": "updated a
 
 
 def _accesses(ptrs, mask, value=None):
-    """(launch, storage, addresses, their positions in the block (1-based), values or None) per watched storage an
-    access touches; none for a program that read a sample's partial results (sampling.program_tainted: its
-    addresses come from counts the skipped programs would have completed, so two such programs may meet where the
-    whole launch's never do)."""
+    """(launch, storage, addresses, their positions in the block (1-based, made when first asked: most loads read
+    inputs nothing stores), values or None) per watched storage an access touches; none for a program that read a
+    sample's partial results (sampling.program_tainted: its addresses come from counts the skipped programs would
+    have completed, so two such programs may meet where the whole launch's never do)."""
     st = _state[0]
     if st is None or not st.storages or program_tainted():
         return
@@ -207,13 +207,15 @@ def _accesses(ptrs, mask, value=None):
     addrs = ptrs.data[lanes]
     if addrs.size == 0:
         return
-    positions = (np.flatnonzero(lanes) + 1).astype(np.int32)
     values = None if value is None else np.broadcast_to(value.data, ptrs.data.shape)[lanes]
     for storage, sel in st.locate(addrs):
+        def positions(sel=sel) -> np.ndarray:
+            at = (np.flatnonzero(lanes) + 1).astype(np.int32)
+            return at if sel is None else at[sel]
         if sel is None:
             yield st, storage, addrs, positions, values
         else:
-            yield st, storage, addrs[sel], positions[sel], None if values is None else values[sel]
+            yield st, storage, addrs[sel], positions, None if values is None else values[sel]
 
 
 def _refuse(st, storage, idx, addrs, kinds: tuple[str, ...], what: str) -> None:
@@ -233,7 +235,7 @@ def _on_load(ptrs, mask) -> None:
             _refuse(st, storage, idx, addrs, ("store",), "loads")
             own = storage.shadow("stretch")[idx] == st.stretch
             moved = own & ((storage.shadow("shape")[idx] != st.shapes.get(shape, -1))
-                           | (storage.shadow("position")[idx] != positions))
+                           | (storage.shadow("position")[idx] != positions())) if own.any() else own
             if moved.any():
                 lane = int(np.flatnonzero(moved)[0])
                 raise RaceError(f"race in `{st.kernel}`: {st.program(st.me)} loads "
@@ -264,7 +266,7 @@ def _on_store(ptrs, value, mask) -> None:
         storage.shadow("store")[idx] = st.me
         storage.shadow("stretch")[idx] = st.stretch
         storage.shadow("shape")[idx] = st.shapes.setdefault(shape, len(st.shapes))
-        storage.shadow("position")[idx] = positions
+        storage.shadow("position")[idx] = positions()
 
 
 def _on_atomic(ptrs, mask) -> None:
