@@ -203,7 +203,7 @@ def range_cuts(shape):
     query rows, else to 512 (a ragged last block kept) or fewer where the sequences' keys would pass RANGE_ELEMENTS
     (64 decodes over 64 keys). And a served step of more than 8 sequences whole, its longest query and longest
     context together, on one kv head and its query group: a kernel's scratch or split count sized by sequences x
-    context, or a path taken past a chunk length, goes wrong only there (sampled: vLLM's 256 decodes over 1024 keys
+    context, or a path taken past a chunk length, goes wrong only there (sampled: 1024 decodes over up to 512 keys
     are 33M cached values a tensor; a 2048-row chunk over 4096 keys is the reference's 34M scores a head group). The
     ordinary cases keep each preset's longest context."""
     seqs, heads, kv_heads, head_dim, block_size, max_query_len, max_context = shape

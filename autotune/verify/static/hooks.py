@@ -25,15 +25,6 @@ def named(tree: ast.Module, functions: set[str], is_jit: Callable[[ast.Call], bo
     return {name for name in hooked if name in functions and loads.count(name) == hooked.count(name)}
 
 
-def inside(node: ast.AST, parents: dict, hooks: set[str], tree: ast.Module) -> bool:
-    """Whether node sits in one of the file's hooks."""
-    while node in parents:
-        node = parents[node]
-        if isinstance(node, ast.FunctionDef) and node.name in hooks and node in tree.body:
-            return True
-    return False
-
-
 def findings(hook: ast.FunctionDef, dotted: Callable[[ast.AST], str | None]) -> list[tuple[ast.AST, str]]:
     """Beyond the launcher rules: no call of the file's functions, of a module's or of a kernel; no method but the
     reads in HOOK_READS; no store but into a dict the hook made; no in-place operator (an attacker's hook zeroed the

@@ -157,6 +157,7 @@ class _Scanner:
         self.globals: set[str] = set()  # every other name bound at the top level
         self.scopes: list[set[str]] = []  # names bound in the enclosing functions and lambdas
         self.hooks: set[str] = set()  # top-level functions used only as `@triton.jit(launch_metadata=...)`
+        self.hooked: set[int] = set()  # the ids of the nodes inside them
 
     def flag(self, node: ast.AST, message: str) -> None:
         self.findings.append(f"line {getattr(node, 'lineno', 0)}: {message}")
@@ -175,6 +176,8 @@ class _Scanner:
                 self.globals |= names.stored_names(stmt)  # a name only read in a target (`d[exec] = 1`) is a use
         self.hooks = hooks.named(self.tree, self.functions, lambda d: self.decorating(d) and self.dotted(
             names.callee(d)) == "triton.jit")
+        self.hooked = {id(n) for s in self.tree.body if isinstance(s, ast.FunctionDef) and s.name in self.hooks
+                       for n in ast.walk(s)}
         for stmt in self.tree.body:
             if isinstance(stmt, ast.FunctionDef):
                 self.function(stmt)
@@ -336,8 +339,7 @@ class _Scanner:
         elif isinstance(node, ast.JoinedStr) or (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod)
                                                  and isinstance(node.left, ast.Constant)
                                                  and isinstance(node.left.value, str)):
-            if not (self.inside(node, (ast.Raise, ast.Assert)) or hooks.inside(node, self.parents, self.hooks,
-                                                                                self.tree)):
+            if not (self.inside(node, (ast.Raise, ast.Assert)) or id(node) in self.hooked):
                 self.flag(node, "formats a string outside an error message (the text of a kernel object differs "
                                 "between the interpreter and a GPU)")
         elif isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr)):
@@ -393,7 +395,7 @@ class _Scanner:
                             "device it runs on")
         else:
             entry = METHODS.get(node.attr) or ATTRIBUTES.get(node.attr) or (
-                HOOK_ATTRIBUTES.get(node.attr) if hooks.inside(node, self.parents, self.hooks, self.tree) else None)
+                HOOK_ATTRIBUTES.get(node.attr) if id(node) in self.hooked else None)
             called = isinstance(self.parents.get(node), ast.Call) and getattr(self.parents[node], "func", None) is node
             self.use(node, node.attr, entry, f"`.{node.attr}{'()' if called else ''}` outside a kernel",
                      "allocation, views/reshapes, contiguity and shape/stride/dtype queries; the math goes in the "
