@@ -8,8 +8,9 @@ nothing from autotune. As Liger-Kernel does for Llama, it patches in place:
 - every MLP with `gate_proj`, `up_proj`, `down_proj` and a SiLU `act_fn`: `forward` ->
   down_proj(silu_and_mul(cat(gate_proj(x), up_proj(x)))), the kernel's [..., 2I] layout;
 - the model's modelling module's `apply_rotary_pos_emb(q, k, cos, sin)` (a module-level function, so every
-  model of that family in the process uses it from then on): q [B, H, S, D] -> the kernel's x [B*S, H, D],
-  cos [B, S, D] (cos of the angles, repeated over both halves) -> [B*S, D/2];
+  model of that family in the process uses it from then on): q [B, H, S, D] -> the kernel's query [B*S, H, D],
+  cos, sin [B, S, D] (the angles' cos and sin, repeated over both halves) -> a cos_sin_cache of one row per token
+  [B*S, D] at positions 0 .. B*S - 1, NeoX style (transformers' rotate_half);
 - every MoE experts module in transformers 5's layout (Qwen3MoeExperts, MixtralExperts ...: gate_up_proj
   [E, 2I, H], down_proj [E, H, I], SiLU, no bias), `forward(hidden_states, top_k_index, top_k_weights)` -> the
   fused_moe kernel, which takes exactly vLLM's layout (the router stays transformers').
@@ -119,7 +120,7 @@ def _patch_rotary(model, kernel) -> int:
     def apply_rotary_pos_emb(q, k, cos, sin, *args, **kwargs):
         if args or kwargs or q.dim() != 4 or cos.shape[-1] != q.shape[-1]:
             return original(q, k, cos, sin, *args, **kwargs)  # another layout (unsqueeze_dim, partial rotary)
-        return _rotate(kernel, q, cos, sin), _rotate(kernel, k, cos, sin)
+        return _rotate(kernel, q, k, cos, sin)
 
     # attributes set through vars(): a function's and a module's are not declared for the type checker
     vars(apply_rotary_pos_emb).update(_autotune_patched=True, _autotune_original=original)
@@ -127,14 +128,20 @@ def _patch_rotary(model, kernel) -> int:
     return 1
 
 
-def _rotate(kernel, x, cos, sin):
-    """x [B, H, S, D] with cos, sin [B, S, D] -> the kernel's x [B*S, H, D] with cos, sin [B*S, D/2]."""
-    batch, heads, seq, dim = x.shape
-    flat = x.transpose(1, 2).reshape(batch * seq, heads, dim)
+def _rotate(kernel, q, k, cos, sin):
+    """q [B, H, S, D] and k [B, Hk, S, D] with cos, sin [B, S, D] through the kernel's (positions, query [B*S, H, D],
+    key [B*S, Hk, D], cos_sin_cache [B*S, D], NeoX style): token i at position i of a cache of its own rows."""
+    batch, _, seq, dim = q.shape
+
+    def tokens(x):  # [B, H, S, D] -> [B*S, H, D]
+        return x.transpose(1, 2).reshape(batch * seq, x.shape[1], dim)
 
     def half(t):  # the angles' cos (sin) once: HF repeats them over both halves of the head dim
-        return t.expand(batch, seq, dim)[..., : dim // 2].reshape(batch * seq, dim // 2).float()
-    return kernel(flat, half(cos), half(sin)).reshape(batch, seq, heads, dim).transpose(1, 2)
+        return t.expand(batch, seq, dim)[..., : dim // 2].reshape(batch * seq, dim // 2)
+    cache = torch.cat((half(cos), half(sin)), dim=-1).to(q.dtype)
+    positions = torch.arange(batch * seq, device=q.device)
+    q_out, k_out = kernel(positions, tokens(q), tokens(k), cache, True)
+    return (q_out.reshape(batch, seq, -1, dim).transpose(1, 2), k_out.reshape(batch, seq, -1, dim).transpose(1, 2))
 
 
 def remove_autotune_kernels(model: torch.nn.Module) -> None:

@@ -9,7 +9,7 @@ This file is copied as the plugin package's `__init__.py`; it imports nothing fr
   out-of-tree `RMSNorm` (`CustomOp.register_oot`). A provider the priority may name but that cannot serve here (no
   GPU and no interpreter, or left out by AUTOTUNE_KERNELS) is registered as unsupported: vLLM's worker refuses to
   start on a name no one registered, and skips an unsupported one for the next provider ('native').
-- rotary_embedding: an out-of-tree `RotaryEmbedding` (plain RoPE, NeoX style, full rotary dim).
+- rotary_embedding: an out-of-tree `RotaryEmbedding` (both styles, any rotary dim).
 - silu_and_mul: an out-of-tree `SiluAndMul`.
 - fused_moe: when the winner is a configuration of vLLM's own Triton fused MoE, the package carries vLLM's tuned
   configuration files (`moe_configs/E=..,N=..,device_name=...json`) and register() points VLLM_TUNED_CONFIG_FOLDER
@@ -24,9 +24,10 @@ This file is copied as the plugin package's `__init__.py`; it imports nothing fr
   is never selected.
 
 Adapters: vLLM IR's fused_add_rms_norm is functional (returns the normed sum and the sum), as the kernel is;
-vLLM's rotary takes positions, query [T, H*D], key [T, Hk*D] and a cos/sin cache [P, D] (cos then sin), the
-kernel one x [T, H, D] with cos, sin [T, D/2] gathered at the positions. Calls the kernel does not cover
-(another rotary style, a partial rotary dim, no weight, non-contiguous rows) go to vLLM's own implementation.
+vLLM's rotary takes positions, query [T, H*D] and key [T, Hk*D] (views of the qkv projection), the kernel the same
+viewed as [T, H, D], with the module's cos/sin cache [P, rot_dim] in query's dtype and its style, and returns both
+rotated, as vLLM's forward does. Calls the kernels do not cover (no key, RMSNorm without a weight) go to vLLM's own
+implementation.
 
 The kernels are Triton: they run on a GPU, or on the CPU only under the Triton interpreter (TRITON_INTERPRET=1
 in the server's environment, for testing); elsewhere the plugin registers nothing and logs why.
@@ -185,15 +186,16 @@ def _register_rotary_oot() -> str:
 
     class AutotuneRotaryEmbedding(RotaryEmbedding):
         def _autotune(self, positions, query, key=None):
-            if not self.is_neox_style or self.rotary_dim != self.head_size:
+            if key is None:  # cross-layer KV sharing: no key to rotate
                 return super().forward_native(positions, query, key)
+            cache = self.cos_sin_cache  # [max_position, rot_dim], in query's dtype as vLLM's own forward makes it
+            if cache.dtype != query.dtype or cache.device != query.device:
+                cache = cache.to(query.device, dtype=query.dtype)
             positions = positions.flatten()
             tokens = positions.shape[0]
-            cos, sin = self.cos_sin_cache.index_select(0, positions).float().chunk(2, dim=-1)  # [T, D/2] each
-            query = fn(query.reshape(tokens, -1, self.head_size).contiguous(), cos, sin).reshape(query.shape)
-            if key is not None:
-                key = fn(key.reshape(tokens, -1, self.head_size).contiguous(), cos, sin).reshape(key.shape)
-            return query, key
+            q, k = fn(positions, query.reshape(tokens, -1, self.head_size), key.reshape(tokens, -1, self.head_size),
+                      cache, self.is_neox_style)  # views of the qkv projection, as vLLM's layers pass them
+            return q.reshape(query.shape), k.reshape(key.shape)
 
         forward_native = forward_cuda = forward_cpu = _autotune
 

@@ -16,8 +16,8 @@ one written by vLLM or SGLang: the worker's trace, with shapes recorded). Other 
 targets as each target declares (vLLM's `_C::` and `vllm_ir::` ops, SGLang's `sgl_kernel::` ops, with the
 argument that holds the case and its shape rule); an unfused RMSNorm (aten::pow, mean, add, rsqrt, mul)
 counts as rms_norm / fused_add_rms_norm. Add your own names with a file, `profile.target_map_file=PATH`
-(YAML/JSON `{op name: target}` or `{op name: {target: T, input: K, head_size: J}}`), or on the command line
-with the colons escaped: '+profile.target_map={my_engine\\:\\:rms_norm: rms_norm}'. The serving time of a
+(YAML/JSON `{op name: target}`, `{op name: {target: T, input: K}}` or `{op name: {target: T, like: OP}}`), or on the
+command line with the colons escaped: '+profile.target_map={my_engine\\:\\:rms_norm: rms_norm}'. The serving time of a
 foreign trace is the span of its profiled window. Notes after the table say when shapes were not recorded
 or time hides in torch.compile regions (rerun with --enforce-eager).
 

@@ -5,7 +5,8 @@ The names come from three places, later ones overriding earlier ones:
 2. each target's `foreign_ops` (autotune/targets/<op>.py): vLLM's `_C::` and `vllm_ir::` ops, SGLang's
    `sgl_kernel::` ops, with argument positions and shape rules (base.ForeignOp);
 3. the user's: `profile.target_map` and then `profile.target_map_file=PATH` (YAML or JSON), each
-   `{op name: target}` or `{op name: {target: T, input: K, head_size: J}}`.
+   `{op name: target}`, `{op name: {target: T, input: K}}` (K: the argument holding the case tensor) or
+   `{op name: {target: T, like: OP}}` (the call laid out as the declared op OP's: `like: _C::rotary_embedding`).
 
 Hydra reads `::` in an override's dict as separators, so `+profile.target_map={my::op: rms_norm}` arrives
 as `{"my": ":op: rms_norm"}`; that shape is refused with the escaped form to use instead.
@@ -92,16 +93,26 @@ def _entry(name: str, entry: Any, source: str) -> MappedOp:
     if isinstance(entry, str):
         entry = {"target": entry}
     if not isinstance(entry, Mapping) or "target" not in entry:
-        raise UserError(f"{source}: the entry for '{name}' must be a target name or {{target: T, input: K, "
-                        f"head_size: J}}, not {entry!r}")
-    unknown = set(entry) - {"target", "input", "head_size"}
+        raise UserError(f"{source}: the entry for '{name}' must be a target name, {{target: T, input: K}} or "
+                        f"{{target: T, like: OP}}, not {entry!r}")
+    unknown = set(entry) - {"target", "input", "like"}
     if unknown:
         raise UserError(f"{source}: the entry for '{name}' has unknown keys {sorted(unknown)} "
-                        "(allowed: target, input, head_size)")
+                        "(allowed: target, input, like)")
     target = targets.get(str(entry["target"])).name  # UserError listing the known targets
+    if "like" in entry:
+        return MappedOp(target, _like(name, str(entry["like"]), target, source))
     try:
-        head_size = entry.get("head_size")
-        foreign = ForeignOp(name, int(entry.get("input", 0)), None if head_size is None else int(head_size))
+        foreign = ForeignOp(name, int(entry.get("input", 0)))
     except (TypeError, ValueError) as e:
         raise UserError(f"{source}: the entry for '{name}' has a bad argument position ({e})") from None
     return MappedOp(target, foreign)
+
+
+def _like(name: str, like: str, target: str, source: str) -> ForeignOp:
+    """The declared op `like`'s argument positions and shape rules under the name `name`."""
+    declared = {n: m for n, m in declared_map().items() if m.target == target}
+    if like not in declared:
+        raise UserError(f"{source}: the entry for '{name}' is like '{like}', which is not one of {target}'s declared "
+                        f"ops ({', '.join(declared)})")
+    return dataclasses.replace(declared[like].foreign, name=name)

@@ -139,11 +139,12 @@ def _llama3_scaled(inv_freq: torch.Tensor, scaling: dict[str, Any]) -> torch.Ten
     return torch.where(middle, smoothed, stretched)
 
 
-def rope_tables(config: ModelConfig, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin [max_seq_len, head_dim / 2] in fp32, gathered per token at its position."""
+def cos_sin_cache(config: ModelConfig, device) -> torch.Tensor:
+    """vLLM's cos_sin_cache [max_seq_len, head_dim]: cos then sin of each position's angles, computed in fp32 and
+    stored in the model's dtype (as vLLM's RotaryEmbedding and transformers' rotary embedding round them)."""
     positions = torch.arange(config.max_seq_len, dtype=torch.float32)
     angles = torch.outer(positions, inverse_frequencies(config))
-    return angles.cos().to(device), angles.sin().to(device)
+    return torch.cat((angles.cos(), angles.sin()), dim=-1).to(device=device, dtype=config.dtype)
 
 
 def _weight(*shape, device, dtype) -> torch.nn.Parameter:
@@ -168,10 +169,10 @@ class DecoderLayer(torch.nn.Module):
         self.q_norm = _weight(c.head_dim, **kw) if c.qk_norm else None
         self.k_norm = _weight(c.head_dim, **kw) if c.qk_norm else None
 
-    def forward(self, h, residual, cos, sin, batch: Batch, k_cache, v_cache):
+    def forward(self, h, residual, rope_cache, batch: Batch, k_cache, v_cache):
         """h, residual [T, hidden] -> (MLP output, residual stream), both [T, hidden]."""
         h, residual = self.add_norm(h, residual, self.input_norm)
-        h = self.attention(h, cos, sin, batch, k_cache, v_cache)
+        h = self.attention(h, rope_cache, batch, k_cache, v_cache)
         h, residual = self.add_norm(h, residual, self.post_norm)
         if self.moe is not None:
             return self.moe(h), residual
@@ -190,7 +191,7 @@ class DecoderLayer(torch.nn.Module):
         """x @ W.T for projection `name`, as the quant mode computes it (dispatch.linear for a float model)."""
         return self.quant.project(self, x, name)
 
-    def attention(self, h, cos, sin, batch: Batch, k_cache, v_cache):
+    def attention(self, h, rope_cache, batch: Batch, k_cache, v_cache):
         c = self.c
         qkv = self.project(h, "qkv_proj")
         t = qkv.shape[0]
@@ -199,8 +200,9 @@ class DecoderLayer(torch.nn.Module):
         if c.qk_norm:  # Qwen3: RMSNorm over each head, as rows of the rms_norm target's [rows, width] contract
             q = dispatch.rms_norm(q.reshape(t * c.num_heads, c.head_dim), self.q_norm, c.rms_norm_eps)
             k = dispatch.rms_norm(k.reshape(t * c.num_kv_heads, c.head_dim), self.k_norm, c.rms_norm_eps)
-        q = dispatch.rotary_embedding(q.reshape(t, c.num_heads, c.head_dim), cos, sin)
-        k = dispatch.rotary_embedding(k.reshape(t, c.num_kv_heads, c.head_dim), cos, sin)
+        # q and k as views of the qkv projection (dense after Qwen3's norm), rotated together as vLLM's layers do
+        q, k = dispatch.rotary_embedding(batch.positions, q.view(t, c.num_heads, c.head_dim),
+                                         k.view(t, c.num_kv_heads, c.head_dim), rope_cache, True)
         write_kv(k_cache, v_cache, batch, k, v.reshape(t, c.num_kv_heads, c.head_dim))
         out = attend(q, k_cache, v_cache, batch, 1.0 / math.sqrt(c.head_dim), window=self.window)
         return self.project(out, "o_proj")
@@ -209,8 +211,7 @@ class DecoderLayer(torch.nn.Module):
 class LlamaModel(torch.nn.Module):
     """`model(segments, cache)` runs one engine step and returns logits at each segment's last token."""
 
-    rope_cos: torch.Tensor  # buffers (registered in __init__), declared for the type checker
-    rope_sin: torch.Tensor
+    rope_cache: torch.Tensor  # a buffer (registered in __init__), declared for the type checker
 
     def __init__(self, config: ModelConfig, device: str | torch.device = "cpu"):
         super().__init__()
@@ -221,9 +222,7 @@ class LlamaModel(torch.nn.Module):
         self.layers = torch.nn.ModuleList(DecoderLayer(c, device, w, i) for i, w in enumerate(windows))
         self.norm = _weight(c.hidden_size, **kw)
         self.lm_head_weight = None if c.tie_embeddings else _weight(c.vocab_size, c.hidden_size, **kw)
-        cos, sin = rope_tables(c, device)
-        self.register_buffer("rope_cos", cos, persistent=False)
-        self.register_buffer("rope_sin", sin, persistent=False)
+        self.register_buffer("rope_cache", cos_sin_cache(c, device), persistent=False)
 
     @property
     def lm_head(self) -> torch.Tensor:
@@ -245,10 +244,9 @@ class LlamaModel(torch.nn.Module):
         """Logits [segments, vocab] at each segment's last token ([T, vocab] for every token with all_logits)."""
         batch = Batch.build(segments, cache, self.config.vocab_size, self.device)
         h = F.embedding(batch.tokens, self.embed)  # [T, hidden]
-        cos, sin = self.rope_cos[batch.positions], self.rope_sin[batch.positions]  # [T, head_dim / 2]
         residual = None
         for i, layer in enumerate(self.layers):
-            h, residual = layer(h, residual, cos, sin, batch, *cache.layer(i))
+            h, residual = layer(h, residual, self.rope_cache, batch, *cache.layer(i))
         h, _ = dispatch.fused_add_rms_norm(h, residual, self.norm, self.config.rms_norm_eps)
         if not all_logits:
             h = h[batch.last_rows]

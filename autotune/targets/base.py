@@ -85,14 +85,10 @@ LAYOUTS = {
     "contiguous": "dense tensors at a storage offset > 0 (inside the checker's guard band)",
     "offset0": "dense tensors at storage offset 0 (no guard band in front)",
     "padded": "the first argument's rows padded: a slice of a wider buffer, stride(-2) > width",
-    "qkv_q": "the first argument [T, H, D] as the model's q: a view of the fused qkv projection, "
-             "token stride 3*H*D, storage offset 0",
-    "qkv_k": "the first argument [T, H, D] as the model's k: a view of the fused qkv projection, "
-             "token stride 3*H*D, storage offset H*D",
+    "qkv": "query [T, H, D] and key [T, KVH, D] (arguments 1 and 2) as the model's q and k: views of one fused qkv "
+           "projection [T, (H + 2 KVH) D], row stride (H + 2 KVH) D, query at storage offset 0, key at H D",
     "kv_cache_vllm": "k_cache and v_cache [NB, BS, KVH, D] as autotune's vLLM plugin hands them: the two halves of "
                      "one [NB, KVH, BS, 2*D] cache tensor, transposed (strides (KVH*BS*2D, 2D, BS*2D, 1))",
-    "cos_sin_vllm": "cos and sin [T, D/2] as autotune's vLLM plugin hands them: the two halves of one gathered "
-                    "[T, D] cos_sin_cache row (row stride D, sin at storage offset D/2)",
 }
 
 
@@ -102,35 +98,31 @@ class ForeignOp:
 
     A torch-profiler trace records per call, one entry per argument: "Input Dims" (a tensor's shape, [] for a
     scalar), "Input type" and "Concrete Inputs" (a scalar's value as text). `case_arg` is the argument holding
-    the tensor whose shape and dtype make the target's case; `head_size_arg`, when set, names the integer
-    argument by which that tensor's last dim is split into heads: vLLM's
-    `_C::rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox)` has query [T, H*D] at
-    argument 1 and D at argument 3, so its case is (T, H, D).
+    the tensor whose shape and dtype make the target's case; `dims_rule` reads the case from the dims from there on
+    where the op's argument layout differs from the target's `shape_from_dims`; `call_rule` reads it from the whole
+    call's dims and concrete inputs, where a scalar is part of the case: vLLM's `_C::rotary_embedding(positions,
+    query [T, H*D], key, head_size, cos_sin_cache, is_neox)` splits query's width by head_size and names its style.
     """
 
     name: str  # as the trace names it, e.g. "_C::rotary_embedding"
     case_arg: int = 0
-    head_size_arg: int | None = None
-    # this op's own rule from dims[case_arg:] to the case shape, where its argument layout differs from the
-    # target's `shape_from_dims` (aten::mm's weight is [K, N], not linear's [N, K]); None: the target's rule
+    # this op's own rule from dims[case_arg:] to the case shape (aten::mm's weight is [K, N], not linear's [N, K])
     dims_rule: Callable[[list], Shape] | None = dataclasses.field(default=None, compare=False)
+    # this op's own rule from (every argument's dims, every argument's concrete value) to the case shape
+    call_rule: Callable[[list, list], Shape] | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self):
-        if not self.name or self.case_arg < 0 or (self.head_size_arg is not None and self.head_size_arg < 0):
-            raise ValueError(f"bad foreign op {self}: a name, and argument positions >= 0")
+        if not self.name or self.case_arg < 0:
+            raise ValueError(f"bad foreign op {self}: a name, and an argument position >= 0")
 
     def case_shape(self, dims: list, concrete: list, shape_from_dims: Callable[[list], Shape]) -> Shape:
         """The target's case shape from one call's recorded dims and concrete inputs; ValueError if they do
         not fit (no shapes recorded, a tensor of another rank, a head size that does not divide the width)."""
         if len(dims) <= self.case_arg or not dims[self.case_arg]:
             raise ValueError(f"{self.name}: no shape recorded for argument {self.case_arg}")
-        if self.head_size_arg is None:
-            return tuple(int(d) for d in (self.dims_rule or shape_from_dims)(dims[self.case_arg:]))
-        *lead, width = (int(d) for d in dims[self.case_arg])
-        head_size = int(float(concrete[self.head_size_arg])) if len(concrete) > self.head_size_arg else 0
-        if head_size <= 0 or width % head_size:
-            raise ValueError(f"{self.name}: width {width} is not a multiple of head size {head_size}")
-        return (*lead, width // head_size, head_size)
+        if self.call_rule is not None:
+            return tuple(int(d) for d in self.call_rule(dims, concrete))
+        return tuple(int(d) for d in (self.dims_rule or shape_from_dims)(dims[self.case_arg:]))
 
 
 @dataclasses.dataclass(frozen=True)

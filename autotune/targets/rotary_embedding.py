@@ -1,104 +1,227 @@
-"""rotary_embedding: rotate-half (GPT-NeoX style) RoPE on one of q or k, in the built-in model's layout.
+"""rotary_embedding: RoPE as vLLM's RotaryEmbedding computes it: positions and a cos/sin cache, q and k together,
+NeoX or GPT-J style, over the first rot_dim of each head.
 
-x: [tokens, heads, head_dim]; cos, sin: [tokens, head_dim // 2] in fp32, already gathered at each
-token's position. With x1, x2 the two halves of the last dim: out = [x1*cos - x2*sin, x2*cos + x1*sin],
-fp32 math, output in x's dtype.
+positions int64 [T]; query [T, heads, D] and key [T, kv_heads, D] (views of the fused qkv projection, as served);
+cos_sin_cache [max_position, rot_dim] in query's dtype, cos in its first rot_dim / 2 columns and sin in the rest
+(vLLM's `cos_sin_cache` buffer); is_neox picks the pairs rotated together: NeoX style pairs column j with
+j + rot_dim / 2 (Llama, Qwen, Mistral), GPT-J style columns 2j and 2j + 1 (GPT-J, ChatGLM). Token t rotates pair j
+of every head by cos_sin_cache[positions[t]]'s cos[j] and sin[j]: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin);
+columns from rot_dim on pass through (partial rotary: Phi-2's 0.4, GPT-NeoX's 0.25, ChatGLM's 0.5). fp32 math;
+returns (query, key) rotated, dense, in their dtype. vLLM's `_C::rotary_embedding` writes q and k in place; the
+exported plugin returns these from its RotaryEmbedding's forward, as vLLM's own forward does.
 
-Tolerances: torch.testing's per-dtype defaults (base.DEFAULT_TOLERANCES), no override: correct Triton
-kernels pass them in fp32, bf16 and fp16 on every case (tests/verify/test_correct.py), and the
-checker's fp64-golden fallback accepts results that round differently but are no less accurate.
+Case shape: (tokens, heads, kv_heads, head_dim, rot_dim, neox, max_position). The cache's base and scaling are drawn
+per case (a kernel cannot recompute the cache from a guessed theta), its rows stored in the case dtype as vLLM
+stores them; the first token sits at the cache's last row.
+
+CPU plan (cut_shape): tokens are the independent work and are cut; heads, kv_heads, head_dim, rot_dim, the style and
+the cache's rows are never cut (positions reach its last row).
+
+Tolerances: torch.testing's per-dtype defaults (base.DEFAULT_TOLERANCES), no override: correct Triton kernels pass
+them in every dtype (tests/verify/test_correct.py), and the checker's fp64-golden fallback accepts results that round
+differently but are no less accurate.
 """
 
 import torch
 
-from autotune.targets.base import ForeignOp, Target, activations, primes, random_rows, upcast
+from autotune.targets.base import RANGE_ELEMENTS, ForeignOp, Target, activations, primes, random_rows, upcast
 from autotune.targets.space import POW2, WARPS, Knob, SearchSpace, configs
 
 
-def rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
+def rotary_embedding(positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, cos_sin_cache: torch.Tensor,
+                     is_neox: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    cos, sin = upcast(cos_sin_cache.index_select(0, positions)).chunk(2, dim=-1)  # [T, rot_dim / 2] each
+    return _rotate(query, cos, sin, is_neox), _rotate(key, cos, sin, is_neox)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, is_neox: bool) -> torch.Tensor:
+    """x [T, heads, D] with its first 2 * cos.shape[-1] columns rotated, the rest as they were."""
+    rot = 2 * cos.shape[-1]
     xf = upcast(x)
-    x1, x2 = xf[..., :half], xf[..., half:]
-    c, s = upcast(cos).unsqueeze(-2), upcast(sin).unsqueeze(-2)  # [T, 1, half] broadcast over heads
-    return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1).to(x.dtype)
+    turned, kept = xf[..., :rot], xf[..., rot:]
+    x1, x2 = turned.chunk(2, dim=-1) if is_neox else (turned[..., 0::2], turned[..., 1::2])
+    c, s = cos.unsqueeze(-2), sin.unsqueeze(-2)  # [T, 1, rot / 2]: one row for every head of the token
+    o1, o2 = x1 * c - x2 * s, x2 * c + x1 * s
+    out = torch.cat((o1, o2), dim=-1) if is_neox else torch.stack((o1, o2), dim=-1).flatten(-2)
+    return torch.cat((out, kept), dim=-1).to(x.dtype)
+
+
+def check_shape(shape) -> None:
+    """ValueError unless the shape is a rotary call some model makes."""
+    tokens, heads, kv_heads, head_dim, rot_dim, neox, max_position = shape
+    if min(tokens, heads, kv_heads, max_position) < 1 or rot_dim < 2 or rot_dim % 2 or rot_dim > head_dim \
+            or neox not in (0, 1):
+        raise ValueError(f"no rotary call has the shape {list(shape)} (rot_dim even, 2..head_dim; neox 0 or 1)")
 
 
 def make_inputs(shape, dtype, gen, kind):
-    tokens, _, head_dim = shape
-    x = activations(shape, dtype, gen, kind)
-    positions = torch.randint(0, 8192, (tokens,), generator=gen).float()
-    inv_freq = 1.0 / (500000.0 ** (torch.arange(0, head_dim, 2).float() / head_dim))
-    angles = positions[:, None] * inv_freq[None, :]
-    return x, angles.cos(), angles.sin()
+    check_shape(shape)
+    tokens, heads, kv_heads, head_dim, rot_dim, neox, max_position = shape
+    positions = torch.randint(0, max_position, (tokens,), generator=gen)
+    positions[0] = max_position - 1
+    query = activations((tokens, heads, head_dim), dtype, gen, kind)
+    key = activations((tokens, kv_heads, head_dim), dtype, gen, "large" if kind == "large" else "normal")
+    # a base from 1e3 to 1e7 (Llama 2's 1e4, Llama 3's 5e5, Qwen's 1e6) and a linear scaling from 1 to 8
+    base, factor = (10 ** (3 + 4 * torch.rand(1, generator=gen)), 1 + 7 * torch.rand(1, generator=gen))
+    inv_freq = 1.0 / (base ** (torch.arange(0, rot_dim, 2, dtype=torch.float32) / rot_dim)) / factor
+    angles = torch.outer(torch.arange(max_position, dtype=torch.float32), inv_freq)
+    cache = torch.cat((angles.cos(), angles.sin()), dim=-1).to(dtype)
+    return positions, query, key, cache, bool(neox)
 
 
-def model_shapes(dims, rows):
-    """q and k as the model's attention passes them: [tokens, heads, head_dim] and [tokens, kv_heads, head_dim]."""
-    head_dim = int(dims["head_dim"])
-    return ((rows, int(dims["num_heads"]), head_dim), (rows, int(dims["num_kv_heads"]), head_dim))
-
-
-def random_shapes(rng):
-    """An odd number of heads of a head_dim whose half is prime (so neither is a power of two)."""
-    return ((random_rows(rng), rng.choice((3, 5, 7)), 2 * rng.choice(primes(17, 80))),)
+def _heads(shape) -> int:
+    return shape[1] + shape[2]
 
 
 def bytes_moved(shape, dtype):
-    tokens, heads, head_dim = shape
+    tokens, _, _, head_dim, rot_dim, _, _ = shape
     e = torch.empty((), dtype=dtype).element_size()
-    return 2 * tokens * heads * head_dim * e + 2 * tokens * (head_dim // 2) * 4  # x in/out, fp32 cos/sin
+    return 2 * tokens * _heads(shape) * head_dim * e + tokens * (rot_dim * e + 8)  # q, k in/out; cache rows; positions
 
 
 def flops(shape, dtype):
-    tokens, heads, head_dim = shape
-    return 3 * tokens * heads * head_dim
+    return 3 * shape[0] * _heads(shape) * shape[4]
 
 
-# One token's cos/sin row is loaded once per program and shared by its heads: more heads per
-# program reuse it more (Liger-Kernel's rope takes all of a token's heads), fewer give a decode
-# step with one token more programs. First 16: two programs per token for 32 query heads.
+def input_elements(shape) -> int:
+    tokens, _, _, head_dim, rot_dim, _, max_position = shape
+    return tokens * (1 + _heads(shape) * head_dim) + max_position * rot_dim
+
+
+def output_elements(shape) -> int:
+    return shape[0] * _heads(shape) * shape[3]
+
+
+def cut_shape(shape, max_rows, max_elements):
+    """Tokens cut to max_rows and to max_elements values of q and k; nothing else."""
+    if max_rows is None or max_elements is None:  # on a GPU: no cut
+        return tuple(shape)
+    width = _heads(shape) * shape[3]
+    return (max(1, min(shape[0], max_rows, max_elements // width)), *shape[1:])
+
+
+def range_cuts(shape):
+    """The tokens whole up to RANGE_ELEMENTS values of q and k (819 tokens of Llama 3 8B's 40 heads of 128): a kernel
+    whose grid or tile follows the token count meets a served step's."""
+    return ((max(1, min(shape[0], RANGE_ELEMENTS // (_heads(shape) * shape[3]))), *shape[1:]),)
+
+
+def model_shapes(dims, rows):
+    """q and k of a preset's attention: full rotary, NeoX style (every preset is), its whole position range."""
+    head_dim = int(dims["head_dim"])
+    return ((rows, int(dims["num_heads"]), int(dims["num_kv_heads"]), head_dim, head_dim, 1, int(dims["max_seq_len"])),)
+
+
+def random_shapes(rng):
+    """Odd query heads over one kv head or as many, a head_dim whose half is prime, all or a prime part of it
+    rotated, either style, a prime cache length."""
+    heads = rng.choice((3, 5, 7))
+    half = rng.choice(primes(17, 80))
+    rot = 2 * rng.choice((half, rng.choice(primes(2, half))))
+    return ((random_rows(rng), heads, rng.choice((1, heads)), 2 * half, rot, rng.randint(0, 1),
+             rng.choice(primes(64, 10000))),)
+
+
+def _dims(d: list) -> list[int]:
+    return [int(v) for v in d]
+
+
+def _flag(text: str) -> int:
+    if text not in ("True", "False", "1", "0", "true", "false"):
+        raise ValueError(f"not a recorded bool: {text!r}")
+    return int(text in ("True", "1", "true"))
+
+
+def _case(q: list[int], k: list[int], cache: list[int], neox: int, head_size: int | None = None):
+    """(tokens, heads, kv_heads, head_dim, rot_dim, neox, max_position) from q and k [T, H, D] or [T, H * D]."""
+    if len(q) == 2:
+        if not head_size or q[1] % head_size or k[1] % head_size:
+            raise ValueError(f"widths {q[1]}, {k[1]} are not multiples of head size {head_size}")
+        q, k = [q[0], q[1] // head_size, head_size], [k[0], k[1] // head_size, head_size]
+    return (q[0], q[1], k[1], q[2], cache[1], neox, cache[0])
+
+
+def own_call(dims: list, concrete: list):
+    """autotune::rotary_embedding(positions, query [T, H, D], key [T, KVH, D], cos_sin_cache [P, R], is_neox)."""
+    return _case(_dims(dims[1]), _dims(dims[2]), _dims(dims[3]), _flag(concrete[4]))
+
+
+def engine_call(dims: list, concrete: list):
+    """vLLM's and SGLang's (positions, query [T, H*D] or [T, H, D], key, head_size, cos_sin_cache [P, R], is_neox)
+    (vLLM 0.32's CPU trace: query [17, 256], key [17, 64], head_size 32, cache [2048, 32], True)."""
+    return _case(_dims(dims[1]), _dims(dims[2]), _dims(dims[4]), _flag(concrete[5]), int(float(concrete[3])))
+
+
+def flashinfer_call(dims: list, concrete: list):
+    """sgl-kernel's apply_rope_pos_ids_cos_sin_cache(q [T, H, R], k [T, KVH, R], q_rope, k_rope, cos_sin_cache,
+    pos_ids, interleave, ...): SGLang hands it only the rotated columns, so head_dim reads as rot_dim."""
+    return _case(_dims(dims[0]), _dims(dims[1]), _dims(dims[4]), 1 - _flag(concrete[6]))
+
+
+def _no_dims_rule(dims: list):
+    raise ValueError("a rotary call's case needs its scalars (the style, a head size): map the op `like` one of "
+                     "rotary_embedding's declared ops")
+
+
+# One token's cos/sin row is loaded once per program and shared by its heads: more heads per program reuse it more
+# (Liger-Kernel's rope takes all of a token's heads), fewer give a decode step's few tokens more programs.
 SEARCH = SearchSpace(
     template="rotary_embedding.py.j2",
     knobs=(Knob("heads", tuple(h for h in POW2 if h <= 64), "heads of one token per program"), WARPS),
     configs=configs(("heads", "warps"), [
         (16, "auto"), (32, "auto"), (8, "auto"), (4, "auto"), (64, 16), (2, 4), (1, 4), (16, 8),
     ]),
-    sweep_shapes=lambda p: ((3, p["heads"] + 3, 96), (2, 1, 32)),  # a part-empty head tile; half-widths 48 and 16
+    # a part-empty head tile in both styles, partial rotary with a pass-through tail, half-widths 48, 16 and 9
+    sweep_shapes=lambda p: ((3, p["heads"] + 3, 1, 96, 96, 1, 50), (2, 1, p["heads"] + 1, 32, 18, 0, 9),
+                            (2, 2, 1, 64, 16, 1, 7)),
 )
 
 
 TARGET = Target(
     name="rotary_embedding",
-    summary="rotate-half RoPE on x [tokens, heads, head_dim] with fp32 cos/sin [tokens, head_dim/2]",
+    summary="vLLM's RoPE: positions into a cos/sin cache, q [T, H, D] and k [T, KVH, D] together, NeoX or GPT-J "
+            "style, partial rotary dim",
     reference=rotary_embedding,
     make_inputs=make_inputs,
     bytes_moved=bytes_moved,
     flops=flops,
-    default_shapes=((1, 32, 128), (64, 32, 128), (256, 8, 128)),
-    edge_shapes=((1, 1, 64), (7, 3, 96), (3, 40, 128), (512, 2, 32)),
-    # q and k are views of the fused qkv projection (row stride > heads * head_dim; k at an offset); cos and sin
-    # the halves of one gathered cos_sin_cache row, as autotune's vLLM plugin passes them
-    layouts=("contiguous", "offset0", "qkv_q", "qkv_k", "cos_sin_vllm"),
+    # (tokens, heads, kv_heads, head_dim, rot_dim, neox, max_position): Llama 3 8B at one decode token, a decode
+    # step of 256 and a prefill chunk; ChatGLM3-6B (2 kv heads, GPT-J style over half of each head); Phi-2 (head_dim
+    # 80, NeoX style over 32 of it)
+    default_shapes=((1, 32, 8, 128, 128, 1, 8192), (256, 32, 8, 128, 128, 1, 8192), (2048, 32, 8, 128, 128, 1, 8192),
+                    (64, 32, 2, 128, 64, 0, 8192), (64, 32, 32, 80, 32, 1, 2048)),
+    # one token of a one-row cache; GPT-J style over odd heads, head_dim 96; a prime cache; Llama 3.1's 131072-row
+    # cache (its positions' full range, at a small rot_dim); GPT-J style over an odd half-width (9 pairs); GPT-NeoX's
+    # 0.25 of 96; head_dim 256 (Gemma); many tokens of a tiny model
+    edge_shapes=((1, 1, 1, 64, 64, 1, 1), (7, 3, 1, 96, 96, 0, 100), (3, 40, 8, 128, 128, 1, 4099),
+                 (5, 4, 2, 64, 16, 1, 131072), (9, 6, 2, 72, 18, 0, 333), (4, 8, 8, 96, 24, 1, 2048),
+                 (3, 8, 4, 256, 256, 1, 512), (512, 2, 1, 32, 32, 1, 8192)),
+    # q and k as views of the fused qkv projection (row stride (heads + 2 kv_heads) * head_dim, k at heads * head_dim),
+    # as the built-in model and vLLM's layers pass them; dense (after Qwen3's per-head norm)
+    layouts=("contiguous", "offset0", "qkv"),
     model_shapes=model_shapes,
     random_shapes=random_shapes,
-    # vLLM's _C::rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox): query [T, H*D]
-    # at argument 1, D at argument 3 (vLLM 0.32's CPU trace: query [17, 256], head_size 32 -> (17, 8, 32))
-    # vLLM's and SGLang's (positions, query [T, H*D], key, head_size, cos_sin_cache, is_neox); SGLang's GPU path
-    # (sgl_kernel.apply_rope_with_cos_sin_cache_inplace) passes q already viewed as [T, H, D] first
-    foreign_ops=(ForeignOp("_C::rotary_embedding", case_arg=1, head_size_arg=3),
-                 ForeignOp("sgl_kernel::rotary_embedding", case_arg=1, head_size_arg=3),
-                 ForeignOp("sgl_kernel::rotary_embedding_cpu", case_arg=1, head_size_arg=3),
-                 ForeignOp("sgl_kernel::apply_rope_pos_ids_cos_sin_cache")),
+    foreign_ops=(ForeignOp("autotune::rotary_embedding", call_rule=own_call),
+                 ForeignOp("_C::rotary_embedding", case_arg=1, call_rule=engine_call),
+                 ForeignOp("sgl_kernel::rotary_embedding", case_arg=1, call_rule=engine_call),
+                 ForeignOp("sgl_kernel::rotary_embedding_cpu", case_arg=1, call_rule=engine_call),
+                 ForeignOp("sgl_kernel::apply_rope_pos_ids_cos_sin_cache", call_rule=flashinfer_call)),
+    shape_from_dims=_no_dims_rule,
     search=SEARCH,
     example="rotary_embedding.py",
-    dims=("tokens", "heads", "head_dim"),
-    advice=("No reduction: each output element needs x at j and at j +- head_dim/2 of the same head, and the "
-            "token's cos and sin at j mod head_dim/2. A program per token (or per token and block of heads) "
-            "loads that token's cos/sin row once and reuses it for every head it rotates.",
-            "x is a strided view (q or k inside the fused qkv projection): index it by its token, head and dim "
-            "strides, and write a dense output.",),
-    directions=("Explore the heads per program: all of a token's heads in one program (most cos/sin reuse) "
+    dims=("tokens", "heads", "kv_heads", "head_dim", "rot_dim", "neox", "max_position"),
+    cut_shape=cut_shape,
+    range_cuts=range_cuts,
+    input_elements=input_elements,
+    output_elements=output_elements,
+    advice=("No reduction: a token's pair j (columns j and j + rot_dim/2 with is_neox, 2j and 2j + 1 without) of every "
+            "head turns by cache row positions[t]'s cos[j] = cos_sin_cache[p, j] and sin[j] = cos_sin_cache[p, "
+            "rot_dim/2 + j]; columns rot_dim..head_dim are copied. A program per token (or per token and block of "
+            "heads) loads that token's position and cache row once and reuses them for all its q and k heads.",
+            "query and key are strided views (inside the fused qkv projection): index them by their token, head and "
+            "dim strides, and write dense outputs; the cache is in query's dtype, computed on in float32.",),
+    directions=("Explore the heads per program: all of a token's q and k heads in one program (most cache-row reuse) "
                 "against fewer heads and more programs for a decode step's few tokens.",
-                "Focus on memory traffic: each x element read once, the two halves of a head loaded as two "
-                "half-width blocks, cos/sin read once per token."),
+                "Focus on memory traffic: each q and k element read once, the pairs loaded as two half-width blocks, "
+                "the cache row read once per token."),
 )

@@ -128,7 +128,8 @@ def test_the_task_states_layouts_tolerances_kinds_and_the_golden_rule_from_their
 
     rotary = targets.get("rotary_embedding")
     text = prompts.task_message(rotary, None, ROOF, index=0, candidates=1)
-    assert "[tokens, heads, head_dim]" in text and "[tokens=7, heads=3, head_dim=96]" in text
+    assert "[tokens, heads, kv_heads, head_dim, rot_dim, neox, max_position]" in text
+    assert "[tokens=7, heads=3, kv_heads=1, head_dim=96, rot_dim=96, neox=0, max_position=100]" in text
     for name in rotary.layouts:
         assert f"`{name}`: {LAYOUTS[name]}" in text
     for dtype, tol in rotary.tolerances.items():
@@ -144,7 +145,7 @@ def test_the_task_states_layouts_tolerances_kinds_and_the_golden_rule_from_their
 
 def test_advice_and_directions_fit_the_op():
     rotary = prompts.task_message(targets.get("rotary_embedding"), None, ROOF, index=0, candidates=1)
-    assert "two-pass loop" not in rotary and "cos/sin row once" in rotary  # rotary is no row reduction
+    assert "two-pass loop" not in rotary and "position and cache row once" in rotary  # rotary is no row reduction
     linear = [prompts.task_message(targets.get("linear"), None, ROOF, index=i, candidates=3) for i in range(3)]
     assert not any("rows per program" in t or "one-row-per-program" in t for t in linear)
     assert "split-K" in linear[2] or "tile shape" in linear[1]
@@ -214,4 +215,7 @@ def test_task_message_gives_each_arguments_shape_dtype_and_layout_from_the_targe
     quant = prompts.argument_lines("fused_add_rms_norm_quant")
     assert quant[-3:] == ("returns [0]: [rows, hidden] int8, contiguous", "returns [1]: [rows, 1] float32, contiguous",
                           "returns [2]: [rows, hidden] the case's dtype, contiguous")
-    assert "`cos`: [tokens, head_dim/2] float32, contiguous" in prompts.argument_lines("rotary_embedding")
+    rotary = prompts.argument_lines("rotary_embedding")
+    for line in ("`positions`: [tokens] int64, contiguous", "`cos_sin_cache`: [max_position, rot_dim] the case's dtype",
+                 "`is_neox`: bool (a scalar)", "returns [1]: [tokens, kv_heads, head_dim] the case's dtype"):
+        assert any(line in x for x in rotary), line

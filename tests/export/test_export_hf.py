@@ -67,4 +67,4 @@ def test_patched_tiny_llama_runs_the_kernels_and_decodes_the_same_tokens(kernels
     # one forward + 8 decode steps (the first generate step is the prompt) = 9 forwards with the patch
     forwards = 1 + 8
     assert result["calls"] == {"rms_norm": 5 * forwards, "silu_and_mul": 2 * forwards,
-                               "rotary_embedding": 2 * 2 * forwards}  # q and k in each of 2 layers
+                               "rotary_embedding": 2 * forwards}  # q and k together in each of 2 layers

@@ -47,15 +47,15 @@ def test_real_vllm_eager_trace_maps_rotary_with_its_heads_and_the_unfused_rms_no
     ops = op_table(trace, OP_MAP)
     mapped = ops[ops["target"] != ""]
     calls = mapped.groupby(["target", "case_shape"])["calls"].sum().to_dict()
-    # _C::rotary_embedding(positions [T], query [T, 256], key, head_size=32, ...): case (T, 8, 32), not (T,)
+    # _C::rotary_embedding(positions [T], query [T, 256], key [T, 64], head_size=32, cos_sin_cache [2048, 32],
+    # is_neox=True, ...): case (T, 8 heads, 2 kv heads, 32, rot_dim 32, NeoX, 2048 positions), not (T,)
     assert {k: v for k, v in calls.items() if k[0] == "rotary_embedding"} == {
-        ("rotary_embedding", "[5, 8, 32]"): 4, ("rotary_embedding", "[17, 8, 32]"): 4,
-        ("rotary_embedding", "[130, 8, 32]"): 4}
+        ("rotary_embedding", f"[{t}, 8, 2, 32, 32, 1, 2048]"): 4 for t in (5, 17, 130)}
     # RMSNorm as plain aten ops: per step the final norm and layer 0's input norm, plus 7 with the residual add
     for t in (5, 17, 130):
         assert calls[("fused_add_rms_norm", f"[{t}, 256]")] == 8 and calls[("rms_norm", f"[{t}, 256]")] == 1
     assert set(mapped["dtype"]) == {"float32"}
-    rotary = mapped[(mapped["op"] == "_C::rotary_embedding") & (mapped["case_shape"] == "[17, 8, 32]")].iloc[0]
+    rotary = mapped[(mapped["op"] == "_C::rotary_embedding") & (mapped["case_shape"] == "[17, 8, 2, 32, 32, 1, 2048]")].iloc[0]
     assert json.loads(rotary.input_shapes) == [[17], [17, 256], [17, 64], [], [2048, 32], [], [], []]
     # the sequence's ops are one row each; no aten::pow is left over to count on its own
     assert "aten::pow" not in set(ops["op"]) and (mapped["total_us"] > 0).all()

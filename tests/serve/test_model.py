@@ -57,8 +57,9 @@ def test_every_dispatch_point_is_called_with_the_step_shapes(tiny):
         if layer:
             expected.append(("fused_add_rms_norm", [(t, h), (t, h), (h,)]))
         expected += [("linear", [(t, h), (qkv, h)]),
-                     ("rotary_embedding", [(t, c.num_heads, c.head_dim), (t, c.head_dim // 2), (t, c.head_dim // 2)]),
-                     ("rotary_embedding", [(t, c.num_kv_heads, c.head_dim), (t, c.head_dim // 2), (t, c.head_dim // 2)]),
+                     # q and k together, with the positions and the cos/sin cache of every position
+                     ("rotary_embedding", [(t,), (t, c.num_heads, c.head_dim), (t, c.num_kv_heads, c.head_dim),
+                                           (c.max_seq_len, c.head_dim)]),
                      # one call for the step, vLLM's unified attention: 2 slots of 32 positions in blocks of 16; the
                      # decode's sequence (context 4) and the prefill's (5) hold one block each
                      ("paged_attention", [(t, c.num_heads, c.head_dim), (4, 16, c.num_kv_heads, c.head_dim),

@@ -85,9 +85,8 @@ def test_every_preset_width_is_checked():
     assert {2048, 4096} <= hidden and 28672 in gate_up
     for target, widths in ((RMS, hidden), (get("fused_add_rms_norm"), hidden), (get("silu_and_mul"), gate_up)):
         assert widths <= {c.shape[-1] for c in plan(target, None, PLAN, salt=SALT)}, target.name
-    rope = {(int(p.num_heads), int(p.head_dim)) for p in PRESETS} | {(int(p.num_kv_heads), int(p.head_dim))
-                                                                     for p in PRESETS}
-    assert rope <= {c.shape[1:] for c in plan(get("rotary_embedding"), None, PLAN, salt=SALT)}
+    rope = {(int(p.num_heads), int(p.num_kv_heads), int(p.head_dim), int(p.max_seq_len)) for p in PRESETS}
+    assert rope <= {(*c.shape[1:4], c.shape[6]) for c in plan(get("rotary_embedding"), None, PLAN, salt=SALT)}
 
 
 def test_random_sizes_are_drawn_per_run_and_avoid_round_numbers():
@@ -132,13 +131,17 @@ def test_layouts_are_made_as_declared():
     torch.testing.assert_close(RMS.reference(*padded.args), padded.reference[0], equal_nan=True)  # same values
     assert not by_layout["offset0"].front_guard and by_layout["contiguous"].front_guard
     rope = get("rotary_embedding")
-    for c in plan(rope, None, PLAN, salt=SALT):
-        if c.layout in ("qkv_q", "qkv_k"):
-            x = make_data(rope, c, SALT).args[0]
-            tokens, heads, head_dim = x.shape
-            assert x.stride() == (3 * heads * head_dim, head_dim, 1)
-            assert x.storage_offset() == (0 if c.layout == "qkv_q" else heads * head_dim)
-            assert c.front_guard == (c.layout == "qkv_k")
+    fused = [c for c in plan(rope, None, PLAN, salt=SALT) if c.layout == "qkv"]
+    assert fused
+    for c in fused:
+        _, q, k, *_ = make_data(rope, c, SALT).args
+        _, heads, kv_heads, head_dim, *_ = c.shape
+        width = (heads + 2 * kv_heads) * head_dim  # q, k and the v heads of one projection row
+        assert q.stride() == k.stride() == (width, head_dim, 1) and q.untyped_storage() is not None
+        assert (q.storage_offset(), k.storage_offset()) == (0, heads * head_dim) and not c.front_guard
+        assert q.untyped_storage().data_ptr() == k.untyped_storage().data_ptr()  # one buffer, as served
+        v_heads = q.as_strided((q.shape[0], kv_heads * head_dim), (width, 1), (heads + kv_heads) * head_dim)
+        assert torch.isnan(v_heads).all()
 
 
 def test_small_rows_make_eps_matter_in_every_dtype():

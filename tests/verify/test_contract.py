@@ -33,7 +33,7 @@ CHEATS = [
     ("rms_norm", "block_table_2048.py", "2048]", None),
     ("rms_norm", "unmasked_tail_1024.py", "", WIDTH_WITH_TAIL),
     ("rms_norm", "row_mask_32.py", "", ROWS_WITH_TAIL),
-    ("rotary_embedding", "contiguous_rope.py", "qkv_", None),
+    ("rotary_embedding", "contiguous_rope.py", " qkv", None),
     (INPLACE, "inplace_forgets.py", "in-place write to `residual` is wrong", None),
     (INPLACE, "inplace_writes_x.py", "modified its input `x`", None),
 ]

@@ -158,14 +158,31 @@ def test_a_fused_moe_runs_every_served_hidden_size_whole(tmp_path):
     assert v.failing_case().shape[3] > 512, v.reason  # the hidden size names the case
 
 
-def test_the_cos_and_sin_views_the_vllm_export_hands_over_are_checked(tmp_path):
-    assert "cos_sin_vllm" in get("rotary_embedding").layouts
-    # the example without `.contiguous()` on cos and sin, indexed as dense [T, D/2] rows: right for the dense tensors
-    # every plan drew, wrong for `cos_sin_cache.index_select(0, positions).chunk(2, -1)` (row stride D, sin at D/2)
-    wrong = example_variant(tmp_path, "rotary_embedding", "cos.contiguous(), sin.contiguous()", "cos, sin")
+@pytest.mark.parametrize("old, new, dim, value", [
+    ("IS_NEOX=is_neox", "IS_NEOX=True", 5, 0),  # NeoX pairs for every model: wrong for GPT-J style (ChatGLM, GPT-J)
+    ("half = cache.shape[1] // 2", "half = head_dim // 2", 4, None),  # the whole head turned: wrong for partial rotary
+], ids=["style", "partial"])
+def test_rotary_is_judged_in_both_styles_and_at_a_partial_rotary_dim(tmp_path, old, new, dim, value):
+    """vLLM's RotaryEmbedding serves GPT-J style and partial rotary dims (Phi-2, GPT-NeoX, ChatGLM): the example with
+    either left out passed every case of the old interface (NeoX over the whole head), and fails here."""
+    v = verify("rotary_embedding", example_variant(tmp_path, "rotary_embedding", old, new), QUICK_FP32)
+    assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
+    shape = v.failing_case().shape
+    assert shape[dim] == value if value is not None else shape[4] < shape[3], v.reason
+
+
+def test_rotary_reads_the_cache_it_is_given(tmp_path):
+    """A kernel that computes cos and sin from the position with a guessed base (Llama 3's 500000) instead of reading
+    the cache is wrong: each case's cache has its own base and scaling."""
+    wrong = example_variant(
+        tmp_path, "rotary_embedding",
+        "c = tl.load(cache_ptr + pos * cache_stride + j, mask=mask, other=0.0).to(tl.float32)",
+        "angle = pos.to(tl.float32) * tl.exp(-(2.0 * j.to(tl.float32) / (2 * half)) * 13.122363377404328)\n"
+        "    c = tl.cos(angle)",
+        ("s = tl.load(cache_ptr + pos * cache_stride + half + j, mask=mask, other=0.0).to(tl.float32)",
+         "s = tl.sin(angle)"))
     v = verify("rotary_embedding", wrong, QUICK_FP32)
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
-    assert v.failing_case().layout == "cos_sin_vllm", v.reason
 
 
 def test_a_fused_moe_serves_tokens_past_the_first_64_whole(tmp_path):

@@ -30,7 +30,7 @@ from autotune.verify.plan.config import PlanConfig
 __all__ = ["Case", "PlanConfig", "cut_rows", "plan"]  # cut_rows: the default cut, from base
 
 HALF_DTYPES = (torch.float16, torch.bfloat16)
-AT_OFFSET_ZERO = ("offset0", "qkv_q")  # layouts whose inputs start at storage offset 0
+AT_OFFSET_ZERO = ("offset0", "qkv")  # layouts whose inputs start at storage offset 0
 # Shapes the model presets and the run's draw add: on CPU they run normal inputs in every dtype and NaN/Inf
 # in one, all cut as the extra cases are (what they test is widths, row tails and masks; the other kinds run
 # on the default and edge shapes), which keeps a one-row-per-program RMSNorm at 126 cases instead of 168.

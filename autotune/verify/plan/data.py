@@ -129,7 +129,7 @@ def with_scalars(target: Target, args: tuple, scalars) -> tuple:
 
 def lay_out(args: tuple, layout: str) -> tuple:
     """The arguments in the case's memory layout (targets.base.LAYOUTS). Gaps are NaN: a kernel that reads a
-    padding element or the other heads of the qkv row gets NaN in its output. "offset0" and "contiguous"
+    padding element or the qkv row's other heads gets NaN in its output. "offset0" and "contiguous"
     differ only in where the worker puts them (Case.front_guard)."""
     x = args[0]
     if layout == "kv_cache_vllm":  # args 1 and 2: the caches, k and v halves of one head-major tensor
@@ -140,17 +140,20 @@ def lay_out(args: tuple, layout: str) -> tuple:
         k_view.copy_(k)
         v_view.copy_(v)
         return (x, k_view, v_view, *args[3:])
-    if layout == "cos_sin_vllm":  # args 1 and 2: cos and sin, the halves of one gathered cos_sin_cache row
-        cos, sin = torch.cat((args[1], args[2]), dim=-1).chunk(2, dim=-1)  # as export/vllm_plugin.py makes them
-        return (x, cos, sin, *args[3:])
+    if layout == "qkv":  # args 1 and 2: query and key, views of one fused qkv projection (the v heads NaN)
+        query, key = args[1], args[2]
+        tokens, heads, head_dim = query.shape
+        width = (heads + 2 * key.shape[1]) * head_dim
+        fused = torch.full((tokens, width), float("nan"), dtype=query.dtype)
+        # as_strided: the token stride even for one token, as a split of the projection gives it
+        q_view = fused.as_strided(query.shape, (width, head_dim, 1), 0)
+        k_view = fused.as_strided(key.shape, (width, head_dim, 1), heads * head_dim)
+        q_view.copy_(query)
+        k_view.copy_(key)
+        return (args[0], q_view, k_view, *args[3:])
     if layout == "padded" and x.dim() >= 2:
         wide = torch.full((*x.shape[:-1], x.shape[-1] + PAD_ELEMENTS), float("nan"), dtype=x.dtype)
         view = wide[..., :x.shape[-1]]
-    elif layout in ("qkv_q", "qkv_k"):
-        tokens, heads, head_dim = x.shape
-        fused = torch.full((tokens, 3 * heads * head_dim), float("nan"), dtype=x.dtype)
-        start = 0 if layout == "qkv_q" else heads * head_dim  # as_strided: the token stride even for 1 token
-        view = fused.as_strided((tokens, heads, head_dim), (3 * heads * head_dim, head_dim, 1), start)
     else:
         return args
     view.copy_(x)
