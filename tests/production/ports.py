@@ -115,17 +115,65 @@ def silu_and_mul(x):
                                           num_warps=8 if BLOCK_SIZE >= 2048 else 4)
     return c[:, :n_cols].contiguous().reshape(*shape[:-1], n_cols)
 '''),
+    # Liger's rope takes HF's cos/sin, one row per token (rope_forward: cos [T, rotary_dim], only its left half
+    # read), no position ids, and rotates NeoX pairs (j, j + rd/2) of the first rd columns of q and k in place, heads
+    # dense at stride hd (rope_forward makes q and k contiguous). The launcher gathers the cache rows at the positions
+    # (our _gather_rows: a copy, no math; index_select is not on a launcher's list), hands the rows' two halves as
+    # cos and sin, rotates dense copies of q and k (the inputs, views of the fused qkv, are not written; the columns
+    # past rd stay as copied), and serves GPT-J style by de-interleaving each head's rotated columns into NeoX order
+    # (2j -> j, 2j + 1 -> j + rd/2) and interleaving the result back: copies only, every product and sum is Liger's.
+    # Liger computes in cos's dtype (q and k cast to it): the cache's, as vLLM stores it, so bf16 cases compute in
+    # bf16 as Liger does under HF (cos in the model's dtype); the checker takes them by its fp64-golden fallback
     Port("liger/rope", "rotary_embedding", _liger("rope.py"), ("_triton_rope",), '''
-def rotary_embedding(x, cos, sin):
-    tokens, heads, head_dim = x.shape
-    q = x.contiguous().clone().reshape(1, tokens, heads, head_dim)  # rotated in place, as Liger does q and k
-    k = torch.zeros(1, tokens, 1, head_dim, dtype=x.dtype, device=x.device)  # one spare head for its k
-    cos, sin = cos.contiguous(), sin.contiguous()  # [T, D/2]: the left halves Liger reads of its [T, D]
-    _triton_rope[(tokens,)](q, q.stride(1), k, k.stride(1), cos, cos.stride(-2), sin, sin.stride(-2), tokens, 1, 1,
-                            heads, 1, head_dim, triton.next_power_of_2(heads), 1, triton.next_power_of_2(head_dim),
-                            triton.next_power_of_2(head_dim), head_dim, BLOCK_SIZE=triton.next_power_of_2(heads),
-                            BACKWARD_PASS=False)
-    return q.reshape(tokens, heads, head_dim)
+@triton.jit
+def _gather_rows(cache_ptr, pos_ptr, rows_ptr, width, cache_stride, BLOCK: tl.constexpr):
+    t = tl.program_id(0)
+    pos = tl.load(pos_ptr + t)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < width
+    tl.store(rows_ptr + t * width + cols, tl.load(cache_ptr + pos * cache_stride + cols, mask=mask), mask=mask)
+
+
+def _neox_order(x, rot_dim, is_neox):
+    """A dense copy of x [T, H, D], its first rot_dim columns of each head in NeoX order for GPT-J style."""
+    buf = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if is_neox:
+        buf.copy_(x)
+        return buf
+    buf[..., :rot_dim].unflatten(-1, (2, rot_dim // 2)).copy_(x[..., :rot_dim].unflatten(-1, (rot_dim // 2, 2))
+                                                               .transpose(-1, -2))
+    buf[..., rot_dim:].copy_(x[..., rot_dim:])
+    return buf
+
+
+def _input_order(buf, rot_dim, is_neox):
+    """buf back in the input's column order: GPT-J style's rotated columns interleaved again."""
+    if is_neox:
+        return buf
+    out = torch.empty(buf.shape, dtype=buf.dtype, device=buf.device)
+    out[..., :rot_dim].unflatten(-1, (rot_dim // 2, 2)).copy_(buf[..., :rot_dim].unflatten(-1, (2, rot_dim // 2))
+                                                               .transpose(-1, -2))
+    out[..., rot_dim:].copy_(buf[..., rot_dim:])
+    return out
+
+
+def rotary_embedding(positions, query, key, cos_sin_cache, is_neox):
+    tokens, n_q_head, head_dim = query.shape
+    n_kv_head = key.shape[1]
+    rotary_dim = cos_sin_cache.shape[1]
+    rows = torch.empty((tokens, rotary_dim), dtype=cos_sin_cache.dtype, device=cos_sin_cache.device)
+    _gather_rows[(tokens,)](cos_sin_cache, positions, rows, rotary_dim, cos_sin_cache.stride(0),
+                            BLOCK=triton.next_power_of_2(rotary_dim))
+    cos, sin = rows[:, :rotary_dim // 2], rows[:, rotary_dim // 2:]  # Liger reads rotary_dim / 2 of each row
+    q = _neox_order(query, rotary_dim, is_neox)  # rotated in place, as Liger does q and k; columns past
+    k = _neox_order(key, rotary_dim, is_neox)  # rotary_dim stay as copied (its partial RoPE)
+    pad_n_q_head, pad_n_kv_head = triton.next_power_of_2(n_q_head), triton.next_power_of_2(n_kv_head)
+    # as rope_forward: bsz 1, seq_len = tokens (row t takes cos/sin row t), one cos batch
+    _triton_rope[(tokens,)](q, q.stride(0), k, k.stride(0), cos, cos.stride(0), sin, sin.stride(0), tokens, 1, 1,
+                            n_q_head, n_kv_head, head_dim, pad_n_q_head, pad_n_kv_head,
+                            triton.next_power_of_2(head_dim), triton.next_power_of_2(rotary_dim), rotary_dim,
+                            BLOCK_SIZE=max(pad_n_q_head, pad_n_kv_head), BACKWARD_PASS=False)
+    return _input_order(q, rotary_dim, is_neox), _input_order(k, rotary_dim, is_neox)
 '''),
     Port("liger/softmax", "softmax", _liger("softmax.py"),
          ("_softmax_single_block_forward_kernel", "_softmax_multi_block_forward_kernel"), '''
@@ -165,23 +213,29 @@ def fused_add_rms_norm(x, residual, weight, eps):
 ''', **FLAG_GEMS_PLUMBING),
     Port("flag_gems/rotary_embedding", "rotary_embedding", _flag_gems("fused/rotary_embedding.py"),
          ("apply_rotary_pos_emb_kernel",), '''
-# FlagGems passes its cos/sin cache's length, the model's max_position_embeddings (a constant of the model, only
-# its device_assert reads it); the target hands cos/sin gathered per token, so the model's constant is written here
-MAX_POSITIONS = 131072
-
-
-def rotary_embedding(x, cos, sin):
-    tokens, heads, head_dim = x.shape
-    q_out = torch.empty((tokens, heads, head_dim), dtype=x.dtype, device=x.device)
-    k = torch.zeros((tokens, 1, head_dim), dtype=x.dtype, device=x.device)  # one spare k head
-    k_out = torch.empty_like(k)
-    # cos/sin are [T, D/2] already gathered per token: no position ids, seq_len = T picks row t for token t
+def rotary_embedding(positions, query, key, cos_sin_cache, is_neox):
+    # as apply_rotary_pos_emb(q, k, cos, sin, position_ids, rotary_interleaved=not is_neox, inplace=False): the
+    # positions are its position ids (seq_len None, as it passes with them), cos and sin [max_position, rot_dim / 2]
+    # the cache's two halves (views: row stride rot_dim, last-dim stride 1 as it asserts), its
+    # MAX_POSITION_EMBEDDINGS their row count, q and k read by their own strides, new dense outputs written
+    tokens, q_heads, head_dim = query.shape
+    k_heads = key.shape[1]
+    rot_dim = cos_sin_cache.shape[1]
+    cos, sin = cos_sin_cache[:, :rot_dim // 2], cos_sin_cache[:, rot_dim // 2:]
+    q_embed = torch.empty((tokens, q_heads, head_dim), dtype=query.dtype, device=query.device)
+    k_embed = torch.empty((tokens, k_heads, head_dim), dtype=key.dtype, device=key.device)
+    # FlagGems rotates the whole head (it asserts cos is half of head_dim): for partial rotary the kernel gets the
+    # first rot_dim columns (head_dim = rot_dim, the views' strides) and the rest is copied through
+    q, k, oq, ok = query[..., :rot_dim], key[..., :rot_dim], q_embed[..., :rot_dim], k_embed[..., :rot_dim]
+    if rot_dim < head_dim:
+        q_embed[..., rot_dim:].copy_(query[..., rot_dim:])
+        k_embed[..., rot_dim:].copy_(key[..., rot_dim:])
     apply_rotary_pos_emb_kernel[(tokens,)](
-        q_out, k_out, x, k, cos, sin, None, x.stride(0), x.stride(1), x.stride(2), k.stride(0), k.stride(1),
-        k.stride(2), q_out.stride(0), q_out.stride(1), q_out.stride(2), k_out.stride(0), k_out.stride(1),
-        k_out.stride(2), 0, cos.stride(0), sin.stride(0), tokens, heads, 1, head_dim,
-        max(triton.next_power_of_2(head_dim), 16), False, MAX_POSITIONS)
-    return q_out
+        oq, ok, q, k, cos, sin, positions, q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1),
+        k.stride(2), oq.stride(0), oq.stride(1), oq.stride(2), ok.stride(0), ok.stride(1), ok.stride(2),
+        positions.stride(0), cos.stride(0), sin.stride(0), None, q_heads, k_heads, rot_dim,
+        max(triton.next_power_of_2(rot_dim), 16), not is_neox, MAX_POSITION_EMBEDDINGS=cos.shape[0])
+    return q_embed, k_embed
 ''', **FLAG_GEMS_PLUMBING),
     Port("unsloth/rms_layernorm", "rms_norm", _unsloth("rms_layernorm.py"), ("_rms_layernorm_forward",), '''
 def rms_norm(x, weight, eps):
