@@ -2,7 +2,10 @@
 
 Launched, the server runs in a session of its own with the flags profiling needs (vLLM: `--enforce-eager` so
 the small ops are not hidden in compiled regions, `--profiler-config` with shapes recorded and no Python stacks
-or memory events; SGLang: `--disable-cuda-graph`, its profiler directory), its output in a log file; `serving`
+or memory events; SGLang: `--disable-cuda-graph`, its profiler directory), its output in a log file. With
+`engine.compiled=true` it serves as users run it instead: vLLM with its default compilation, Inductor told to
+record each generated kernel (`cpp.enable_kernel_profile`, which profile/inductor.py maps to targets; a GPU's
+Triton kernels are recorded anyway), SGLang with its CUDA graphs; `serving`
 waits for its health endpoint (a timeout, or the process dying, is an error with the log's tail), and on the way
 out stops the whole process group (SIGTERM, then SIGKILL after 20 s). With `engine.plugin=DIR` (an exported
 plugin) the plugin is installed into a folder of its own on the server's PYTHONPATH, selected by
@@ -134,7 +137,12 @@ def server_command(settings: EngineSettings, port: int, profile_dir: Path) -> tu
     python, model = s.launched()
     if s.name == "vllm":
         command = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", s.host,
-                   "--port", str(port), "--enforce-eager"]
+                   "--port", str(port)]
+        if not s.compiled:
+            command += ["--enforce-eager"]
+        elif "--compilation-config" not in s.args and "-cc" not in s.args:
+            command += ["--compilation-config", json.dumps({"inductor_compile_config": {"cpp.enable_kernel_profile":
+                                                                                         True}})]
         if s.profile:
             command += ["--profiler-config", profiler_config(str(profile_dir))]
         priority = _ir_priority(s)
@@ -144,7 +152,7 @@ def server_command(settings: EngineSettings, port: int, profile_dir: Path) -> tu
             command += ["--attention-backend", "CUSTOM"]  # the name the plugin registers its backend under
     else:
         command = [python, "-m", "sglang.launch_server", "--model-path", model, "--host", s.host, "--port",
-                   str(port), "--disable-cuda-graph"]
+                   str(port), *([] if s.compiled else ["--disable-cuda-graph"])]
     if s.served_model_name:
         command += ["--served-model-name", s.served_model_name]
     command += list(s.args)

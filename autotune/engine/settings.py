@@ -61,6 +61,8 @@ class EngineSettings:
     request_timeout_s: float = 600.0
     stop_profile_timeout_s: float = 600.0
     api_key_env: str | None = None
+    # launch: serve as users do, compiled (vLLM's default torch.compile; SGLang's CUDA graphs), not eager
+    compiled: bool = False
     plugin: str | None = None  # launch: an exported plugin folder (`autotune export vllm --out DIR`) to serve with
     plugin_kernels: tuple[str, ...] = ()  # only these of the plugin's kernels (empty: all)
     vocab_size: int | None = None
@@ -139,7 +141,8 @@ class EngineSettings:
         return d
 
     def describe(self) -> str:
-        what = f"{self.name} at {self.url}" if not self.launch else f"{self.name} launched from {self.python}"
+        what = (f"{self.name} at {self.url}" if not self.launch else
+                f"{self.name} launched {'compiled' if self.compiled else 'eager'} from {self.python}")
         extra = f", plugin {self.plugin}" + (f" ({', '.join(self.plugin_kernels)})" if self.plugin_kernels else "")
         return what + (extra if self.plugin else "")
 

@@ -104,7 +104,7 @@ def _top_shapes(shapes: tuple[ProfiledShape, ...], n: int = 2) -> str:
 def hotspot_table(record: dict, top: int) -> Table:
     """The ranked hot spots as a rich Table."""
     speedup = record["assumed_speedup"]
-    table = Table(title=f"hot spots (run {record['run']})",
+    table = Table(title=f"hot spots (run {record['run']}, {record.get('configuration', 'eager')} configuration)",
                   caption=f"serving time {record['serving_time_us'] / 1e3:.1f} ms; gain: the end-to-end time a "
                           f"kernel {speedup:g}x faster would save (Amdahl)")
     columns: tuple[tuple[str, JustifyMethod], ...] = (

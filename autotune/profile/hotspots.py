@@ -5,12 +5,15 @@ that is `s` times faster on a target that takes a share `p` of serving time save
 `gain = 1 - ((1 - p) + p / s)` of the end-to-end time; `profile.assumed_speedup` sets `s`.
 
 `hotspots.json` (one per profile run; the checker takes its shapes from the newest one):
-    {"run": str, "trace": str, "serving_time_us": float, "assumed_speedup": float, "environment": {...},
+    {"run": str, "trace": str, "configuration": "eager" | "compiled", "serving_time_us": float,
+     "assumed_speedup": float, "environment": {...},
      "hotspots": [{"target": str, "share": float, "calls": int, "total_us": float, "projected_gain": float,
                    "shapes": [{"shape": [int, ...], "dtype": "float32", "calls": int, "total_us": float}]}],
      "coverage": {"share": float, "ops_us": float, "covered_us": float,
                   "uncovered": [{"op": str, "time_us": float, "share": float}]}}
-Each hot spot reads into a `records.Hotspot` (`hotspots_in`, `hotspot_for`), the coverage into a `records.Coverage`.
+`configuration` is the serving configuration the trace measured (diagnose.configuration: vLLM with
+`--enforce-eager`, or torch.compile as vLLM serves by default). Each hot spot reads into a `records.Hotspot`
+(`hotspots_in`, `hotspot_for`), the coverage into a `records.Coverage`.
 """
 
 from __future__ import annotations
@@ -78,9 +81,10 @@ def outlier_notes(ops: pd.DataFrame) -> list[str]:
 
 
 def hotspots_record(run: str, trace: str, serving_time_us: float, assumed_speedup: float,
-                    environment: dict, hotspots: list[Hotspot], coverage: dict | None = None) -> dict[str, Any]:
+                    environment: dict, hotspots: list[Hotspot], coverage: dict | None = None,
+                    configuration: str = "eager") -> dict[str, Any]:
     """The content of hotspots.json, keys in the documented order."""
-    record = {"run": run, "trace": trace, "serving_time_us": float(serving_time_us),
+    record = {"run": run, "trace": trace, "configuration": configuration, "serving_time_us": float(serving_time_us),
               "assumed_speedup": float(assumed_speedup), "environment": environment,
               "hotspots": [h.to_dict(with_profile=False) for h in hotspots]}
     if coverage is not None:

@@ -37,9 +37,11 @@ import pandas as pd
 
 from autotune import targets
 from autotune.errors import UserError
+from autotune.profile import inductor
 from autotune.profile.opmap import MappedOp, OpMap, declared_map
 from autotune.profile.patterns import Match, find_patterns
 from autotune.records import Coverage
+from autotune.targets.base import ForeignOp
 
 COLUMNS = ["op", "target", "input_shapes", "case_shape", "dtype", "calls", "total_us", "max_us", "self_us", "device_us",
            "share"]
@@ -175,12 +177,42 @@ def _case_shape(e: dict, mapped: MappedOp | None) -> str:
     return json.dumps(list(shape))
 
 
-def _row(e: dict, target: str, mapped: MappedOp | None) -> dict:
-    args = e.get("args", {})
-    case_arg = mapped.foreign.case_arg if mapped else 0
-    return {"op": e["name"], "target": target, "input_shapes": json.dumps(args.get("Input Dims", [])),
-            "case_shape": _case_shape(e, mapped) if target else "",
-            "dtype": _dtype(args.get("Input type", [])[case_arg:]), "total_us": float(e["dur"])}
+def _row(e: dict, target: str, case: tuple[str, str]) -> dict:
+    return {"op": e["name"], "target": target, "input_shapes": json.dumps(e.get("args", {}).get("Input Dims", [])),
+            "case_shape": case[0] if target else "", "dtype": case[1], "total_us": float(e["dur"])}
+
+
+def _case_dtype(e: dict, mapped: MappedOp | None) -> str:
+    return _dtype(e.get("args", {}).get("Input type", [])[mapped.foreign.case_arg if mapped else 0:])
+
+
+def _mapping(e: dict, op_map: OpMap) -> MappedOp | None:
+    """What a host event computes: its name in the op map, else an Inductor kernel's fused ops (profile/inductor.py)."""
+    if e["cat"] != "cpu_op":
+        return None
+    found = op_map.get(e["name"])
+    target = None if found else inductor.target_of(e["name"])
+    return MappedOp(target, ForeignOp(e["name"])) if target else found
+
+
+def _cases(host: list[dict], parents: list[int], mapped: list[MappedOp | None]) -> list[tuple[str, str]]:
+    """Each event's (case shape as JSON, the case's dtype), '' where unknown: read from its arguments, or for an
+    Inductor kernel without them, from the GEMMs around it among its siblings (inductor.case_from_gemm)."""
+    cases = [(_case_shape(e, m), _case_dtype(e, m)) for e, m in zip(host, mapped)]
+    siblings: dict[tuple, list[int]] = collections.defaultdict(list)  # (pid, tid, parent) -> its children in order
+    for i in sorted(range(len(host)), key=lambda i: host[i]["ts"]):
+        siblings[(host[i].get("pid"), host[i].get("tid"), parents[i])].append(i)
+    for row in siblings.values():
+        gemms = [j for j in row if getattr(mapped[j], "target", "") == "linear"]
+        for i in row:
+            m = mapped[i]
+            if m is not None and not cases[i][0] and inductor.KERNEL.match(host[i]["name"]):
+                before = [j for j in gemms if host[j]["ts"] < host[i]["ts"]][-1:]
+                after = [j for j in gemms if host[j]["ts"] > host[i]["ts"]][:1]
+                case = inductor.case_from_gemm(m.target, cases[before[0]][0] if before else "",
+                                               cases[after[0]][0] if after else "")
+                cases[i] = (case, cases[(before or after)[0]][1] if case else "")  # the GEMM's dtype with its shape
+    return cases
 
 
 def _pattern_row(host: list[dict], match: Match, self_us: list[float], device: list[float]) -> dict:
@@ -203,6 +235,7 @@ class _Attributed:
     mapped: list[MappedOp | None]
     targets: list[str]  # each event's target, blank inside another target op (_targets)
     matches: list[Match]  # unfused sequences outside any mapped op
+    cases: list[tuple[str, str]]  # each event's (case shape as JSON, its dtype), '' when unknown
 
     @classmethod
     def of(cls, trace: Mapping[str, Any], op_map: OpMap) -> _Attributed:
@@ -211,10 +244,10 @@ class _Attributed:
         parents = _parents(host)
         on_gpu = any(e["cat"] in DEVICE_CATEGORIES for e in events)
         device = _device_us(host, parents, events) if on_gpu else [0.0] * len(host)
-        mapped = [op_map.get(e["name"]) if e["cat"] == "cpu_op" else None for e in host]
+        mapped = [_mapping(e, op_map) for e in host]
         targets_of = _targets(parents, [m.target if m else "" for m in mapped])
         matches = find_patterns(host, parents, [not x for x in _inside_mapped(parents, mapped)])
-        return cls(host, parents, on_gpu, device, mapped, targets_of, matches)
+        return cls(host, parents, on_gpu, device, mapped, targets_of, matches, _cases(host, parents, mapped))
 
     def time_us(self) -> list[float]:
         """The time that counts per event: GPU kernel time on a GPU trace, CPU time otherwise."""
@@ -235,7 +268,7 @@ def op_table(trace: Mapping[str, Any], op_map: OpMap | None = None) -> pd.DataFr
         if p != -1:
             self_us[p] -= host[i]["dur"]
     in_match = {i for m in at.matches for i in m.members}
-    rows = [{**_row(e, at.targets[i], at.mapped[i]), "self_us": self_us[i], "device_us": at.device[i]}
+    rows = [{**_row(e, at.targets[i], at.cases[i]), "self_us": self_us[i], "device_us": at.device[i]}
             for i, e in enumerate(host) if e["cat"] == "cpu_op" and i not in in_match]
     rows += [_pattern_row(host, m, self_us, at.device) for m in at.matches]
     if not rows:

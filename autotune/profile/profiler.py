@@ -187,7 +187,7 @@ def _analyse(cfg: DictConfig, trace: dict, run_dir: Path, trace_name: str, parti
     speedup = float(cfg.profile.assumed_speedup)
     record = hotspots_record(run_dir.name, str((run_dir / trace_name).resolve()), serving_us, speedup,
                              environment, rank_hotspots(ops, serving_us, speedup),
-                             coverage(trace, names).to_dict())
+                             coverage(trace, names).to_dict(), diagnose.configuration(trace))
     ops.to_csv(partial / "ops.csv", index=False)
     if _has_pyarrow():
         ops.to_parquet(partial / "ops.parquet", index=False)

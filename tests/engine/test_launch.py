@@ -2,6 +2,7 @@
 dies, and the stop that takes its whole process group. The server is a real process: a stand-in `vllm` module
 that serves tests/engine/openai_server.py and starts a child of its own, as vLLM's API server starts its engine."""
 
+import dataclasses
 import json
 import os
 import sys
@@ -106,3 +107,18 @@ def test_the_command_line_asks_for_shapes_and_no_stacks_and_hides_the_key(tmp_pa
                                        "api_key_env": "MY_KEY"})
     command, masked = server_command(sglang, 30000, tmp_path)
     assert "--disable-cuda-graph" in command and command[-1] == "sk-secret-123" and masked[-1] == "***"
+
+
+def test_a_compiled_launch_serves_as_users_do_with_inductor_recording_its_kernels(tmp_path):
+    compiled = dataclasses.replace(_settings(tmp_path, "--dtype", "float32"), compiled=True)
+    command, _ = server_command(compiled, 8123, tmp_path)
+    assert "--enforce-eager" not in command
+    options = json.loads(command[command.index("--compilation-config") + 1])
+    assert options == {"inductor_compile_config": {"cpp.enable_kernel_profile": True}}
+    # the user's own compilation config is theirs: not doubled
+    own = dataclasses.replace(compiled, args=("--compilation-config", '{"mode": 0}'))
+    assert server_command(own, 8123, tmp_path)[0].count("--compilation-config") == 1
+    sglang = EngineSettings.from_dict({"name": "sglang", "launch": True, "python": sys.executable, "model": "m",
+                                       "compiled": True})
+    assert "--disable-cuda-graph" not in server_command(sglang, 30000, tmp_path)[0]
+    assert "launched compiled" in compiled.describe()

@@ -16,6 +16,7 @@ import pytest
 from autotune import cli
 from autotune.engine.launch import serving
 from autotune.engine.settings import EngineSettings
+from autotune.profile.optable import read_op_table
 from tests.engine.conftest import vllm_dir
 
 VLLM = vllm_dir()
@@ -64,6 +65,31 @@ def test_profile_of_the_live_server_maps_linear_silu_and_mul_the_norms_and_rotar
     print(f"\nlive profile: coverage {100 * cover['share']:.1f}%, uncovered {cover['uncovered'][:3]}; "
           f"TTFT p50 {load['ttft_ms']['p50']:.0f} ms, TPOT p50 {load['tpot_ms']['p50']:.0f} ms, "
           f"{load['output_tokens_per_s']:.1f} tok/s", file=sys.stderr)
+
+
+def test_a_profile_of_vllm_served_compiled_ranks_the_inductor_kernels_by_target(tmp_path, capsys):
+    """Issue 26 item 7: vLLM as users serve it (its default torch.compile, no --enforce-eager): the small ops run in
+    Inductor's generated kernels, which the profile maps to targets by the ops they fuse; the norms' and SiLU-and-mul's
+    cases come from the GEMMs beside them, and hotspots.json says the configuration was the compiled one."""
+    code = cli.main(["profile", "engine=vllm", "engine.launch=true", "engine.compiled=true", f"engine.python={PYTHON}",
+                     f"engine.model={MODEL}", f"engine.args={ARGS}", "engine.startup_timeout_s=900", *SMALL,
+                     f"profile.out_dir={tmp_path}"])
+    printed, err = capsys.readouterr()
+    assert code == 0, printed[-3000:] + err[-3000:]
+    (run,) = [d for d in tmp_path.iterdir() if not d.name.startswith(".")]
+    record = json.loads((run / "hotspots.json").read_text())
+    engine = json.loads((run / "env.json").read_text())["engine"]
+    assert record["configuration"] == "compiled" and "--enforce-eager" not in engine["flags"], engine["flags"]
+    hot = {h["target"]: h for h in record["hotspots"]}
+    assert {"linear", "silu_and_mul", "fused_add_rms_norm", "rotary_embedding"} <= set(hot), set(hot)
+    ops = read_op_table(run / "ops.csv")
+    inductor = ops[ops["op"].str.contains("cpp_fused")]
+    assert set(inductor["target"]) >= {"silu_and_mul", "fused_add_rms_norm", "rotary_embedding"}, inductor
+    # the tiny model: hidden 256, intermediate 688; every case of a norm and a SiLU-and-mul read from its GEMMs
+    assert {s["shape"][1] for t in ("fused_add_rms_norm", "silu_and_mul") for s in hot[t]["shapes"]} == {256, 1376}
+    assert "compiled configuration" in printed
+    print(f"\ncompiled profile: coverage {100 * record['coverage']['share']:.1f}%, "
+          + ", ".join(f"{t} {100 * h['share']:.1f}%" for t, h in hot.items()), file=sys.stderr)
 
 
 def _transcript(path: Path) -> Path:
