@@ -24,6 +24,7 @@ Serving time: the duration of our `autotune::serve` window when the trace has on
 
 from __future__ import annotations
 
+import bisect
 import collections
 import dataclasses
 import gzip
@@ -203,12 +204,13 @@ def _cases(host: list[dict], parents: list[int], mapped: list[MappedOp | None]) 
     for i in sorted(range(len(host)), key=lambda i: host[i]["ts"]):
         siblings[(host[i].get("pid"), host[i].get("tid"), parents[i])].append(i)
     for row in siblings.values():
-        gemms = [j for j in row if getattr(mapped[j], "target", "") == "linear"]
+        gemms = [j for j in row if getattr(mapped[j], "target", "") == "linear"]  # in time order, as the row
+        starts = [host[j]["ts"] for j in gemms]
         for i in row:
             m = mapped[i]
             if m is not None and not cases[i][0] and inductor.KERNEL.match(host[i]["name"]):
-                before = [j for j in gemms if host[j]["ts"] < host[i]["ts"]][-1:]
-                after = [j for j in gemms if host[j]["ts"] > host[i]["ts"]][:1]
+                k = bisect.bisect_left(starts, host[i]["ts"])  # gemms[k - 1] starts before the kernel, gemms[k] not
+                before, after = gemms[k - 1:k] if k else [], gemms[k:k + 1]
                 case = inductor.case_from_gemm(m.target, cases[before[0]][0] if before else "",
                                                cases[after[0]][0] if after else "")
                 cases[i] = (case, cases[(before or after)[0]][1] if case else "")  # the GEMM's dtype with its shape
