@@ -176,10 +176,10 @@ def test_rotary_reads_the_cache_it_is_given(tmp_path):
     the cache is wrong: each case's cache has its own base and scaling."""
     wrong = example_variant(
         tmp_path, "rotary_embedding",
-        "c = tl.load(cache_ptr + pos * cache_stride + j, mask=mask, other=0.0).to(tl.float32)",
+        "c = tl.load(cache_ptr + pos * cache_stride + j, mask=j < half, other=0.0).to(tl.float32)",
         "angle = pos.to(tl.float32) * tl.exp(-(2.0 * j.to(tl.float32) / (2 * half)) * 13.122363377404328)\n"
         "    c = tl.cos(angle)",
-        ("s = tl.load(cache_ptr + pos * cache_stride + half + j, mask=mask, other=0.0).to(tl.float32)",
+        ("s = tl.load(cache_ptr + pos * cache_stride + half + j, mask=j < half, other=0.0).to(tl.float32)",
          "s = tl.sin(angle)"))
     v = verify("rotary_embedding", wrong, QUICK_FP32)
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
