@@ -124,8 +124,10 @@ def interpreter_on() -> None:
     triton cannot be re-imported to fix it (its C extension refuses to register its types twice).
     """
     from autotune import accel
+    from autotune.accel import queries
 
     os.environ.update(accel.get("auto").triton_env())
+    queries.answer()  # without a GPU, a launcher's device queries answered as the GPU it is judged for
 
 
 def _check_interpretable(module, path: Path) -> None:

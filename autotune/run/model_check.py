@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from autotune.accel import queries
 from autotune.errors import UserError
 from autotune.sandbox.limits import Limits
 from autotune.targets.base import parse_dtype
@@ -194,6 +195,7 @@ def latency_figures(report) -> dict[str, float | None]:
 # ---------------------------------------------------------------------------------------- the child side
 
 def _load_candidate(target: str, source: str):
+    queries.answer()  # the launcher's device queries answered as in the checker's host (no GPU: SM90's)
     path = Path("candidate_model_check.py").resolve()
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("candidate_model_check", path)

@@ -90,3 +90,28 @@ def test_the_rest_of_autotune_asks_the_layer_whether_there_is_a_gpu():
     with pytest.raises(UserError, match="device=cuda but torch sees no GPU"):
         env.resolve_device("cuda")
     assert slots.visible_gpus() == () and prompts._gpu_name("cuda") is None
+
+
+def test_device_queries_are_answered_as_the_gpu_judged_for_where_there_is_none():
+    """A launcher sizing a persistent grid by the SM count runs on the CPU the path it takes on an H200: the checker's
+    host, the model check and served kernels answer `torch.cuda.get_device_properties` so (autotune.accel.queries);
+    the interpreter compiles for the same GPU, its shared memory the same figure."""
+    import subprocess
+    import sys
+
+    from autotune.accel import queries
+    from autotune.verify.device import frontend
+
+    assert (frontend.TARGET.arch, frontend.TARGET.warp_size) == (90, 32)
+    assert frontend.MAX_SHARED_BYTES == queries.SM90.shared_memory_per_block_optin
+    if torch.cuda.is_available():
+        pytest.skip("a GPU answers for itself")
+    assert queries.of_device() == queries.SM90
+    script = ("import torch\nfrom autotune.accel import queries\n"
+              "try:\n    torch.cuda.get_device_properties(0)\nexcept Exception as e:\n    print('raised', type(e).__name__)\n"
+              "queries.answer()\np = torch.cuda.get_device_properties('cuda')\n"
+              "print(p.multi_processor_count, p.major, p.minor, p.name)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    raised, answered = out.stdout.splitlines()
+    assert raised.startswith("raised") and answered == "132 9 0 NVIDIA H200"

@@ -313,8 +313,8 @@ def softmax(x):
     _softmax_kernel[(n_rows,)](x2, output, x2.stride(0), x2.stride(1), output.stride(0), n_cols, BLOCK_SIZE=1024)
     return output.reshape(shape)
 '''),
-    # the persistent GEMM (a grid of NUM_SMS programs, each looping over output tiles); vLLM reads the SM count from
-    # the device (num_compute_units), the launcher writes the target GPU's: 132 on an H200. Its configs are those
+    # the persistent GEMM (a grid of NUM_SMS programs, each looping over output tiles); the SM count read from the
+    # device as vLLM reads it (the checker answers as the GPU judged for: 132 on an H200). Its configs are those
     # matmul_persistent passes for each dtype (no tuned file), the fp32 one for N > 1
     Port("vllm/batch_invariant_matmul_persistent", "linear", VLLM_BATCH_INVARIANT,
          ("_matmul_launch_metadata", "_compute_pid", "matmul_kernel_persistent"), '''
@@ -323,7 +323,7 @@ def linear(x, weight):
     N = weight.shape[0]
     b = weight.t()  # [K, N], strides (1, K): matmul_persistent(a, b) reads B by its strides
     c = torch.empty((M, N), device=x.device, dtype=x.dtype)
-    NUM_SMS = 132
+    NUM_SMS = torch.cuda.get_device_properties("cuda").multi_processor_count
     BLOCK_SIZE_N = 256 if x.dtype == torch.float16 else 128  # fp16's N on a GPU of > 104 KiB shared memory
     BLOCK_SIZE_K = 32 if x.dtype == torch.float32 else 64
     grid = (min(NUM_SMS, triton.cdiv(M, 128) * triton.cdiv(N, BLOCK_SIZE_N)),)

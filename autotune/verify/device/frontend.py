@@ -37,10 +37,12 @@ from triton.runtime import KernelInterface
 from triton.runtime.interpreter import InterpretedFunction
 from triton.runtime.jit import JITFunction, create_function_from_signature
 
-TARGET = GPUTarget("cuda", 90, 32)  # H100 / H200: sm_90
+from autotune.accel.queries import SM90
+
+TARGET = GPUTarget("cuda", 10 * SM90.major + SM90.minor, SM90.warp_size)  # H100 / H200: sm_90
 # the shared memory a block of an sm_90 GPU may have (cudaDevAttrMaxSharedMemoryPerBlockOptin, 227 KB: what Triton's
 # launcher compares a kernel's `shared` with); and the PTX ISA the allocation is planned for (ptxas is not run here)
-MAX_SHARED_BYTES = 232448
+MAX_SHARED_BYTES = SM90.shared_memory_per_block_optin
 PTX_VERSION = 87
 # an fp32 x fp32 tt.dot below IEEE: `tt.dot %a, %b, %c, inputPrecision = tf32 : tensor<16x16xf32> * ...` (IEEE
 # prints no inputPrecision); tl.dot's default on NVIDIA is tf32

@@ -37,6 +37,7 @@ from triton.runtime import autotuner as triton_autotuner
 from triton.runtime import interpreter as triton_interpreter
 from triton.runtime.jit import KernelInterface
 
+from autotune.accel import queries
 from autotune.sandbox import audit, confine
 from autotune.sandbox.runner import trim_traceback
 from autotune.verify import protocol as wire
@@ -265,7 +266,7 @@ def output_refs(outs: list) -> list:
 def work(payload: dict, send, receive_fd: int) -> dict:
     """The host's side of the check (run in the forked host process): import the candidate, then run each case
     the device hands over, until it says there are no more."""
-    prepare()
+    prepare(queries.DeviceFacts(**payload["device_facts"]) if payload.get("device_facts") else queries.SM90)
     workdir = Path.cwd()
     log: set[str] | None = set() if payload.get("audit_log") else None
     guard = _arm(workdir, log)
@@ -334,9 +335,10 @@ def _arm(workdir: Path, log: set[str] | None) -> audit.Guard:
     return guard
 
 
-def prepare() -> None:
+def prepare(facts: queries.DeviceFacts = queries.SM90) -> None:
     """What the host needs before the candidate arrives (only in the host: the device interprets for real):
-    launches reported instead of run, autotuning by turns."""
+    launches reported instead of run, autotuning by turns, the launcher's device queries answered as `facts`."""
+    queries.answer(facts)
     _report_launches()
     _calls.hook = triton_interpreter.InterpretedFunction.run
     triton_autotuner.Autotuner._bench = _rotating_bench

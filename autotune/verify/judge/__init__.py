@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from autotune import accel, config
+from autotune.accel import queries
 from autotune.errors import UserError
 from autotune.records import ProfiledShape
 from autotune.sandbox import Limits, SandboxResult, run_isolated
@@ -241,7 +242,9 @@ def _run_worker(target: Target, source: str, plan: list[case_plan.Case], limits:
                                  long=c.long, sample=c.sample, mutates=mutates,
                                  refill_args=list(d.refill_args) if d.refill_args is not None else None).to_wire()
 
-    host = {"source": source, "entry": target.name, "autotune_turn": secrets.randbelow(1 << 16)}
+    # the device the launcher's queries are answered as (the host process sees no GPU): this machine's, or SM90's
+    host = {"source": source, "entry": target.name, "autotune_turn": secrets.randbelow(1 << 16),
+            "device_facts": queries.of_device().to_dict()}
     with tempfile.TemporaryDirectory(prefix="autotune-verify-", ignore_cleanup_errors=True) as tmp:
         return run_isolated("autotune.verify.worker", {"source": source, "device": device,
                                                        "source_limits": limits_of_source.to_wire()}, limits=limits,

@@ -15,7 +15,13 @@ tensors), which the worker's record of aten ops catches at run time (`policy.run
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+
+from autotune.accel.queries import DeviceFacts
+
+# What a launcher may read of the device's properties: the sizes (not the name, a model's marketing)
+DEVICE_FACTS = tuple(f.name for f in dataclasses.fields(DeviceFacts) if f.name != "name")
 
 
 class Use(enum.Enum):
@@ -55,7 +61,11 @@ NAMES: dict[str, tuple[Use, str]] = {
              "allocate outputs; fresh memory reads as NaN in the worker, so an unwritten output shows"),
     **_group("torch.zeros torch.zeros_like", Use.CALL,
              "allocate accumulators a kernel adds into (split reductions with tl.atomic_add)"),
-    # Not listed: torch.ones/full/arange/tensor (values computed on the host), torch.cuda.* (the device
+    **_group("torch.cuda", Use.MODULE, "reached only through torch.cuda.get_device_properties"),
+    **_group("torch.cuda.get_device_properties", Use.CALL,
+             "the SM count a persistent grid is sized by (vLLM's persistent matmul, Triton's tutorials): answered "
+             "as the GPU judged for, on the interpreter too (autotune.accel.queries), so the path is the GPU's"),
+    # Not listed: torch.ones/full/arange/tensor (values computed on the host), the rest of torch.cuda (the device
     # the file runs on: the same file must run the same path on the interpreter and on a GPU),
     # torch.ops/nn/testing/library/_C (math, or the checker's own tools).
     **_group("torch.float32 torch.float16 torch.bfloat16 torch.float64 torch.float torch.half torch.double "
@@ -163,6 +173,8 @@ ATTRIBUTES: dict[str, tuple[Use, str]] = {
     # only as an argument (`torch.empty(..., device=x.device)`): in a condition it would choose a path by
     # the machine the file runs on
     **_group("device", Use.VALUE, "the device to allocate on, passed along"),
+    **_group(" ".join(DEVICE_FACTS), Use.VALUE,
+             "torch.cuda.get_device_properties' answer (the SM count, shared memory): the GPU judged for, everywhere"),
 }
 # Read on its arguments by a `launch_metadata=` hook of @triton.jit (policy.py: a profiler's, never run by the checker)
 HOOK_ATTRIBUTES: dict[str, tuple[Use, str]] = _group("name", Use.VALUE, "the kernel's name, for the profiler's label")
