@@ -62,4 +62,4 @@ def answer(facts: DeviceFacts = SM90) -> None:
     def get_device_properties(device=None) -> DeviceFacts:  # any device: the one GPU judged for
         return facts
 
-    torch.cuda.get_device_properties = get_device_properties  # type: ignore[assignment]
+    vars(torch.cuda)["get_device_properties"] = get_device_properties  # vars(): it answers DeviceFacts, not torch's

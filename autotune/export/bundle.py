@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import kernels, targets
+from autotune.accel import queries
 from autotune.errors import UserError
 from autotune.export import vllm_moe
 
@@ -61,7 +62,9 @@ def write_package(kind: PackageKind, kernels_dir: str | Path, out: str | Path) -
     root = out / kind.package
     (root / "kernels").mkdir(parents=True)
     (root / "kernels" / "__init__.py").write_text('"""The merged kernels, one module per target."""\n')
-    manifest: dict[str, Any] = {"kernels": {}}
+    # the GPU the kernels were judged for: a launcher's device queries are answered so where no GPU is (the
+    # interpreter), as the checker answered them (autotune.accel.queries)
+    manifest: dict[str, Any] = {"kernels": {}, "judged_for": queries.SM90.to_dict()}
     for target, k in chosen.items():
         data = k.source_path.read_bytes()
         (root / "kernels" / f"{target}.py").write_bytes(data)
