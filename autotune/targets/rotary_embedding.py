@@ -201,7 +201,8 @@ TARGET = Target(
     layouts=("contiguous", "offset0", "qkv"),
     model_shapes=model_shapes,
     random_shapes=random_shapes,
-    foreign_ops=(ForeignOp("autotune::rotary_embedding", call_rule=own_call),
+    # query holds the case's dtype (argument 0 is the int64 positions)
+    foreign_ops=(ForeignOp("autotune::rotary_embedding", case_arg=1, call_rule=own_call),
                  ForeignOp("_C::rotary_embedding", case_arg=1, call_rule=engine_call),
                  ForeignOp("sgl_kernel::rotary_embedding", case_arg=1, call_rule=engine_call),
                  ForeignOp("sgl_kernel::rotary_embedding_cpu", case_arg=1, call_rule=engine_call),

@@ -106,6 +106,21 @@ def test_unfused_rms_norm_inside_our_own_dispatch_point_is_not_counted_twice(tmp
     assert set(rms["case_shape"]) == {"[6, 48]"} and y.shape == x.shape
 
 
+def test_our_rotary_calls_give_the_whole_case_and_the_query_dtype(tmp_path):
+    """autotune::rotary_embedding(positions int64, query, key, cos_sin_cache, is_neox): the case from every argument
+    and the style, its dtype the query's (not the positions')."""
+    from autotune.targets import get
+
+    args = get("rotary_embedding").make_inputs((5, 4, 2, 32, 16, 0, 64), torch.bfloat16, torch.Generator(), "normal")
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        with record_function(SERVE_SPAN):
+            dispatch.rotary_embedding(*args)
+    prof.export_chrome_trace(str(tmp_path / "t.json"))
+    ops = op_table(read_trace(tmp_path / "t.json"), OP_MAP)
+    rotary = ops[ops["target"] == "rotary_embedding"].iloc[0]
+    assert (rotary["case_shape"], rotary["dtype"]) == ("[5, 4, 2, 32, 16, 0, 64]", "bfloat16")
+
+
 def test_real_trace_of_dispatch_points_gives_shapes_calls_and_self_time(tmp_path):
     x, w, gate_up, scores = torch.randn(5, 96), torch.ones(96), torch.randn(3, 2 * 40), torch.randn(2, 7)
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
