@@ -12,10 +12,12 @@ exported plugin returns these from its RotaryEmbedding's forward, as vLLM's own 
 
 Case shape: (tokens, heads, kv_heads, head_dim, rot_dim, neox, max_position). The cache's base and scaling are drawn
 per case (a kernel cannot recompute the cache from a guessed theta), its rows stored in the case dtype as vLLM
-stores them; the first token sits at the cache's last row.
+stores them; a token drawn per case sits at the cache's last row.
 
 CPU plan (cut_shape): tokens are the independent work and are cut; heads, kv_heads, head_dim, rot_dim, the style and
-the cache's rows are never cut (positions reach its last row).
+the cache's rows are never cut (positions reach its last row). Range cases run each served shape's tokens whole, and
+its sizes over the longest position range a family serves (LONGEST_POSITION: Llama 3.1 and 3.2's 131072-row cache),
+where a kernel that goes wrong past some position would show.
 
 Tolerances: torch.testing's per-dtype defaults (base.DEFAULT_TOLERANCES), no override: correct Triton kernels pass
 them in every dtype (tests/verify/test_correct.py), and the checker's fp64-golden fallback accepts results that round
@@ -58,7 +60,7 @@ def make_inputs(shape, dtype, gen, kind):
     check_shape(shape)
     tokens, heads, kv_heads, head_dim, rot_dim, neox, max_position = shape
     positions = torch.randint(0, max_position, (tokens,), generator=gen)
-    positions[0] = max_position - 1
+    positions[int(torch.randint(0, tokens, (1,), generator=gen))] = max_position - 1  # the cache's last row, somewhere
     query = activations((tokens, heads, head_dim), dtype, gen, kind)
     key = activations((tokens, kv_heads, head_dim), dtype, gen, "large" if kind == "large" else "normal")
     # a base from 1e3 to 1e7 (Llama 2's 1e4, Llama 3's 5e5, Qwen's 1e6) and a linear scaling from 1 to 8
@@ -100,10 +102,18 @@ def cut_shape(shape, max_rows, max_elements):
     return (max(1, min(shape[0], max_rows, max_elements // width)), *shape[1:])
 
 
+# The most positions a served family's cache holds (vLLM's cos_sin_cache has max_position_embeddings rows): Llama 3.1
+# and 3.2's 131072 (Qwen3's 40960, Mistral's and Qwen2.5's 32768, Llama 3's 8192)
+LONGEST_POSITION = 131072
+
+
 def range_cuts(shape):
     """The tokens whole up to RANGE_ELEMENTS values of q and k (819 tokens of Llama 3 8B's 40 heads of 128): a kernel
-    whose grid or tile follows the token count meets a served step's."""
-    return ((max(1, min(shape[0], RANGE_ELEMENTS // (_heads(shape) * shape[3]))), *shape[1:]),)
+    whose grid or tile follows the token count meets a served step's. Then the shape's heads and dims at 64 tokens
+    over LONGEST_POSITION cache rows (every token's position drawn over them)."""
+    tokens, *sizes, _ = shape
+    return ((max(1, min(tokens, RANGE_ELEMENTS // (_heads(shape) * shape[3]))), *shape[1:]),
+            (min(tokens, 64), *sizes, LONGEST_POSITION))
 
 
 def model_shapes(dims, rows):
@@ -190,12 +200,14 @@ TARGET = Target(
     # 80, NeoX style over 32 of it)
     default_shapes=((1, 32, 8, 128, 128, 1, 8192), (256, 32, 8, 128, 128, 1, 8192), (2048, 32, 8, 128, 128, 1, 8192),
                     (64, 32, 2, 128, 64, 0, 8192), (64, 32, 32, 80, 32, 1, 2048)),
-    # one token of a one-row cache; GPT-J style over odd heads, head_dim 96; a prime cache; Llama 3.1's 131072-row
-    # cache (its positions' full range, at a small rot_dim); GPT-J style over an odd half-width (9 pairs); GPT-NeoX's
-    # 0.25 of 96; head_dim 256 (Gemma); many tokens of a tiny model
+    # one token of a one-row cache; GPT-J style over odd heads, head_dim 96; a prime cache; a 131072-row cache at a
+    # small rot_dim; GPT-J style over an odd half-width (9 pairs); GPT-NeoX's 0.25 of 96; head_dim 256 (Gemma); many
+    # tokens of a tiny model; Llama 3.1 405B's 128 query heads over its 131072 positions; Falcon-7B's 71 query heads on
+    # one kv head; Qwen3-Next's 0.25 of a 256 head_dim (192 columns passed through)
     edge_shapes=((1, 1, 1, 64, 64, 1, 1), (7, 3, 1, 96, 96, 0, 100), (3, 40, 8, 128, 128, 1, 4099),
                  (5, 4, 2, 64, 16, 1, 131072), (9, 6, 2, 72, 18, 0, 333), (4, 8, 8, 96, 24, 1, 2048),
-                 (3, 8, 4, 256, 256, 1, 512), (512, 2, 1, 32, 32, 1, 8192)),
+                 (3, 8, 4, 256, 256, 1, 512), (512, 2, 1, 32, 32, 1, 8192), (3, 128, 8, 128, 128, 1, 131072),
+                 (2, 71, 1, 64, 64, 1, 2048), (4, 16, 2, 256, 64, 1, 4096)),
     # q and k as views of the fused qkv projection (row stride (heads + 2 kv_heads) * head_dim, k at heads * head_dim),
     # as the built-in model and vLLM's layers pass them; dense (after Qwen3's per-head norm)
     layouts=("contiguous", "offset0", "qkv"),
