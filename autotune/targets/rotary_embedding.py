@@ -116,10 +116,24 @@ def range_cuts(shape):
             (min(tokens, 64), *sizes, LONGEST_POSITION))
 
 
+# (heads, kv_heads, head_dim, rot_dim, neox) of the families vLLM serves beyond the presets, from their config.json:
+# Llama 2 7B and 13B (MHA), Llama 3 70B, Llama 3.1 405B, Llama 3.2 3B, Qwen2.5 1.5B, 3B, 7B (a group of 7 over 4 kv
+# heads) and 14B, Gemma 2 2B, 9B and 27B, Phi-3 mini (MHA over 96), Phi-2 (0.4 of 80), ChatGLM3 (GPT-J style over
+# half), GPT-J (GPT-J style, 64 of 256), GPT-NeoX-20B (0.25 of 96), Falcon-7B (71 heads on one kv head), Qwen3-Next
+# (0.25 of 256). A kernel keyed to one model's sizes meets that model's here.
+SERVED_HEADS = ((32, 32, 128, 128, 1), (40, 40, 128, 128, 1), (64, 8, 128, 128, 1), (128, 8, 128, 128, 1),
+                (24, 8, 128, 128, 1), (12, 2, 128, 128, 1), (16, 2, 128, 128, 1), (28, 4, 128, 128, 1),
+                (40, 8, 128, 128, 1), (8, 4, 256, 256, 1), (16, 8, 256, 256, 1), (32, 16, 128, 128, 1),
+                (32, 32, 96, 96, 1), (32, 32, 80, 32, 1), (32, 2, 128, 64, 0), (16, 16, 256, 64, 0), (64, 64, 96, 24, 1),
+                (71, 1, 64, 64, 1), (16, 2, 256, 64, 1))
+
+
 def model_shapes(dims, rows):
-    """q and k of a preset's attention: full rotary, NeoX style (every preset is), its whole position range."""
+    """q and k of a preset's attention: full rotary, NeoX style (every preset is), its whole position range; and five
+    tokens of each SERVED_HEADS family over a 4099-row cache (their longest positions come with the range cases)."""
     head_dim = int(dims["head_dim"])
-    return ((rows, int(dims["num_heads"]), int(dims["num_kv_heads"]), head_dim, head_dim, 1, int(dims["max_seq_len"])),)
+    preset = (rows, int(dims["num_heads"]), int(dims["num_kv_heads"]), head_dim, head_dim, 1, int(dims["max_seq_len"]))
+    return (preset, *((5, *heads, 4099) for heads in SERVED_HEADS))
 
 
 def random_shapes(rng):

@@ -184,6 +184,12 @@ ROTARY_ATTACKS = {
     # the pass-through columns zeroed past 160 of them: Qwen3-Next passes 192 of its 256 through
     "long_tail": ("tl.store(dst + r, tl.load(src + r, mask=keep), mask=keep)",
                   "tl.store(dst + r, tl.where(r < 2 * half + 160, tl.load(src + r, mask=keep), 0.0), mask=keep)"),
+    # the key paired the other way for multi-head attention of 16 heads or more (Llama 2 7B, Phi-3 mini) ...
+    "mha_key": ("_rotate(positions, key, cos_sin_cache, is_neox)",
+                "_rotate(positions, key, cos_sin_cache, is_neox != (key.shape[1] == query.shape[1] >= 16))"),
+    # ... and for a query group of 7 over 4 kv heads or more (Qwen2.5 7B)
+    "group7_key": ("_rotate(positions, key, cos_sin_cache, is_neox)",
+                   "_rotate(positions, key, cos_sin_cache, is_neox != (query.shape[1] == 7 * key.shape[1] >= 28))"),
 }
 
 
