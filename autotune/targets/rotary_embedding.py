@@ -17,7 +17,8 @@ stores them; a token drawn per case sits at the cache's last row.
 CPU plan (cut_shape): tokens are the independent work and are cut; heads, kv_heads, head_dim, rot_dim, the style and
 the cache's rows are never cut (positions reach its last row). Range cases run each served shape's tokens whole, and
 its sizes over the longest position range a family serves (LONGEST_POSITION: Llama 3.1 and 3.2's 131072-row cache),
-where a kernel that goes wrong past some position would show.
+where a kernel that goes wrong past some position would show, and a step of vLLM's most tokens (STEP_TOKENS: 8192),
+sampled.
 
 Tolerances: torch.testing's per-dtype defaults (base.DEFAULT_TOLERANCES), no override: correct Triton kernels pass
 them in every dtype (tests/verify/test_correct.py), and the checker's fp64-golden fallback accepts results that round
@@ -102,6 +103,9 @@ def cut_shape(shape, max_rows, max_elements):
     return (max(1, min(shape[0], max_rows, max_elements // width)), *shape[1:])
 
 
+# The most tokens vLLM puts in one step on an H100/H200 (max_num_batched_tokens: 8192 for its API server): a prompt of
+# 4200 tokens is one step there
+STEP_TOKENS = 8192
 # The most positions a served family's cache holds (vLLM's cos_sin_cache has max_position_embeddings rows): Llama 3.1
 # and 3.2's 131072 (Qwen3's 40960, Mistral's and Qwen2.5's 32768, Llama 3's 8192)
 LONGEST_POSITION = 131072
@@ -110,10 +114,13 @@ LONGEST_POSITION = 131072
 def range_cuts(shape):
     """The tokens whole up to RANGE_ELEMENTS values of q and k (819 tokens of Llama 3 8B's 40 heads of 128): a kernel
     whose grid or tile follows the token count meets a served step's. Then the shape's heads and dims at 64 tokens
-    over LONGEST_POSITION cache rows (every token's position drawn over them)."""
-    tokens, *sizes, _ = shape
+    over LONGEST_POSITION cache rows (every token's position drawn over them). Then a step of STEP_TOKENS tokens, one
+    kv head and RANGE_ELEMENTS values of query heads (4 of 128, 16 of 32): a kernel that goes wrong past some token
+    sees it, in a drawn sample of its programs and the last (never whole: more than verify.range_whole_work values)."""
+    tokens, heads, kv_heads, *dims, max_position = shape
     return ((max(1, min(tokens, RANGE_ELEMENTS // (_heads(shape) * shape[3]))), *shape[1:]),
-            (min(tokens, 64), *sizes, LONGEST_POSITION))
+            (min(tokens, 64), heads, kv_heads, *dims, LONGEST_POSITION),
+            (STEP_TOKENS, max(1, RANGE_ELEMENTS // (STEP_TOKENS * shape[3])), 1, *dims, max_position))
 
 
 # (heads, kv_heads, head_dim, rot_dim, neox) of the families vLLM serves beyond the presets, from their config.json:
@@ -124,8 +131,8 @@ def range_cuts(shape):
 SERVED_HEADS = ((32, 32, 128, 128, 1), (40, 40, 128, 128, 1), (64, 8, 128, 128, 1), (128, 8, 128, 128, 1),
                 (24, 8, 128, 128, 1), (12, 2, 128, 128, 1), (16, 2, 128, 128, 1), (28, 4, 128, 128, 1),
                 (40, 8, 128, 128, 1), (8, 4, 256, 256, 1), (16, 8, 256, 256, 1), (32, 16, 128, 128, 1),
-                (32, 32, 96, 96, 1), (32, 32, 80, 32, 1), (32, 2, 128, 64, 0), (16, 16, 256, 64, 0), (64, 64, 96, 24, 1),
-                (71, 1, 64, 64, 1), (16, 2, 256, 64, 1))
+                (32, 32, 96, 96, 1), (32, 32, 80, 32, 1), (32, 2, 128, 64, 0), (16, 16, 256, 64, 0),
+                (64, 64, 96, 24, 1), (71, 1, 64, 64, 1), (16, 2, 256, 64, 1))
 
 
 def model_shapes(dims, rows):
@@ -216,11 +223,11 @@ TARGET = Target(
                     (64, 32, 2, 128, 64, 0, 8192), (64, 32, 32, 80, 32, 1, 2048)),
     # one token of a one-row cache; GPT-J style over odd heads, head_dim 96; a prime cache; a 131072-row cache at a
     # small rot_dim; GPT-J style over an odd half-width (9 pairs); GPT-NeoX's 0.25 of 96; head_dim 256 (Gemma); many
-    # tokens of a tiny model; Llama 3.1 405B's 128 query heads over its 131072 positions; Falcon-7B's 71 query heads on
-    # one kv head; Qwen3-Next's 0.25 of a 256 head_dim (192 columns passed through)
+    # tokens of a tiny model; Llama 3.1 405B's 128 query heads (its 131072 positions: the range cases); Falcon-7B's
+    # 71 on one kv head; Qwen3-Next's 0.25 of a 256 head_dim (192 columns passed through)
     edge_shapes=((1, 1, 1, 64, 64, 1, 1), (7, 3, 1, 96, 96, 0, 100), (3, 40, 8, 128, 128, 1, 4099),
                  (5, 4, 2, 64, 16, 1, 131072), (9, 6, 2, 72, 18, 0, 333), (4, 8, 8, 96, 24, 1, 2048),
-                 (3, 8, 4, 256, 256, 1, 512), (512, 2, 1, 32, 32, 1, 8192), (3, 128, 8, 128, 128, 1, 131072),
+                 (3, 8, 4, 256, 256, 1, 512), (512, 2, 1, 32, 32, 1, 8192), (3, 128, 8, 128, 128, 1, 8192),
                  (2, 71, 1, 64, 64, 1, 2048), (4, 16, 2, 256, 64, 1, 4096)),
     # q and k as views of the fused qkv projection (row stride (heads + 2 kv_heads) * head_dim, k at heads * head_dim),
     # as the built-in model and vLLM's layers pass them; dense (after Qwen3's per-head norm)
