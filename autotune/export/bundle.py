@@ -75,6 +75,7 @@ def write_package(kind: PackageKind, kernels_dir: str | Path, out: str | Path) -
         manifest["moe_configs"] = {"files": files, "why_none": why}
     (root / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     shutil.copyfile(HERE / kind.runtime, root / "__init__.py")
+    shutil.copyfile(HERE / "devices.py", root / "devices.py")  # the runtime's device queries where no GPU is
     (out / "pyproject.toml").write_text(_pyproject(kind))
     return ExportedPackage(out, kind.package, {t: k.id for t, k in chosen.items()}, skipped)
 

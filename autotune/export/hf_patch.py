@@ -32,24 +32,15 @@ from pathlib import Path
 
 import torch
 
+from .devices import answer_device_queries  # copied beside this file (bundle.py)
+
 MANIFEST = json.loads((Path(__file__).parent / "manifest.json").read_text())
 
 
 def bundled_kernels() -> dict:
     """The entry function of every kernel in this package, by target."""
-    _answer_device_queries()
+    answer_device_queries(MANIFEST)
     return {t: getattr(importlib.import_module(f"{__name__}.kernels.{t}"), t) for t in MANIFEST["kernels"]}
-
-
-def _answer_device_queries() -> None:
-    """Without a GPU (the Triton interpreter), a launcher's `torch.cuda.get_device_properties` answers with the facts
-    of the GPU the kernels were judged for (the manifest's `judged_for`), as the checker answered it."""
-    import torch
-
-    if torch.cuda.is_available() or "judged_for" not in MANIFEST:
-        return
-    facts = types.SimpleNamespace(**MANIFEST["judged_for"])
-    vars(torch.cuda)["get_device_properties"] = lambda device=None: facts  # vars(): no _CudaDeviceProperties here
 
 
 def apply_autotune_kernels(model: torch.nn.Module, kernels: dict | None = None) -> dict[str, int]:

@@ -41,8 +41,9 @@ import importlib
 import json
 import logging
 import os
-import types
 from pathlib import Path
+
+from .devices import answer_device_queries  # copied beside this file (bundle.py)
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's logger: its handler prints it, in every process
 MANIFEST = json.loads((Path(__file__).parent / "manifest.json").read_text())
@@ -58,20 +59,9 @@ def kernels_runnable() -> bool:
 
 def kernel(target: str):
     """The merged kernel's entry function for a target (its kernels/<target>.py)."""
-    _answer_device_queries()
+    answer_device_queries(MANIFEST)
     module = importlib.import_module(f"{__name__}.kernels.{target}")
     return getattr(module, target)
-
-
-def _answer_device_queries() -> None:
-    """Without a GPU (the Triton interpreter), a launcher's `torch.cuda.get_device_properties` answers with the facts
-    of the GPU the kernels were judged for (the manifest's `judged_for`), as the checker answered it."""
-    import torch
-
-    if torch.cuda.is_available() or "judged_for" not in MANIFEST:
-        return
-    facts = types.SimpleNamespace(**MANIFEST["judged_for"])
-    vars(torch.cuda)["get_device_properties"] = lambda device=None: facts  # vars(): no _CudaDeviceProperties here
 
 
 def register() -> dict[str, str]:

@@ -49,7 +49,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, is_neox: bool
     return torch.cat((out, kept), dim=-1).to(x.dtype)
 
 
-def check_shape(shape) -> None:
+def _check_shape(shape) -> None:
     """ValueError unless the shape is a rotary call some model makes."""
     tokens, heads, kv_heads, head_dim, rot_dim, neox, max_position = shape
     if min(tokens, heads, kv_heads, max_position) < 1 or rot_dim < 2 or rot_dim % 2 or rot_dim > head_dim \
@@ -58,7 +58,7 @@ def check_shape(shape) -> None:
 
 
 def make_inputs(shape, dtype, gen, kind):
-    check_shape(shape)
+    _check_shape(shape)
     tokens, heads, kv_heads, head_dim, rot_dim, neox, max_position = shape
     positions = torch.randint(0, max_position, (tokens,), generator=gen)
     positions[int(torch.randint(0, tokens, (1,), generator=gen))] = max_position - 1  # the cache's last row, somewhere
