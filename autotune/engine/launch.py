@@ -140,7 +140,7 @@ def server_command(settings: EngineSettings, port: int, profile_dir: Path) -> tu
                    "--port", str(port)]
         if not s.compiled:
             command += ["--enforce-eager"]
-        elif "--compilation-config" not in s.args and "-cc" not in s.args:
+        elif not any(a.startswith(("--compilation-config", "-cc")) for a in s.args):  # the user's own is theirs
             command += ["--compilation-config", json.dumps({"inductor_compile_config": {"cpp.enable_kernel_profile":
                                                                                          True}})]
         if s.profile:

@@ -118,6 +118,8 @@ def test_a_compiled_launch_serves_as_users_do_with_inductor_recording_its_kernel
     # the user's own compilation config is theirs: not doubled
     own = dataclasses.replace(compiled, args=("--compilation-config", '{"mode": 0}'))
     assert server_command(own, 8123, tmp_path)[0].count("--compilation-config") == 1
+    joined = dataclasses.replace(compiled, args=('--compilation-config={"mode": 0}',))
+    assert not any("enable_kernel_profile" in a for a in server_command(joined, 8123, tmp_path)[0])
     sglang = EngineSettings.from_dict({"name": "sglang", "launch": True, "python": sys.executable, "model": "m",
                                        "compiled": True})
     assert "--disable-cuda-graph" not in server_command(sglang, 30000, tmp_path)[0]
