@@ -122,10 +122,9 @@ def silu_and_mul(x):
     # cos and sin, rotates dense copies of q and k (the inputs, views of the fused qkv, are not written; the columns
     # past rd stay as copied), and serves GPT-J style by de-interleaving each head's rotated columns into NeoX order
     # (2j -> j, 2j + 1 -> j + rd/2) and interleaving the result back: copies only, every product and sum is Liger's.
-    # Liger computes in cos's dtype (q and k cast to it). The rows are gathered into fp32, as vLLM keeps its cache
-    # for FlashInfer (no cast to the model dtype), so Liger computes in fp32. With bf16 rows (HF's way) every product
-    # and difference rounds to bf16, as vLLM's CUDA kernel does too: on large inputs (x300) at Qwen3-Next's 256-wide
-    # heads that reached 3.5x the fp32 reference's largest error, past the fp64-golden fallback's 3x (stop 41's note)
+    # Liger computes in cos's dtype (q and k cast to it): the cache's, as vLLM stores it, so bf16 cases round every
+    # product and difference to bf16, as Liger does under HF and as vLLM's own rotary computes (the reference's
+    # precision since stop 41; against an fp32-math reference this reached 3.5x its largest error, past the 3x)
     Port("liger/rope", "rotary_embedding", _liger("rope.py"), ("_triton_rope",), '''
 @triton.jit
 def _gather_rows(cache_ptr, pos_ptr, rows_ptr, width, cache_stride, BLOCK: tl.constexpr):
@@ -163,7 +162,7 @@ def rotary_embedding(positions, query, key, cos_sin_cache, is_neox):
     tokens, n_q_head, head_dim = query.shape
     n_kv_head = key.shape[1]
     rotary_dim = cos_sin_cache.shape[1]
-    rows = torch.empty((tokens, rotary_dim), dtype=torch.float32, device=cos_sin_cache.device)
+    rows = torch.empty((tokens, rotary_dim), dtype=cos_sin_cache.dtype, device=cos_sin_cache.device)
     _gather_rows[(tokens,)](cos_sin_cache, positions, rows, rotary_dim, cos_sin_cache.stride(0),
                             BLOCK=triton.next_power_of_2(rotary_dim))
     cos, sin = rows[:, :rotary_dim // 2], rows[:, rotary_dim // 2:]  # Liger reads rotary_dim / 2 of each row
