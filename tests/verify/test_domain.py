@@ -207,6 +207,20 @@ def test_rotary_kernels_wrong_only_at_served_sizes_past_the_first_domain_are_inc
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
 
 
+def test_a_rotary_kernel_in_vllms_own_precision_is_correct(tmp_path):
+    """The example computed as vLLM's CUDA kernel computes it (`scalar_t` math in csrc/pos_encoding_kernels.cu): the
+    cache row and q/k loaded in their dtype, each product and sum rounded to it. Against an fp32-math reference it was
+    3.7x the reference's largest error in fp16 and was rejected; the reference now computes as vLLM does."""
+    loads = ("c = tl.load(cache_ptr + pos * cache_stride + j, mask=j < half, other=0.0)",
+             "s = tl.load(cache_ptr + pos * cache_stride + half + j, mask=j < half, other=0.0)",
+             "x1 = tl.load(src + first, mask=mask, other=0.0)", "x2 = tl.load(src + second, mask=mask, other=0.0)")
+    first, *more = ((f"{load}.to(tl.float32)", load) for load in loads)
+    v = verify("rotary_embedding", example_variant(tmp_path, "rotary_embedding", *first, *more),
+               compose(["verify=quick"]))
+    assert v.status is Status.UNMEASURED and all(c.passed for c in v.cases), v.reason
+    assert {c.dtype for c in v.cases} == {"float32", "bfloat16", "float16"}
+
+
 def test_rotary_reads_the_cache_it_is_given(tmp_path):
     """A kernel that computes cos and sin from the position with a guessed base (Llama 3's 500000) instead of reading
     the cache is wrong: each case's cache has its own base and scaling."""

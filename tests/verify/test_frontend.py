@@ -55,7 +55,6 @@ CORRECT = [  # read by autotune.selfcheck too (the GPU check)
     ("rms_norm", "rms_norm_vllm_style.py"),  # autotune + heuristics, a jit helper, tl.static_range, config grid
     ("rotary_embedding", "rotary_vllm_style.py"),  # strided heads, tl.static_range, a jit helper
     ("rms_norm", "rms_norm_persistent_sms.py"),  # a persistent grid of torch.cuda.get_device_properties' SM count
-    ("rotary_embedding", "rotary_scalar_t.py"),  # vLLM's own precision: every step rounded to the input dtype
 ]
 
 
