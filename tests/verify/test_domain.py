@@ -180,8 +180,8 @@ ROTARY_ATTACKS = {
     "first_position": (("pos = tl.load(pos_ptr + token)",
                         "pos = tl.minimum(tl.load(pos_ptr + token), tl.load(pos_ptr))"),),
     # off by one row past position 16384, at rot_dim >= 32: Llama 3.1 and 3.2 serve positions to 131071
-    "long_positions": (("pos = tl.load(pos_ptr + token)",
-                        "pos = tl.load(pos_ptr + token)\n    pos = tl.where((pos >= 16384) & (half >= 16), pos - 1, pos)"),),
+    "long_positions": (("pos = tl.load(pos_ptr + token)", "pos = tl.load(pos_ptr + token)\n"
+                        "    pos = tl.where((pos >= 16384) & (half >= 16), pos - 1, pos)"),),
     # no rotation from head 48 on: Llama 3 70B has 64 query heads, Llama 3.1 405B 128
     "many_heads": (("mask = (h < heads) & (j < half)", "mask = (h < heads) & (j < half)\n    turn = h < 48"),
                    *_TURN_ONLY_WHERE),
