@@ -167,6 +167,11 @@ class Target:
     # shape -> an upper bound on the elements of all inputs / all outputs of one call (the judge sizes the
     # largest result frame it accepts from these); None: each input, and at most two outputs, no larger than
     # the case shape, which holds for the row-wise ops
+    # (arguments, rows) -> (arguments, rows they answer): a smaller call whose reference gives those rows of every
+    # output (first dim, the first argument's), at least the rows asked for. The judge then makes a sampled range
+    # case's reference after its run, at the rows its programs wrote (plan.data.answer_rows); None: the whole
+    # reference, made with the inputs. Only for ops that write nothing in place.
+    rows_problem: Callable[[tuple, list[int]], tuple[tuple, list[int]]] | None = None
     input_elements: Callable[[Shape], int] | None = None
     output_elements: Callable[[Shape], int] | None = None
     # The contract the kernel is deployed under; every case of the checker is drawn from it.
@@ -191,6 +196,8 @@ class Target:
         unknown = [x for x in self.layouts if x not in LAYOUTS]
         if unknown or not self.layouts:
             raise ValueError(f"target {self.name}: layouts {unknown or '()'} (known: {', '.join(LAYOUTS)})")
+        if self.rows_problem is not None and self.mutates:
+            raise ValueError(f"target {self.name}: rows_problem answers outputs only, and it mutates {self.mutates}")
         for field in ("mutates", "scalar_values", "scalar_from_model"):
             bad = [a for a in getattr(self, field) if a not in names]
             if bad:

@@ -27,6 +27,9 @@ block table of 512 shuffled entries.
 Tolerances: torch.testing's per-dtype defaults; the fp64-golden fallback accepts other summation orders.
 """
 
+import bisect
+import itertools
+
 import torch
 
 from autotune.targets.base import (
@@ -96,6 +99,33 @@ def _decodes(q, k_cache, v_cache, rows: list[int], ctx: torch.Tensor, table: tor
     o = torch.bmm(probs.view(batch * kv_heads, group, -1), v)  # [batch * kv_heads, group, D]
     out[rows] = o.reshape(batch, kv_heads * group, d).to(q.dtype)
 
+
+
+def rows_problem(args: tuple, rows: list[int]) -> tuple[tuple, list[int]]:
+    """A call of only the sequences holding `rows`, each cut to its query rows from the first asked to the last
+    (each row keeps its position: the cut sequence ends at the last one's, so the causal limit and the window fall
+    where they did), over the cache blocks their tables name (renumbered): (its arguments, the rows it answers)."""
+    q, k_cache, v_cache, cu_seqlens_q, seq_lens, block_table, scale, window, _, _ = args
+    bounds, lengths = cu_seqlens_q.tolist(), seq_lens.tolist()
+    spans: dict[int, tuple[int, int]] = {}  # sequence -> (first, last) row asked for
+    for row in rows:
+        s = bisect.bisect_right(bounds, row) - 1
+        first, last = spans.get(s, (row, row))
+        spans[s] = (min(first, row), max(last, row))
+    seqs = sorted(spans)
+    taken = [r for s in seqs for r in range(spans[s][0], spans[s][1] + 1)]
+    counts = [spans[s][1] - spans[s][0] + 1 for s in seqs]
+    # the last row asked of sequence s sits at position lengths[s] - rows of s + its index in s
+    contexts = [lengths[s] - (bounds[s + 1] - bounds[s]) + (spans[s][1] - bounds[s]) + 1 for s in seqs]
+    cu = torch.tensor([0, *itertools.accumulate(counts)], dtype=cu_seqlens_q.dtype)
+    block_size = k_cache.shape[1]
+    needed = torch.tensor([(c + block_size - 1) // block_size for c in contexts])
+    table = block_table[seqs, :int(needed.max())].long()
+    reached = torch.arange(table.shape[1])[None, :] < needed[:, None]
+    table = torch.where(reached, table, table[:, :1])  # an entry past a context names a block reached (any: hidden)
+    blocks, renumbered = torch.unique(table, return_inverse=True)  # the blocks reached, the table into them
+    return (q[taken], k_cache[blocks], v_cache[blocks], cu, torch.tensor(contexts, dtype=seq_lens.dtype),
+            renumbered.to(block_table.dtype), scale, window, max(counts), max(contexts)), taken
 
 # Sliding windows the families serve (Mistral 7B v0.1 and Gemma 2: 4096 keys; Gemma 3: 1024, its 1B: 512): a
 # kernel's window is met past its key tiles, as served, and not only below a short context; and a prefill chunk
@@ -343,6 +373,7 @@ TARGET = Target(
     example="paged_attention.py",
     cut_shape=cut_shape,
     range_cuts=range_cuts,
+    rows_problem=rows_problem,
     input_elements=input_elements,
     output_elements=output_elements,
     model_shapes=model_shapes,

@@ -163,7 +163,7 @@ def test_judge_case_checks_mutation_aliasing_repeat_and_refill():
     result, nondeterministic = judge_case(RMS, case, data, good, FP32)
     assert result.passed and not nondeterministic and result.evidence
 
-    mutated = first(good, inputs_after=[data.args[0] * 2, data.args[1], None])
+    mutated = first(good, inputs_changed=[0])  # the device found x changed
     assert "modified its input `x`" in judge_case(RMS, case, data, mutated, FP32)[0].note
     aliased = replace(good, aliased=[[0, 0]])
     assert "shares memory with input `x`" in judge_case(RMS, case, data, aliased, FP32)[0].note
@@ -223,10 +223,36 @@ def test_declared_in_place_writes_are_checked_and_others_forbidden():
     stale_refill = refilled(good, inputs_after=after)
     note = judge_case(INPLACE, case, data, stale_refill, FP32)[0].note
     assert "after a refill" in note
-    wrote_x = again(good, inputs_after=[data.written[1].clone()] + after[1:])
+    wrote_x = again(good, inputs_changed=[0])
     note = judge_case(INPLACE, case, data, wrote_x, FP32)[0].note
     assert "modified its input `x`" in note and "only to: `residual`" in note and "(second call)" in note
 
+
+
+def test_a_sampled_case_is_answered_after_its_run_at_the_rows_its_programs_wrote():
+    """A paged-attention range case's reference is made after its run, only at the query rows the drawn programs
+    wrote (targets' rows_problem): right values there pass, one wrong value there fails, and the rows nobody
+    wrote are not compared; a sample that wrote most rows gets the whole reference."""
+    paged = get("paged_attention")
+    shape = (17, 4, 1, 64, 16, 300, 600)
+    case = C.Case(0, shape, torch.bfloat16, "normal", 0, "range", shape, sample=1)
+    data = D.make_data(paged, case, b"salt")
+    assert data.rows_pending and data.reference == ()  # nothing computed before the run
+    whole = D.expected(paged, data.args).reference[0]
+    written = torch.zeros(whole.shape, dtype=torch.bool)
+    written[40:56, 2:] = True  # a drawn program's block of a prefill chunk's rows, two of its heads
+    out = torch.where(written, whole, torch.zeros_like(whole))  # the skipped programs wrote nothing
+    ev = evidence_for(data, [out], output_valid=[written])
+    result, _ = judge_case(paged, case, data, ev, BF16)
+    assert result.passed and result.evidence, result.note
+    wrong = out.clone()
+    wrong[47, 3, 5] += 1.0
+    result, _ = judge_case(paged, case, data, evidence_for(data, [wrong], output_valid=[written]), BF16)
+    assert not result.passed and "1 of 2048 values differ" in result.note
+    most = torch.zeros(whole.shape, dtype=torch.bool)
+    most[:-3] = True
+    result, _ = judge_case(paged, case, data, evidence_for(data, [whole.clone()], output_valid=[most]), BF16)
+    assert result.passed, result.note
 
 def test_tf32_reads_fp32_as_a_tensor_core_does_and_the_reference_takes_its_products_so():
     from autotune.verify.plan.data import tf32, tf32_reference

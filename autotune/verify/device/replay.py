@@ -133,8 +133,13 @@ class Device:
         r = self.record
         r.record_ops(msg.torch_ops)
         snapshot = [o.detach().clone() if o is not None else None for o in outs]
+        sent = self.case.refill_args if kind == "refill" else self.case.args  # what the call was given
+        written = set(self.case.mutates)
         r.calls[kind] = protocol.CallOutcome(
-            snapshot, [p.inner.detach().clone() if p is not None else None for p in self.placed])
+            snapshot, [p.inner.detach().clone() if p is not None and i in written else None
+                       for i, p in enumerate(self.placed)],
+            [i for i, p in enumerate(self.placed) if p is not None and i not in written
+             and not same_bits(sent[i], p.inner)])
         r.launches.append(launches)
         r.aliased += aliased(outs, self.placed)
         r.reused += reused(outs, k, self.kept)

@@ -30,6 +30,9 @@ class CaseData:
     refill_golden: tuple[torch.Tensor, ...] | None = None
     refill_written: tuple = ()
     refill_written_golden: tuple = ()
+    # a sampled range case of a target with a rows_problem: reference and golden wait for the rows its programs
+    # wrote (answer_rows), made after its run
+    rows_pending: bool = False
 
 
 def generator(target: Target, shape: Shape, dtype: torch.dtype, kind: str, seed: int, salt: bytes) -> torch.Generator:
@@ -166,6 +169,8 @@ def make_data(target: Target, case: Case, salt: bytes = b"") -> CaseData:
         return with_scalars(target, tuple(target.make_inputs(case.shape, case.dtype, gen, kind)), case.scalars)
 
     args = inputs(case.kind, case.kind)
+    if case.sample and target.rows_problem is not None and not case.refill:
+        return CaseData(args=lay_out(args, case.layout), reference=(), golden=(), rows_pending=True)
     a = expected(target, args)
     data = CaseData(args=lay_out(args, case.layout), reference=a.reference, golden=a.golden, written=a.written,
                     written_golden=a.written_golden)
@@ -177,3 +182,32 @@ def make_data(target: Target, case: Case, salt: bytes = b"") -> CaseData:
     return data
 
 
+
+
+def answer_rows(target: Target, data: CaseData, masks: list | None, tf32: bool = False) -> CaseData:
+    """A sampled range case's reference and golden (with its products through TF32 where `tf32`), made after its
+    run: only at the output rows its programs wrote (`masks`: per output, the elements written), by the target's
+    rows_problem, the other rows NaN (nothing compares them: judge.compare._sampled). A 2048-row prefill chunk's
+    reference is seconds, a drawn program's rows of it milliseconds. Where the masks do not fit the outputs' rows,
+    or cover half of them or more: the whole answers."""
+    total = data.args[0].shape[0]
+    written = [m.reshape(total, -1).any(1) for m in masks or ()
+               if isinstance(m, torch.Tensor) and m.dim() and m.shape[0] == total]
+    rows = torch.stack(written).any(0).nonzero().flatten().tolist() if written and len(written) == len(masks or ()) \
+        else []
+    cut = target.rows_problem if rows and 2 * len(rows) < total else None
+    args, taken = cut(data.args, rows) if cut else (data.args, [])
+    whole = cut is None
+    a = expected(target, args)
+    reference = tf32_reference(target, args) if tf32 else a.reference
+
+    def spread(outs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        if whole:
+            return outs
+        full = tuple(torch.full((total, *o.shape[1:]), float("nan") if o.is_floating_point() else 0, dtype=o.dtype)
+                     for o in outs)
+        for f, o in zip(full, outs):
+            f[taken] = o
+        return full
+
+    return dataclasses.replace(data, reference=spread(reference), golden=spread(a.golden), rows_pending=False)

@@ -36,10 +36,13 @@ _REFUSED = ListOf(Text(200), max_len=200)
 
 @dataclasses.dataclass(frozen=True)
 class CallOutcome(Record):
-    """One call of a case as the device ran it: the outputs and every input as the call left them."""
+    """One call of a case as the device ran it: the outputs, each input the op writes in place as the call left it
+    (None for the others), and which of the others the call changed (compared bitwise, where they lie, with the
+    values the case sent: a read-only input does not travel back)."""
 
     outputs: list = spec(_TENSORS)
     inputs_after: list = spec(_TENSORS)
+    inputs_changed: list = spec(ListOf(Int(0), max_len=64), [])
 
 
 @dataclasses.dataclass(frozen=True)

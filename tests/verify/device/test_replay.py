@@ -56,7 +56,8 @@ def test_a_call_is_replayed_on_the_data_and_its_evidence_sent_as_one_typed_frame
     ev = protocol.parse(frame)
     assert isinstance(ev, protocol.CaseEvidence) and ev.index == 0 and ev.repeat is None
     assert torch.equal(ev.first.outputs[0], torch.zeros(4, 8))  # the zero fill, repeated on the device's buffer
-    assert torch.equal(ev.first.inputs_after[0], x)  # the input as the call left it: unchanged
+    # a read-only input stays on the device: compared there, bitwise, with what the case sent
+    assert ev.first.inputs_after == [None] and ev.first.inputs_changed == []
     assert ev.launches == [0] and ev.aliased == [] and ev.guards_broken == [] and not ev.clobbered
 
 
@@ -83,6 +84,22 @@ def test_a_torch_op_that_is_not_a_data_move_is_not_run_its_result_is_unwritten_m
     assert ev.first.outputs[0].isnan().all()  # fresh memory under deterministic mode: NaN, never the rsqrt
     assert ev.torch_ops == {"aten.rsqrt": 1}  # for the judge's run-time policy
 
+
+
+def test_a_call_that_changes_a_read_only_input_is_named_by_the_input_and_the_input_is_not_sent_back():
+    x = torch.randn(4, 8)
+    device, sent = a_device()
+    device.cases = {0: a_case(x, calls=2)}
+    out = ref(0x9000)
+    device.on_call(a_call(index=0, call=0, inputs=[input_ref(x)], outputs=[out], torch_ops={},
+                          events=[{"op": "aten.zeros", "args": [], "out": out}]))
+    out2 = ref(0xA000)
+    device.on_call(a_call(index=0, call=1, inputs=[input_ref(x)], outputs=[out2], torch_ops={},
+                          events=[{"op": "aten.zeros", "args": [], "out": out2},
+                                  {"op": "aten.zero_", "args": [input_ref(x)], "out": None}]))
+    ev = protocol.parse({"kind": "case_result", **sent[-1][1]})
+    assert ev.first.inputs_changed == [] and ev.repeat.inputs_changed == [0]  # the second call zeroed x
+    assert ev.repeat.inputs_after == [None]
 
 def test_a_storage_kept_from_an_earlier_call_is_refused():
     buffers = Buffers()
