@@ -9,7 +9,8 @@ import torch
 from autotune.targets import get
 from autotune.targets.base import DEFAULT_TOLERANCES, Tolerance
 from autotune.verify import protocol
-from autotune.verify.judge.compare import compare, evidence, judge_case, same_bits
+from autotune.verify.judge.compare import compare, evidence, judge_case
+from autotune.verify.protocol import same_bits
 from autotune.verify.plan import cases as C
 from autotune.verify.plan import data as D
 

@@ -102,9 +102,3 @@ def trace(events: list, outputs, inputs: list) -> list:
         return v
 
     return [canon(ev) for ev in events] + [("outputs", canon(outputs))]
-
-
-def same_bits(a: torch.Tensor | None, b: torch.Tensor) -> bool:
-    if a is None or a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    return torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))

@@ -17,11 +17,12 @@ import triton.language as tl
 from autotune.verify import protocol
 from autotune.verify.device.buffers import Buffers, Placed, Refused, place, storage_span
 from autotune.verify.device.coverage import Account
-from autotune.verify.device.evidence import CaseRecord, aliased, outputs, reused, same_bits, trace
+from autotune.verify.device.evidence import CaseRecord, aliased, outputs, reused, trace
 from autotune.verify.device.frontend import FrontEnd
 from autotune.verify.interp import bounds, contract
 from autotune.verify.interp.launch import caused_by
 from autotune.verify.interp.sampling import INPUT, Abandoned, Sample, ended_by_sample
+from autotune.verify.protocol import same_bits
 
 MAX_EVENTS_PER_CALL = protocol.MAX_EVENTS_PER_CALL
 _TL_DTYPES = {str(getattr(tl, n)): getattr(tl, n) for n in dir(tl) if isinstance(getattr(tl, n), tl.dtype)}

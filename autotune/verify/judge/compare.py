@@ -35,11 +35,10 @@ import torch
 from autotune.targets.base import Target, Tolerance, dtype_name
 from autotune.verify.plan.cases import Case
 from autotune.verify.plan.data import CaseData, answer_rows, tf32_reference
-from autotune.verify.protocol import CallOutcome, CaseEvidence
+from autotune.verify.protocol import CallOutcome, CaseEvidence, same_bits
 from autotune.verify.verdict import CaseResult
 
 GOLDEN_MULTIPLIER = {torch.float32: 2.0, torch.float16: 3.0, torch.bfloat16: 3.0, torch.float64: 2.0}
-_BITS = {8: torch.int64, 4: torch.int32, 2: torch.int16, 1: torch.int8}
 
 
 @dataclasses.dataclass
@@ -48,19 +47,6 @@ class Check:
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     note: str = ""
-
-
-def same_bits(a, b) -> bool:
-    """Bitwise equality (NaN payloads included) of two tensors of one shape and dtype."""
-    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-        return False
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    bits = _BITS.get(a.element_size())
-    a, b = a.contiguous(), b.contiguous()
-    if bits is None or a.dtype == torch.bool:
-        return torch.equal(a, b)
-    return torch.equal(a.view(bits), b.view(bits))
 
 
 def _count(mask: torch.Tensor) -> int:

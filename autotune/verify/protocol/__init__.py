@@ -66,6 +66,7 @@ from autotune.verify.protocol.tensors import (
     is_ref,
     read,
     ref_of,
+    same_bits,
     scalar_ok,
 )
 
@@ -76,5 +77,5 @@ __all__ = [
     "HostImportOps", "HostIsolation", "HostProtocol", "HostResult", "ImportOps", "Isolation", "MAX_EVENTS_PER_CALL",
     "MAX_GRID", "Message", "Placement", "PolicyError", "ProtocolError", "SetupError", "TensorRef", "check_ref",
     "device_schemas", "encode", "is_ref", "parse", "parse_host_frame", "parse_stream", "parse_to_host", "read",
-    "ref_of", "scalar_ok",
+    "ref_of", "same_bits", "scalar_ok",
 ]
