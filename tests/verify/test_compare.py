@@ -109,6 +109,10 @@ def test_same_bits_sees_nan_payloads_and_signed_zero():
     assert same_bits(a, a.clone())
     assert not same_bits(a, torch.tensor([-0.0, float("nan")]))
     assert not same_bits(a, a.double())
+    wide = torch.randn(40)
+    for start in (0, 1, 3):  # views at an offset no 8-byte word starts at: compared all the same
+        view = wide[start:start + 16]
+        assert same_bits(view, view.clone()) and not same_bits(view, view + 1)
 
 
 def test_degenerate_and_null_passing_cases_are_not_evidence():

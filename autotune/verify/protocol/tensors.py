@@ -130,7 +130,8 @@ def same_bits(a, b) -> bool:
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape or a.dtype != b.dtype:
         return False
     a, b = a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8)
-    wide = torch.int64 if a.numel() % 8 == 0 else torch.uint8
+    aligned = a.numel() % 8 == 0 and a.storage_offset() % 8 == 0 and b.storage_offset() % 8 == 0
+    wide = torch.int64 if aligned else torch.uint8
     return torch.equal(a.view(wide), b.view(wide))
 
 encode = encode_json  # the host's frames carry no tensor, only references and numbers
