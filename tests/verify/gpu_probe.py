@@ -172,6 +172,22 @@ def _half_sum(x_ptr, out_ptr, N: tl.constexpr):  # tl.sum of fp16 values stays f
     tl.store(out_ptr, tl.sum(tl.load(x_ptr + tl.arange(0, N)), axis=0))
 
 
+
+@triton.jit
+def _fp8_round_trip(x_ptr, e4_ptr, e5_ptr, N: tl.constexpr):  # fp32 -> sm_90's fp8 types -> fp32
+    offs = tl.arange(0, N)
+    x = tl.load(x_ptr + offs)
+    tl.store(e4_ptr + offs, x.to(tl.float8e4nv).to(tl.float32))
+    tl.store(e5_ptr + offs, x.to(tl.float8e5).to(tl.float32))
+
+
+@triton.jit
+def _int_division(x_ptr, d_ptr, q_ptr, r_ptr, N: tl.constexpr):  # some divisors 0
+    offs = tl.arange(0, N)
+    x, d = tl.load(x_ptr + offs), tl.load(d_ptr + offs)
+    tl.store(q_ptr + offs, x // d)
+    tl.store(r_ptr + offs, x % d)
+
 LIBDEVICE_OUTPUTS = ("round", "rint", "rsqrt", "pow", "tanh", "erf")
 BF16_OUTPUTS = ("add", "sub", "mul", "neg", "maximum", "minimum", "where_less", "fma", "clamp_fp32", "clamp",
                 "cumsum")
@@ -206,6 +222,7 @@ def make_inputs() -> dict:
         inputs[f"dot_{name}"] = (a, b, torch.randn(16, 16, generator=g).half() * 4 if acc else None)
     inputs["cast_f32"] = torch.tensor(SPECIALS, dtype=torch.float32)
     inputs["cast_f64"] = torch.tensor(SPECIALS, dtype=torch.float64)
+    inputs["idiv_xd"] = torch.tensor([[7, 100, 0, 9, 7, 100, 30, 5], [0, 0, 0, 4, 3, 7, 0, 2]])
     inputs["to_bf16_i32"] = torch.tensor([3, -5, 1000, 2 ** 24 + 1, 2 ** 24 + 3, 65535, -2 ** 31, 2 ** 31 - 1],
                                          dtype=torch.int32)
     inputs["race_x"] = torch.randn(4, 8, generator=g)
@@ -241,6 +258,15 @@ def _casts(inputs: dict) -> dict:
                              ("i32_bf16", i32, tl.bfloat16, False)):
         y = torch.empty(len(x), dtype=torch.float16 if dst == tl.float16 else torch.bfloat16)
         out[key] = _attempt(lambda: (_cast[(1,)](x, y, len(x), dst, rtz, BLOCK=32), y)[1])
+    e4, e5 = torch.empty(32), torch.empty(32)
+    padded = torch.cat([x32, torch.zeros(32 - len(x32))])
+    ran = _attempt(lambda: _fp8_round_trip[(1,)](padded, e4, e5, N=32))
+    out["fp8e4nv"], out["fp8e5"] = (ran, ran) if isinstance(ran, dict) else (e4[:len(x32)], e5[:len(x32)])
+    for dtype in (torch.int32, torch.uint32):
+        x, d = (inputs["idiv_xd"][i].to(dtype) for i in (0, 1))
+        q, r = torch.empty_like(x), torch.empty_like(x)
+        ran = _attempt(lambda: _int_division[(1,)](x, d, q, r, N=8))
+        out[f"idiv_{dtype}"] = ran if isinstance(ran, dict) else (q.long(), r.long())
     return out
 
 

@@ -195,6 +195,32 @@ def test_float_narrowing_overflows_and_rounds_as_cvt(probe):
     assert not _same_floats(stock["i32_bf16"], want)  # 3.9 cast the int to a bf16's uint16 storage: 3 -> 2.8e-40
 
 
+
+def test_casts_to_fp8_round_and_saturate_as_sm90s_cvt_satfinite(probe):
+    """A cast to fp8e4nv / fp8e5 is PTX cvt.rn.satfinite on sm_90: to nearest even, a magnitude past the largest
+    finite value (Inf too) saturated to it, NaN kept. 3.9's interpreter gave 1000 -> 256 in e4m3, and an
+    attacker's kernel branched on that to tell the interpreter from a GPU."""
+    x32 = probe["inputs"]["cast_f32"].tolist()
+    for name, bits, tiny, largest in (("fp8e4nv", 4, 2.0 ** -6, 448.0), ("fp8e5", 3, 2.0 ** -14, 57344.0)):
+        want = [v if math.isnan(v) else math.copysign(min(abs(_rounded(v, bits, tiny, math.inf, round)), largest), v)
+                for v in x32]
+        assert _same_floats(probe["patched"]["cast"][name], want), name
+    stock = probe["stock"]["cast"]["fp8e4nv"]
+    assert isinstance(stock, dict) or not _same_floats(stock, [448.0 if v > 448 else v for v in x32]), \
+        "the stock interpreter's fp8 casts are right now: retire that part of install_casts"
+
+
+def test_an_integer_divided_by_zero_is_all_ones_and_leaves_the_remainder_the_dividend(probe):
+    """PTX leaves division by zero unspecified; sm_90's SASS gives an all-ones quotient (x - q * 0 = x for the
+    remainder). 3.9's numpy gave 0, which an attacker's kernel branched on."""
+    x, d = probe["inputs"]["idiv_xd"].tolist()
+    for dtype, ones in ((torch.int32, -1), (torch.uint32, 2 ** 32 - 1)):
+        q, r = probe["patched"]["cast"][f"idiv_{dtype}"]
+        assert q.tolist() == [ones if b == 0 else a // b for a, b in zip(x, d)], dtype
+        assert r.tolist() == [a if b == 0 else a % b for a, b in zip(x, d)], dtype
+    q, _ = probe["stock"]["cast"]["idiv_torch.int32"]
+    assert q.tolist()[:3] == [0, 0, 0], "the stock interpreter divides by zero otherwise now: retire the patch"
+
 # ---- scalar arguments --------------------------------------------------------------------------------------
 
 def test_scalar_arguments_are_typed_as_the_jit_types_them(probe):

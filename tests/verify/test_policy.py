@@ -205,6 +205,9 @@ def test_statements_a_launcher_does_not_need(body, fragment):
     ("    print(offs)", "the builtin `print`"),
     ("    t = torch.float32", "inside a Triton kernel"),
     ("    z = tl.math.core", "triton.language.math.core"),
+    # a dtype made by name, past the listed ones (an attacker's fp8 cast that the interpreter computed otherwise)
+    ("    z = tl.full((BLOCK,), 1000.0, tl.float32).to(tl.dtype('fp8e4nv'))", "`triton.language.dtype` other than"),
+    ("    p = x_ptr.to(tl.pointer_type(tl.int8))", "`triton.language.pointer_type` other than"),
 ])
 def test_kernels_use_only_listed_language_members(line, fragment):
     source = KERNEL.replace("    offs = tl.arange(0, BLOCK)\n", f"    offs = tl.arange(0, BLOCK)\n{line}\n")

@@ -84,6 +84,10 @@ CASES = [
     ("rms_norm_duplicate_rows.py", Status.INCORRECT, "race in `_rms_norm_kernel`: program ", "rms_norm"),
     # an autotuned split-K accumulator zeroed outside the tuner's reset_to_zero: a GPU's benchmark runs add into it
     ("linear_autotune_accumulates.py", Status.INCORRECT, WRONG_VALUES, "linear"),
+    # an attacker's (issue 27): fp32 tiles rounded through fp16 before a TF32 dot, held to IEEE for that rounding
+    ("linear_fp16_as_tf32.py", Status.INCORRECT, WRONG_VALUES, "linear"),
+    # an attacker's: output kept only where an integer divided by zero gives 0 (numpy's answer; sm_90's is all ones)
+    ("rms_norm_div0_detect.py", Status.INCORRECT, WRONG_VALUES, "rms_norm"),
 ]
 
 
@@ -126,3 +130,17 @@ def test_fp32_through_tf32_is_held_to_a_tf32_reference_unless_ieee_is_demanded()
     assert v.fp32_dots == ["tf32"] and all("fp32 through TF32" in c.note for c in v.cases if c.passed and c.evidence)
     ieee = verify("linear", CANDIDATES / "linear_tf32_default.py", compose([*fp32, "verify.fp32_dot=ieee"]))
     assert ieee.status is Status.INCORRECT and "verify.fp32_dot=ieee demands IEEE" in ieee.reason, ieee.reason
+
+
+def test_a_dtype_made_by_name_is_refused_by_the_judges_scan_and_by_the_workers():
+    """An attacker's kernel (issue 27) cast 1000 to fp8 e4m3 through tl.dtype("fp8e4nv") and zeroed its output where
+    the answer was sm_90's 448, not the interpreter's 256. The judge's scan refuses the dtype made by name, and with
+    that scan removed the worker's own scan of the kernels does; behind both, the interpreter casts to fp8 as the
+    GPU does (test_gpu_semantics.py::test_casts_to_fp8_round_and_saturate_as_sm90s_cvt_satfinite)."""
+    from autotune.verify.judge import judge
+
+    path = CANDIDATES / "rms_norm_fp8_detect.py"
+    cfg = compose(["verify=quick", "verify.dtypes=[float32]"]).verify
+    for v in (verify("rms_norm", path, cfg), judge(get("rms_norm"), path.read_text(), path.name, cfg, scan=False)):
+        assert v.status is Status.POLICY_VIOLATION and "`triton.language.dtype` other than in an annotation" in \
+            v.reason, v.reason

@@ -50,6 +50,11 @@ _REDUCED_FP32_DOT = re.compile(r"tt\.dot [^:\n]*inputPrecision = (\w+) : tensor<
 # a tt.dot on half-precision operands (fp16, bf16, fp8): in an fp32 case, fp32 values cast down for the product
 _HALF_DOT = re.compile(r"tt\.dot [^:\n]*: tensor<[^>]*x(?:f16|bf16|f8\w*)> \*")
 HALF_OPERANDS = "half-precision operands"  # the token a specialization with such a dot reports
+# fp32 values rounded to a half-precision type anywhere (a truncf, or a cast to fp8): rounded through fp16 and back
+# to fp32 before a TF32 dot, an attacker's GEMM was as accurate as TF32 within fp16's range and Inf past it
+_HALF_ROUNDING = re.compile(r"(?:arith\.truncf|tt\.fp_to_fp) [^\n]*: (?:tensor<[^>]*x)?f32>? to "
+                            r"(?:tensor<[^>]*x)?(?:f16|bf16|f8\w*)\b")
+HALF_ROUNDING = "fp32 values rounded to half precision"
 MODULE_NAME = "candidate_for_the_compiler"
 
 
@@ -92,7 +97,8 @@ class FrontEnd:
     def check(self, name: str, args: tuple, kwargs: dict) -> frozenset[str]:
         """Compile the kernel `name` for these launch arguments, unless this specialization already was; the input
         precisions below IEEE at which it takes fp32 tl.dot operands (tf32 unless the kernel says otherwise), and
-        HALF_OPERANDS if one of its dots takes fp16/bf16/fp8 operands."""
+        HALF_OPERANDS if one of its dots takes fp16/bf16/fp8 operands, HALF_ROUNDING if it rounds fp32 values to
+        one of those types anywhere (either withdraws an fp32 case's TF32 allowance)."""
         started = time.perf_counter()
         try:
             return self._compile(name, args, kwargs)
@@ -134,7 +140,8 @@ class FrontEnd:
                 f"sm_{TARGET.arch} GPU gives a block at most {MAX_SHARED_BYTES:,} (227 KB): Triton's launcher "
                 "refuses it (OutOfResources); use smaller tiles or fewer num_stages")
         self.compiled[key] = frozenset(_REDUCED_FP32_DOT.findall(ir_text)) | (
-            {HALF_OPERANDS} if _HALF_DOT.search(ir_text) else set())
+            {HALF_OPERANDS} if _HALF_DOT.search(ir_text) else set()) | (
+            {HALF_ROUNDING} if _HALF_ROUNDING.search(ir_text) else set())
         return self.compiled[key]
 
     def _shared_bytes(self, module, options, source: ASTSource) -> int:

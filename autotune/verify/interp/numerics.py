@@ -31,6 +31,9 @@ Casts (InterpreterBuilder.cast_impl; 3.9 used numpy's astype):
 - `fp_downcast_rounding="rtz"` overflowed to NaN (fp32 1e30 -> fp16); here toward zero: 65504.
   fp32 -> fp16 beyond 65504 already gave Inf with round to nearest, as cvt.rn.f16.f32 does.
 
+Integer division by zero (InterpreterBuilder.create_idiv/srem/urem; 3.9's numpy gave 0): the quotient all ones,
+the remainder the dividend, as sm_90's code computes it (PTX: unspecified).
+
 Scalar arguments (interpreter._implicit_cvt; 3.9 passed a Python float through as a Python float, so
 `eps.to(tl.float16)` failed on the CPU only): typed as the JIT types them (`mangle_type`): float -> fp32
 (so 1e300 is Inf, as on a GPU), bool -> i1, int -> i32 / i64 / u64 with data of that width. The JIT also
@@ -262,9 +265,33 @@ def _float_source(h) -> np.ndarray:
     return _bf16_values(h.data) if h.dtype == tl.bfloat16 else h.data
 
 
+# sm_90's fp8 types: (torch's dtype of the same encoding, the largest finite value)
+_FP8 = {"fp8e4nv": ("float8_e4m3fn", 448.0), "fp8e5": ("float8_e5m2", 57344.0)}
+
+
+def fp8_bits(values: np.ndarray, name: str) -> np.ndarray:
+    """fp32 values in an fp8 type as sm_90's lowering of the cast encodes them (PTX cvt.rn.satfinite.e4m3x2.f32 /
+    .e5m2x2.f32): rounded to nearest even, a magnitude past the largest finite value (Inf too) saturated to it,
+    NaN kept. 3.9's interpreter gave 1000 -> 256 in e4m3 (an attacker's kernel told it from a GPU so)."""
+    import torch
+
+    dtype, largest = _FP8[name]
+    clipped = np.where(np.isnan(values), values, np.clip(values, -largest, largest)).astype(np.float32)
+    return torch.from_numpy(clipped).to(getattr(torch, dtype)).view(torch.uint8).numpy()
+
+
+def fp8_values(bits: np.ndarray, name: str) -> np.ndarray:
+    """fp8 bits as their fp32 values (exact)."""
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(bits, dtype=np.uint8)).view(getattr(torch, _FP8[name][0])).float() \
+        .numpy()
+
+
 def install_casts() -> None:
-    """From now on float -> int casts saturate as PTX's cvt.rzi does, int/f64 -> bf16 round correctly and
-    fp_downcast_rounding="rtz" rounds toward zero without overflowing to NaN."""
+    """From now on float -> int casts saturate as PTX's cvt.rzi does, int/f64 -> bf16 round correctly,
+    fp_downcast_rounding="rtz" rounds toward zero without overflowing to NaN, and casts to and from sm_90's fp8
+    types are PTX's (fp8_bits)."""
     builder = interpreter.InterpreterBuilder
     if _installed(builder, "_autotune_gpu_casts"):
         return
@@ -281,6 +308,13 @@ def install_casts() -> None:
 
     def create_fp_to_fp(self, src, dst_type, rounding_mode):
         s, d = src.dtype.scalar, dst_type.scalar
+        wide = (tl.float32, tl.float16, tl.bfloat16)
+        if d.name in _FP8 and s in wide and rounding_mode != ir.ROUNDING_MODE.RTZ:
+            return interpreter.TensorHandle(fp8_bits(_float_source(src).astype(np.float32), d.name), d)
+        if s.name in _FP8 and d in wide:
+            values = fp8_values(src.data, s.name)  # exact in each of them
+            return interpreter.TensorHandle(_fp32_to_bf16_rtne(values) if d == tl.bfloat16 else
+                                            values.astype(interpreter._get_np_dtype(d)), d)
         if rounding_mode == ir.ROUNDING_MODE.RTZ and s in (tl.float32, tl.float64):
             if d == tl.bfloat16:
                 return interpreter.TensorHandle(_bf16_bits_rtz(src.data), d)
@@ -290,6 +324,33 @@ def install_casts() -> None:
 
     builder.cast_impl, builder.create_fp_to_fp = cast, create_fp_to_fp
 
+
+
+def install_integer_division() -> None:
+    """From now on an integer divided by zero gives what sm_90's code gives: PTX leaves div.s32/div.u32 by zero
+    unspecified, and its SASS sets the quotient to all ones when the divisor is 0 (the remainder, x - q * 0, is
+    x). 3.9's numpy gave 0 for both, and an attacker's kernel branched on that to tell the interpreter from a GPU."""
+    builder = interpreter.InterpreterBuilder
+    if _installed(builder, "_autotune_gpu_idiv"):
+        return
+    idiv, srem, urem = builder.create_idiv, builder.create_srem, builder.create_urem
+
+    def by_nonzero(op, lhs, rhs, when_zero):
+        zero = rhs.data == 0
+        if not np.any(zero):
+            return op(lhs, rhs)
+        out = op(lhs, interpreter.TensorHandle(np.where(zero, 1, rhs.data).astype(rhs.data.dtype), rhs.dtype))
+        return interpreter.TensorHandle(np.where(zero, when_zero(lhs.data, out.data), out.data).astype(out.data.dtype),
+                                        out.dtype)
+
+    def all_ones(_, quotient):
+        return np.array(-1).astype(quotient.dtype)  # -1 signed, the largest value unsigned
+
+    builder.create_idiv = lambda self, lhs, rhs: by_nonzero(lambda a, b: idiv(self, a, b), lhs, rhs, all_ones)
+    builder.create_srem = lambda self, lhs, rhs: by_nonzero(lambda a, b: srem(self, a, b), lhs, rhs,
+                                                            lambda x, _: x)
+    builder.create_urem = lambda self, lhs, rhs: by_nonzero(lambda a, b: urem(self, a, b), lhs, rhs,
+                                                            lambda x, _: x)
 
 # ---- scalar arguments ---------------------------------------------------------------------------------------
 

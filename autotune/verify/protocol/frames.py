@@ -77,7 +77,7 @@ class CaseEvidence(Frame):
     # the input precisions (Triton's names: tf32, tf32x3, bf16x3 ...) at which the case's launches took fp32 tl.dot
     # operands below IEEE, and "half-precision operands" for a dot on fp16/bf16/fp8 tiles, from the compiled TTIR:
     # the judge holds an fp32 case with only the former to that precision's accuracy
-    fp32_dots: list = spec(ListOf(Text(20), max_len=8), [])
+    fp32_dots: list = spec(ListOf(Text(60), max_len=8), [])
     fused: bool = spec(bool, False)  # this case drew fp contraction: every multiply feeding an add one fma
 
 

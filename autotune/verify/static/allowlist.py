@@ -112,7 +112,10 @@ KERNEL_TL: dict[str, tuple[Use, str]] = {
     **_group("rand randn randint randint4x rand4x randn4x philox pair_uniform_to_normal uint_to_uniform_float",
              Use.CALL, "counter-based random numbers (seeded by the caller: the same on CPU and GPU)"),
     **_group("static_assert device_assert debug_barrier", Use.CALL, "compile-time and device checks, barriers"),
-    **_group("PropagateNan TRITON_MAX_TENSOR_NUMEL dtype pointer_type", Use.VALUE, "language constants and types"),
+    **_group("PropagateNan TRITON_MAX_TENSOR_NUMEL", Use.VALUE, "language constants"),
+    # annotations only: called, tl.dtype("fp8e4nv") makes any dtype by name, past the list of dtypes above (an
+    # attacker's kernel cast to fp8 that way to tell the interpreter from a GPU)
+    **_group("dtype pointer_type", Use.ANNOTATION, "types in kernel parameter annotations"),
     **_group("math", Use.MODULE, "tl.math.rsqrt and the other math functions listed in KERNEL_MATH"),
     # Not listed: inline_asm_elementwise (GPU assembly the interpreter cannot run: a different path on
     # CPU), make_tensor_descriptor/load_tensor_descriptor/store_tensor_descriptor (need a host allocator
