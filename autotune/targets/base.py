@@ -430,6 +430,17 @@ def activations(shape: Shape, dtype: torch.dtype, gen: torch.Generator, kind: st
     return x.to(dtype)
 
 
+def layer_scaled(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """x at a scale drawn per case (a power of two from 1/256 to 1, exact: layers' activations differ in scale) with
+    one to three outlier channels 64 times larger (LLM.int8's outlier features): a kernel that skips the terms below a
+    fixed threshold, or below a share of the largest, is wrong on some case (an attacker's TF32 GEMM dropped
+    |x| < 0.01 and was within TF32's error on N(0, 1) inputs). For a GEMM's activations, `normal` kind."""
+    k = x.shape[-1]
+    factor = torch.full((k,), 2.0 ** -int(torch.randint(0, 9, (1,), generator=gen)))
+    factor[torch.randint(0, k, (int(torch.randint(1, 4, (1,), generator=gen)),), generator=gen)] *= 64
+    return (x.float() * factor).to(x.dtype)
+
+
 def quiet_rows(shape: Shape, gen: torch.Generator) -> torch.Tensor:
     """A [..., 1] factor that scales about a third of the rows to magnitude 1e-3, where mean(x^2) ~ 1e-6
     is the size of a norm's eps: there a kernel with the wrong eps (or none) is off in every dtype."""

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from autotune.targets import _gemm
-from autotune.targets.base import ATOMIC_REDUCTIONS, ForeignOp, OpClass, Target, activations
+from autotune.targets.base import ATOMIC_REDUCTIONS, ForeignOp, OpClass, Target, activations, layer_scaled
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -23,6 +23,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 def make_inputs(shape, dtype, gen, kind):
     m, n, k = shape
     x = activations((m, k), dtype, gen, kind)
+    if kind == "normal":
+        x = layer_scaled(x, gen)
     weight = (torch.randn((n, k), generator=gen) * k ** -0.5).to(dtype)  # N(0, 1/K): y keeps x's scale
     return x, weight
 
