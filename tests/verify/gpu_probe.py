@@ -182,6 +182,12 @@ def _fp8_round_trip(x_ptr, e4_ptr, e5_ptr, N: tl.constexpr):  # fp32 -> sm_90's 
 
 
 @triton.jit
+def _exchange(a_ptr, v_ptr, old_ptr, N: tl.constexpr):  # atomic exchange of fp32 values
+    offs = tl.arange(0, N)
+    tl.store(old_ptr + offs, tl.atomic_xchg(a_ptr + offs, tl.load(v_ptr + offs)))
+
+
+@triton.jit
 def _int_division(x_ptr, d_ptr, q_ptr, r_ptr, N: tl.constexpr):  # some divisors 0
     offs = tl.arange(0, N)
     x, d = tl.load(x_ptr + offs), tl.load(d_ptr + offs)
@@ -262,6 +268,10 @@ def _casts(inputs: dict) -> dict:
     padded = torch.cat([x32, torch.zeros(32 - len(x32))])
     ran = _attempt(lambda: _fp8_round_trip[(1,)](padded, e4, e5, N=32))
     out["fp8e4nv"], out["fp8e5"] = (ran, ran) if isinstance(ran, dict) else (e4[:len(x32)], e5[:len(x32)])
+    a, v = torch.tensor([1.5, -2.0, float("nan"), 3.25]), torch.tensor([7.0, 8.5, -1.0, 0.0])
+    old = torch.empty(4)
+    ran = _attempt(lambda: _exchange[(1,)](a, v, old, N=4))
+    out["xchg_f32"] = ran if isinstance(ran, dict) else (a, old)
     for dtype in (torch.int32, torch.uint32):
         x, d = (inputs["idiv_xd"][i].to(dtype) for i in (0, 1))
         q, r = torch.empty_like(x), torch.empty_like(x)

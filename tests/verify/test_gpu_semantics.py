@@ -221,6 +221,14 @@ def test_an_integer_divided_by_zero_is_all_ones_and_leaves_the_remainder_the_div
     q, _ = probe["stock"]["cast"]["idiv_torch.int32"]
     assert q.tolist()[:3] == [0, 0, 0], "the stock interpreter divides by zero otherwise now: retire the patch"
 
+
+def test_an_atomic_exchange_of_floats_swaps_their_bits(probe):
+    """tl.atomic_xchg on an fp32 tensor is atom.exch.b32 on a GPU; 3.9's interpreter raised "Unsupported data type"
+    (an attacker's correct-on-its-terms split-K was refused for it)."""
+    a, old = probe["patched"]["cast"]["xchg_f32"]
+    assert a.tolist() == [7.0, 8.5, -1.0, 0.0] and _same_floats(old, [1.5, -2.0, math.nan, 3.25])
+    assert isinstance(probe["stock"]["cast"]["xchg_f32"], dict), "the stock interpreter exchanges floats now: retire it"
+
 # ---- scalar arguments --------------------------------------------------------------------------------------
 
 def test_scalar_arguments_are_typed_as_the_jit_types_them(probe):

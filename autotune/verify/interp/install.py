@@ -26,6 +26,7 @@ PATCHES: tuple[tuple[str, Callable[[], None]], ...] = (
     ("the vetted libdevice functions computed on the interpreter", libdevice.install),
     ("casts as PTX cvt", numerics.install_casts),
     ("integer division by zero as sm_90's code gives it", numerics.install_integer_division),
+    ("atomic exchange of floats, by their bits", numerics.install_float_exchange),
     ("scalar arguments typed as the JIT types them", numerics.install_scalar_arguments),
     ("tl.range counters as typed scalars", numerics.install_loop_counters),
     ("programs of one launch touching one address (races)", races.install),

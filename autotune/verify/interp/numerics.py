@@ -352,6 +352,25 @@ def install_integer_division() -> None:
     builder.create_urem = lambda self, lhs, rhs: by_nonzero(lambda a, b: urem(self, a, b), lhs, rhs,
                                                             lambda x, _: x)
 
+
+def install_float_exchange() -> None:
+    """From now on tl.atomic_xchg on a float tensor exchanges its bits, as on a GPU (atom.exch.b32/b64); 3.9's
+    interpreter raised "Unsupported data type" for it (a false rejection of a correct kernel)."""
+    builder = interpreter.InterpreterBuilder
+    if _installed(builder, "_autotune_gpu_xchg"):
+        return
+    rmw = builder.create_atomic_rmw
+    bits = {np.dtype(np.float16): np.uint16, np.dtype(np.float32): np.uint32, np.dtype(np.float64): np.uint64}
+
+    def create_atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope):
+        as_bits = bits.get(val.data.dtype) if rmwOp == ir.ATOMIC_OP.XCHG else None
+        if as_bits is None:
+            return rmw(self, rmwOp, ptr, val, mask, sem, scope)
+        old = rmw(self, rmwOp, ptr, interpreter.TensorHandle(val.data.view(as_bits), tl.uint64), mask, sem, scope)
+        return interpreter.TensorHandle(old.data.view(val.data.dtype), val.dtype.scalar)
+
+    builder.create_atomic_rmw = create_atomic_rmw
+
 # ---- scalar arguments ---------------------------------------------------------------------------------------
 
 _INT_DATA = {"i32": np.int32, "i64": np.int64, "u64": np.uint64}
