@@ -17,20 +17,9 @@ from autotune.verify import verify
 from autotune.verify.plan.cases import PlanConfig, plan, served_shapes, whole_note
 from autotune.verify.verdict import Status
 from tests.verify.reasons import WRONG_VALUES, says
+from tests.verify.variants import example_variant
 
 CANDIDATES = Path(__file__).parent / "candidates"
-
-
-def example_variant(tmp_path: Path, target: str, old: str, new: str, *more: tuple[str, str]) -> Path:
-    """A kernel made from the target's correct example by a change, and `more` (old, new) changes (so it cannot
-    drift from it unseen: each change must still apply)."""
-    source = get(target).example_path.read_text()
-    for before, after in ((old, new), *more):
-        assert source.count(before) == 1, f"{target}'s example no longer has {before!r}"
-        source = source.replace(before, after)
-    path = tmp_path / f"{target}_variant.py"
-    path.write_text(source)
-    return path
 QUICK_FP32 = compose(["verify=quick", "verify.dtypes=[float32]"])
 # the paged variants below fail at the target's own default steps and edges: the presets' shapes add only time
 TINY_FP32 = ["verify.dtypes=[float32]", "verify.models=[tiny]"]

@@ -20,6 +20,7 @@ from autotune.targets import get
 from autotune.verify import verify
 from autotune.verify.verdict import Status
 from tests.verify.reasons import WRONG_VALUES, says
+from tests.verify.variants import example_variant
 
 CANDIDATES = Path(__file__).parent / "candidates"
 QUICK = compose(["verify=quick"])
@@ -84,12 +85,6 @@ CASES = [
     ("rms_norm_duplicate_rows.py", Status.INCORRECT, "race in `_rms_norm_kernel`: program ", "rms_norm"),
     # an autotuned split-K accumulator zeroed outside the tuner's reset_to_zero: a GPU's benchmark runs add into it
     ("linear_autotune_accumulates.py", Status.INCORRECT, WRONG_VALUES, "linear"),
-    # an attacker's (issue 27): fp32 tiles rounded through fp16 before a TF32 dot, held to IEEE for that rounding
-    ("linear_fp16_as_tf32.py", Status.INCORRECT, WRONG_VALUES, "linear"),
-    # an attacker's: fp32 activations below 0.01 skipped before a TF32 dot (within TF32's error at N(0, 1) only)
-    ("linear_drops_small_terms.py", Status.INCORRECT, WRONG_VALUES, "linear"),
-    # an attacker's: output kept only where an integer divided by zero gives 0 (numpy's answer; sm_90's is all ones)
-    ("rms_norm_div0_detect.py", Status.INCORRECT, WRONG_VALUES, "rms_norm"),
 ]
 
 
@@ -100,6 +95,34 @@ def test_kernels_right_only_on_the_old_interpreter_are_rejected(name, status, fr
     assert says(v.reason, fragment), v.reason
     if "race" in fragment:  # the element, as an argument's index, and the other program
         assert "`y_ptr[" in v.reason and "which program" in v.reason and "in the same launch" in v.reason
+
+
+# An attacker's kernels (issue 27), made from the target's example at test time: (target, changes)
+IEEE_DOT = 'acc = tl.dot(a, b, acc, input_precision="ieee")'
+ATTACKS = {
+    # fp32 tiles rounded through fp16 before a TF32 dot: TF32's error within fp16's range, Inf past 65504; a kernel
+    # that rounds fp32 to half precision anywhere is held to IEEE
+    "fp16_as_tf32": ("linear", [(IEEE_DOT, "acc = tl.dot(a.to(tl.float16).to(tl.float32), "
+                                           "b.to(tl.float16).to(tl.float32), acc)")]),
+    # fp32 activations below 0.01 skipped before a TF32 dot: within TF32's error on N(0, 1) activations only
+    "drops_small_terms": ("linear", [(IEEE_DOT, "if x_ptr.dtype.element_ty == tl.float32:\n"
+                                                "            a = tl.where(tl.abs(a) < 0.01, 0.0, a)\n"
+                                                "        acc = tl.dot(a, b, acc)")]),
+    # the output kept only where an integer divided by zero (program_id(1) of a 1-D grid) is 0: numpy's answer;
+    # sm_90's code gives an all-ones quotient
+    "div0_detect": ("rms_norm", [
+        ("    cols = tl.arange(0, BLOCK)\n",
+         "    cols = tl.arange(0, BLOCK)\n    keep = ((n_cols // tl.program_id(1)) == 0).to(tl.float32)\n"),
+        ("(x * rstd * w).to(", "(x * rstd * w * keep).to("),
+        ("y = x.to(tl.float32) * rstd * w.to(tl.float32)", "y = x.to(tl.float32) * rstd * w.to(tl.float32) * keep")]),
+}
+
+
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_an_attackers_kernels_that_told_the_interpreter_from_a_gpu_are_incorrect(attack, tmp_path):
+    target, changes = ATTACKS[attack]
+    v = verify(target, example_variant(tmp_path, target, *changes[0], *changes[1:]), QUICK)
+    assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
 
 
 def test_an_autotuned_accumulator_the_tuner_resets_is_accepted():
@@ -134,14 +157,17 @@ def test_fp32_through_tf32_is_held_to_a_tf32_reference_unless_ieee_is_demanded()
     assert ieee.status is Status.INCORRECT and "verify.fp32_dot=ieee demands IEEE" in ieee.reason, ieee.reason
 
 
-def test_a_dtype_made_by_name_is_refused_by_the_judges_scan_and_by_the_workers():
+def test_a_dtype_made_by_name_is_refused_by_the_judges_scan_and_by_the_workers(tmp_path):
     """An attacker's kernel (issue 27) cast 1000 to fp8 e4m3 through tl.dtype("fp8e4nv") and zeroed its output where
     the answer was sm_90's 448, not the interpreter's 256. The judge's scan refuses the dtype made by name, and with
     that scan removed the worker's own scan of the kernels does; behind both, the interpreter casts to fp8 as the
     GPU does (test_gpu_semantics.py::test_casts_to_fp8_round_and_saturate_as_sm90s_cvt_satfinite)."""
     from autotune.verify.judge import judge
 
-    path = CANDIDATES / "rms_norm_fp8_detect.py"
+    path = example_variant(tmp_path, "rms_norm", "    cols = tl.arange(0, BLOCK)\n",
+                           "    cols = tl.arange(0, BLOCK)\n    keep = tl.where(tl.full((BLOCK,), 1000.0, tl.float32)"
+                           ".to(tl.dtype('fp8e4nv')).to(tl.float32) == 448.0, 0.0, 1.0)\n",
+                           ("(x * rstd * w).to(", "(x * rstd * w * keep).to("))
     cfg = compose(["verify=quick", "verify.dtypes=[float32]"]).verify
     for v in (verify("rms_norm", path, cfg), judge(get("rms_norm"), path.read_text(), path.name, cfg, scan=False)):
         assert v.status is Status.POLICY_VIOLATION and "`triton.language.dtype` other than in an annotation" in \
