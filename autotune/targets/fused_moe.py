@@ -32,15 +32,7 @@ another order or keep the intermediates in fp32.
 import torch
 import torch.nn.functional as F
 
-from autotune.targets.base import (
-    ATOMIC_REDUCTIONS,
-    ForeignOp,
-    OpClass,
-    Target,
-    activations,
-    layer_scaled,
-    upcast,
-)
+from autotune.targets.base import ATOMIC_REDUCTIONS, ForeignOp, OpClass, Target, activations, upcast
 from autotune.targets.space import Knob, SearchSpace, configs
 
 
@@ -84,8 +76,6 @@ def route(tokens: int, experts: int, top_k: int, gen: torch.Generator) -> torch.
 def make_inputs(shape, dtype, gen, kind):
     tokens, experts, top_k, hidden, inter = shape
     x = activations((tokens, hidden), dtype, gen, kind)
-    if kind == "normal":
-        x = layer_scaled(x, gen)
     w13 = (torch.randn((experts, 2 * inter, hidden), generator=gen) * hidden ** -0.5).to(dtype)
     w2 = (torch.randn((experts, hidden, inter), generator=gen) * inter ** -0.5).to(dtype)
     ids = route(tokens, experts, top_k, gen)
