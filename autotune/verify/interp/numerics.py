@@ -55,6 +55,7 @@ import dataclasses
 import operator
 
 import numpy as np
+import torch
 import triton
 import triton.language as tl
 from triton._C.libtriton import ir
@@ -273,8 +274,6 @@ def fp8_bits(values: np.ndarray, name: str) -> np.ndarray:
     """fp32 values in an fp8 type as sm_90's lowering of the cast encodes them (PTX cvt.rn.satfinite.e4m3x2.f32 /
     .e5m2x2.f32): rounded to nearest even, a magnitude past the largest finite value (Inf too) saturated to it,
     NaN kept. 3.9's interpreter gave 1000 -> 256 in e4m3 (an attacker's kernel told it from a GPU so)."""
-    import torch
-
     dtype, largest = _FP8[name]
     clipped = np.where(np.isnan(values), values, np.clip(values, -largest, largest)).astype(np.float32)
     return torch.from_numpy(clipped).to(getattr(torch, dtype)).view(torch.uint8).numpy()
@@ -282,8 +281,6 @@ def fp8_bits(values: np.ndarray, name: str) -> np.ndarray:
 
 def fp8_values(bits: np.ndarray, name: str) -> np.ndarray:
     """fp8 bits as their fp32 values (exact)."""
-    import torch
-
     return torch.from_numpy(np.ascontiguousarray(bits, dtype=np.uint8)).view(getattr(torch, _FP8[name][0])).float() \
         .numpy()
 
@@ -325,7 +322,6 @@ def install_casts() -> None:
     builder.cast_impl, builder.create_fp_to_fp = cast, create_fp_to_fp
 
 
-
 def install_integer_division() -> None:
     """From now on an integer divided by zero gives what sm_90's code gives: PTX leaves div.s32/div.u32 by zero
     unspecified, and its SASS sets the quotient to all ones when the divisor is 0 (the remainder, x - q * 0, is
@@ -333,34 +329,36 @@ def install_integer_division() -> None:
     builder = interpreter.InterpreterBuilder
     if _installed(builder, "_autotune_gpu_idiv"):
         return
-    idiv, srem, urem = builder.create_idiv, builder.create_srem, builder.create_urem
 
-    def by_nonzero(op, lhs, rhs, when_zero):
-        zero = rhs.data == 0
-        if not np.any(zero):
-            return op(lhs, rhs)
-        out = op(lhs, interpreter.TensorHandle(np.where(zero, 1, rhs.data).astype(rhs.data.dtype), rhs.dtype))
-        return interpreter.TensorHandle(np.where(zero, when_zero(lhs.data, out.data), out.data).astype(out.data.dtype),
-                                        out.dtype)
+    def by_nonzero(op, when_zero):
+        def divide(self, lhs, rhs):
+            zero = rhs.data == 0
+            if not np.any(zero):
+                return op(self, lhs, rhs)
+            out = op(self, lhs, interpreter.TensorHandle(np.where(zero, 1, rhs.data).astype(rhs.data.dtype), rhs.dtype))
+            return interpreter.TensorHandle(
+                np.where(zero, when_zero(lhs.data, out.data), out.data).astype(out.data.dtype), out.dtype)
+        return divide
 
     def all_ones(_, quotient):
         return np.array(-1).astype(quotient.dtype)  # -1 signed, the largest value unsigned
 
-    builder.create_idiv = lambda self, lhs, rhs: by_nonzero(lambda a, b: idiv(self, a, b), lhs, rhs, all_ones)
-    builder.create_srem = lambda self, lhs, rhs: by_nonzero(lambda a, b: srem(self, a, b), lhs, rhs,
-                                                            lambda x, _: x)
-    builder.create_urem = lambda self, lhs, rhs: by_nonzero(lambda a, b: urem(self, a, b), lhs, rhs,
-                                                            lambda x, _: x)
+    def dividend(x, _):
+        return x
+
+    for name, when_zero in (("create_idiv", all_ones), ("create_srem", dividend), ("create_urem", dividend)):
+        setattr(builder, name, by_nonzero(getattr(builder, name), when_zero))
 
 
 def install_float_exchange() -> None:
-    """From now on tl.atomic_xchg on a float tensor exchanges its bits, as on a GPU (atom.exch.b32/b64); 3.9's
-    interpreter raised "Unsupported data type" for it (a false rejection of a correct kernel)."""
+    """From now on tl.atomic_xchg on an fp32/fp64 tensor exchanges its bits, as on a GPU (atom.exch.b32/b64); 3.9's
+    interpreter raised "Unsupported data type" for it (a false rejection of a correct kernel). Triton refuses it on
+    fp16 and bf16 itself."""
     builder = interpreter.InterpreterBuilder
     if _installed(builder, "_autotune_gpu_xchg"):
         return
     rmw = builder.create_atomic_rmw
-    bits = {np.dtype(np.float16): np.uint16, np.dtype(np.float32): np.uint32, np.dtype(np.float64): np.uint64}
+    bits = {np.dtype(np.float32): np.uint32, np.dtype(np.float64): np.uint64}
 
     def create_atomic_rmw(self, rmwOp, ptr, val, mask, sem, scope):
         as_bits = bits.get(val.data.dtype) if rmwOp == ir.ATOMIC_OP.XCHG else None
@@ -370,6 +368,7 @@ def install_float_exchange() -> None:
         return interpreter.TensorHandle(old.data.view(val.data.dtype), val.dtype.scalar)
 
     builder.create_atomic_rmw = create_atomic_rmw
+
 
 # ---- scalar arguments ---------------------------------------------------------------------------------------
 

@@ -182,19 +182,15 @@ def make_data(target: Target, case: Case, salt: bytes = b"") -> CaseData:
     return data
 
 
-
-
 def answer_rows(target: Target, data: CaseData, masks: list | None, tf32: bool = False) -> CaseData:
     """A sampled range case's reference and golden (with its products through TF32 where `tf32`), made after its
     run: only at the output rows its programs wrote (`masks`: per output, the elements written), by the target's
     rows_problem, the other rows NaN (nothing compares them: judge.compare._sampled). A 2048-row prefill chunk's
     reference is seconds, a drawn program's rows of it milliseconds. Where the masks do not fit the outputs' rows,
     or cover half of them or more: the whole answers."""
-    total = data.args[0].shape[0]
-    written = [m.reshape(total, -1).any(1) for m in masks or ()
-               if isinstance(m, torch.Tensor) and m.dim() and m.shape[0] == total]
-    rows = torch.stack(written).any(0).nonzero().flatten().tolist() if written and len(written) == len(masks or ()) \
-        else []
+    total, masks = data.args[0].shape[0], list(masks or ())
+    fits = masks and all(isinstance(m, torch.Tensor) and m.dim() and m.shape[0] == total for m in masks)
+    rows = torch.stack([m.reshape(total, -1).any(1) for m in masks]).any(0).nonzero().flatten().tolist() if fits else []
     cut = target.rows_problem if rows and 2 * len(rows) < total else None
     args, taken = cut(data.args, rows) if cut else (data.args, [])
     whole = cut is None

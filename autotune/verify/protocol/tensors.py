@@ -123,7 +123,6 @@ def scalar_ok(value, depth: int = 0) -> bool:
     return False
 
 
-
 def same_bits(a, b) -> bool:
     """Bitwise equality (NaN payloads and signed zeros included) of two tensors of one shape and dtype, compared 8
     bytes at a time where their size allows (3.5x faster than byte by byte)."""
@@ -133,6 +132,7 @@ def same_bits(a, b) -> bool:
     aligned = a.numel() % 8 == 0 and a.storage_offset() % 8 == 0 and b.storage_offset() % 8 == 0
     wide = torch.int64 if aligned else torch.uint8
     return torch.equal(a.view(wide), b.view(wide))
+
 
 encode = encode_json  # the host's frames carry no tensor, only references and numbers
 read = read_json
