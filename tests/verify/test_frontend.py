@@ -134,3 +134,16 @@ def test_a_kernel_that_needs_more_shared_memory_than_an_sm90_block_has_is_refuse
     needed = int(re.search(r"needs ([\d,]+) bytes of shared memory", v.reason).group(1).replace(",", ""))
     assert needed > 232448 and "at most 232,448 (227 KB)" in v.reason and "OutOfResources" in v.reason
     assert "`_linear_kernel`" in v.reason
+
+
+def test_a_launch_past_shared_memory_is_a_compile_error_whatever_the_interpreter_made_of_it(tmp_path):
+    """The shared-memory passes run beside the interpreter (frontend.FrontEnd.settle): a launch that also writes
+    out of bounds under it (its store unmasked) still fails as the GPU fails it, before it runs."""
+    source = (CANDIDATES / "linear_tiles_past_shared_memory.py").read_text()
+    old = "acc.to(y_ptr.dtype.element_ty),\n             mask=(rm[:, None] < M) & (rn[None, :] < N))"
+    assert source.count(old) == 1
+    path = tmp_path / "linear_unmasked.py"
+    path.write_text(source.replace(old, "acc.to(y_ptr.dtype.element_ty))"))
+    v = verify("linear", path, compose(["verify=quick"]))
+    assert v.status is Status.COMPILE_ERROR, v.reason
+    assert "bytes of shared memory" in v.reason and "out of bounds" not in v.reason

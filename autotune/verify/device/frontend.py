@@ -11,21 +11,26 @@ The front end runs (`ASTSource.make_ir`: Python AST to verified TTIR), then the 
 shared-memory allocation of the LLVM stage, as `triton.compile` runs them for sm_90: a launch whose kernel needs
 more shared memory than the GPU gives a block (tiles too large for their pipeline stages) fails there with
 OutOfResources, and is refused here with the figure. The stages after it need ptxas and a driver. Measured on this
-machine: 0.2 s for the first kernel, 0.03 s for each later one, and 0.05 s for the passes to the allocation.
+machine: 0.2 s for the first kernel, 0.03 s for each later one, and 0.05 s for the passes to the allocation. Those
+passes are C++ that releases the GIL, so they run on a thread of their own while the interpreter runs the launch,
+and the launch's end waits for them (`settle`): a refusal there is the launch's failure, whatever the interpreter
+made of it (on a GPU the launch never runs).
 
     FrontEnd.write(source, workdir)          # before the audit hook forbids writes
     front = FrontEnd.load(workdir)           # after the interpreted import succeeded
     front.check("_rms_norm_kernel", args, kwargs)   # raises CompilationError
+    ... the interpreter runs the launch ...
+    front.settle()                           # raises CompilationError (shared memory)
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import importlib.util
 import re
 import sys
-import time
 from pathlib import Path
 
 import triton
@@ -71,8 +76,9 @@ class FrontEnd:
         self.compiled: dict[tuple, frozenset[str]] = {}  # specialization -> its reduced fp32 dot precisions
         # (kernel, argument types, constexprs, options) -> its shared memory: the alignment attributes of a
         # specialization change vector widths, not the tiles and stages that take shared memory
-        self.shared: dict[tuple, int] = {}
-        self.seconds = 0.0
+        self.shared: dict[tuple, concurrent.futures.Future[int]] = {}
+        self.unsettled: list[tuple[str, tuple]] = []  # (kernel, tiles) of the launches checked since `settle`
+        self.passes = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="autotune-shared-memory")
 
     @classmethod
     def write(cls, source: str, workdir: Path) -> None:
@@ -99,18 +105,27 @@ class FrontEnd:
         precisions below IEEE at which it takes fp32 tl.dot operands (tf32 unless the kernel says otherwise), and
         HALF_OPERANDS if one of its dots takes fp16/bf16/fp8 operands, HALF_ROUNDING if it rounds fp32 values to
         one of those types anywhere (either withdraws an fp32 case's TF32 allowance)."""
-        started = time.perf_counter()
         try:
             return self._compile(name, args, kwargs)
         except CompilationError:
             raise
         except Exception as e:  # noqa: BLE001 - untrusted code's failure, of any kind, is reported, never raised here
-            # Triton's message puts the source excerpt first and the reason last; the verdict shows the last line
-            detail = str(e).strip() or type(e).__name__
-            raise CompilationError(f"{detail}\nTriton's compiler (front end, {TARGET.backend} sm_{TARGET.arch}) "
-                                   f"rejects `{name}`: {detail.splitlines()[-1].split('. ')[0]}") from None
-        finally:
-            self.seconds += time.perf_counter() - started
+            raise _rejected(name, e) from None
+
+    def settle(self) -> None:
+        """Wait for the shared-memory passes of the launches checked since the last call; CompilationError for one
+        whose kernel needs more than an sm_90 block has, or that the passes reject."""
+        unsettled, self.unsettled = self.unsettled, []
+        for name, tiles in unsettled:
+            try:
+                shared = self.shared[tiles].result()
+            except Exception as e:  # noqa: BLE001 - as in check
+                raise _rejected(name, e) from None
+            if shared > MAX_SHARED_BYTES:
+                raise CompilationError(
+                    f"`{name}` needs {shared:,} bytes of shared memory with these constexprs, warps and stages, and "
+                    f"an sm_{TARGET.arch} GPU gives a block at most {MAX_SHARED_BYTES:,} (227 KB): Triton's launcher "
+                    "refuses it (OutOfResources); use smaller tiles or fewer num_stages")
 
     def _compile(self, name: str, args: tuple, kwargs: dict) -> frozenset[str]:
         fn = self.kernels.get(name)
@@ -120,6 +135,8 @@ class FrontEnd:
         bound, specialization, options = binder(*args, **kwargs)
         options, signature, constexprs, attrs = fn._pack_args(self.backend, kwargs, bound, specialization, options)
         key = (name, repr(signature), repr(constexprs), repr(attrs), repr(sorted(options.__dict__.items())))
+        tiles = (name, repr(signature), repr(constexprs), key[-1])
+        self.unsettled.append((name, tiles))
         if key in self.compiled:
             return self.compiled[key]
         source = ASTSource(fn, signature, constexprs, attrs)
@@ -130,23 +147,17 @@ class FrontEnd:
         with _library_compiled():
             module = source.make_ir(TARGET, options, codegen, self.backend.get_module_map(), context)  # verified
         ir_text = str(module)
-        tiles = (name, repr(signature), repr(constexprs), key[-1])
-        if tiles not in self.shared:
-            self.shared[tiles] = self._shared_bytes(module, options, source)
-        shared = self.shared[tiles]
-        if shared > MAX_SHARED_BYTES:
-            raise CompilationError(
-                f"`{name}` needs {shared:,} bytes of shared memory with these constexprs, warps and stages, and an "
-                f"sm_{TARGET.arch} GPU gives a block at most {MAX_SHARED_BYTES:,} (227 KB): Triton's launcher "
-                "refuses it (OutOfResources); use smaller tiles or fewer num_stages")
+        if tiles not in self.shared:  # the module is the thread's from here (its own MLIR context)
+            self.shared[tiles] = self.passes.submit(self._shared_bytes, module, context, options, source)
         self.compiled[key] = frozenset(_REDUCED_FP32_DOT.findall(ir_text)) | (
             {HALF_OPERANDS} if _HALF_DOT.search(ir_text) else set()) | (
             {HALF_ROUNDING} if _HALF_ROUNDING.search(ir_text) else set())
         return self.compiled[key]
 
-    def _shared_bytes(self, module, options, source: ASTSource) -> int:
+    def _shared_bytes(self, module, context, options, source: ASTSource) -> int:
         """The shared memory the kernel takes on sm_90: `triton.compile`'s TTIR and TTGIR stages, then the LLVM
-        stage's passes up to its shared-memory allocation (the `ttg.shared` it records in the metadata)."""
+        stage's passes up to its shared-memory allocation (the `ttg.shared` it records in the metadata). `context`
+        (the module's) is held until they are done."""
         options = dataclasses.replace(options, ptx_version=options.ptx_version or PTX_VERSION)
         stages: dict = {}
         self.backend.add_stages(stages, options, source.language)
@@ -160,6 +171,14 @@ class FrontEnd:
         nvidia.passes.ttgpuir.add_allocate_shared_memory_nv(manager, TARGET.arch, options.ptx_version)
         manager.run(module, "autotune_shared_memory")
         return int(module.get_int_attr("ttg.shared") or 0)
+
+
+def _rejected(name: str, e: Exception) -> CompilationError:
+    """What the compiler's own exception says, as the verdict shows it: Triton's message puts the source excerpt
+    first and the reason last."""
+    detail = str(e).strip() or type(e).__name__
+    return CompilationError(f"{detail}\nTriton's compiler (front end, {TARGET.backend} sm_{TARGET.arch}) "
+                            f"rejects `{name}`: {detail.splitlines()[-1].split('. ')[0]}")
 
 
 def _kernels(namespace: dict) -> dict[str, JITFunction]:

@@ -284,12 +284,16 @@ class Device:
         self.account.ran(launch)
         self.record.fp32_dots |= self.front.check(launch.kernel, tuple(launch.args), dict(launch.kwargs))
         tensors = [a for a in [*launch.args, *launch.kwargs.values()] if isinstance(a, torch.Tensor)]
+        failed: Exception | None = None
         with bounds.accesses_within([storage_span(t) for t in tensors], launch.kernel):
             try:
                 fn.run(*launch.args, grid=launch.grid, warmup=False, **launch.kwargs)
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - raised below, once the compiler has had its say
                 if not ended_by_sample(e):  # the sample had run: the launch stopped there, on purpose
-                    raise
+                    failed = e
+        self.front.settle()  # a launch the compiler refuses fails so, whatever the interpreter made of it
+        if failed is not None:
+            raise failed
         if self.buffers.sample is not None:
             self.buffers.sample.after_launch(tensors)
 
