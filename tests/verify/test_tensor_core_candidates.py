@@ -172,3 +172,50 @@ def test_a_dtype_made_by_name_is_refused_by_the_judges_scan_and_by_the_workers(t
     for v in (verify("rms_norm", path, cfg), judge(get("rms_norm"), path.read_text(), path.name, cfg, scan=False)):
         assert v.status is Status.POLICY_VIOLATION and "`triton.language.dtype` other than in an annotation" in \
             v.reason, v.reason
+
+
+# Split-K variants whose programs cooperate through atomics beyond adding (stop 42's attacker, both right whenever
+# one program runs to its end before the next starts, as on the interpreter): (changes to linear_splitk_atomic.py)
+_ADD = "    tl.atomic_add(acc_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))\n"
+_TILE = ("    tile = acc_ptr + rm[:, None] * N + rn[None, :]\n"
+         "    inside = (rm[:, None] < M) & (rn[None, :] < N)\n")
+_LAST = ("    if ticket == SPLIT - 1:  # the tile's last program casts the sum\n"
+         "        total = tl.load(tile, mask=inside)\n"
+         "        tl.store(y_ptr + rm[:, None] * N + rn[None, :], total.to(y_ptr.dtype.element_ty), mask=inside)\n")
+_TICKETS = [("acc_ptr, M, N, K,", "acc_ptr, count_ptr, y_ptr, M, N, K,"),
+            ("    _cast_kernel[(triton.cdiv(m * n, 1024),)](acc, y, m * n, BLOCK=1024)\n", ""),
+            ("](x, weight, acc, m, n, k,", "](x, weight, acc, count, y, m, n, k,"),
+            ("    y = torch.empty(", "    count = torch.zeros(triton.cdiv(m, 32) * triton.cdiv(n, 64), dtype=torch.int32,"
+                                   " device=x.device)\n    y = torch.empty(")]
+_COUNT = "    ticket = tl.atomic_add(count_ptr + tl.program_id(0) * tl.num_programs(1) + tl.program_id(1), 1)\n"
+ATOMIC_COOPERATION = {
+    # each program reads the tile's running sum with an atomic, and writes back sum + its share with an exchange:
+    # two programs that read before either writes lose one share
+    "read_then_exchange": (False, [(_ADD, _TILE + "    old = tl.atomic_add(tile, tl.zeros((BM, BN), dtype=tl.float32), "
+                                   "mask=inside)\n    tl.atomic_xchg(tile, old + acc, mask=inside)\n")]),
+    # the program that draws the tile's last ticket casts the sum, but the ticket is drawn before the program adds
+    # its share: the last ticket is not the last share
+    "ticket_before_its_share": (False, [(_ADD, _TILE + _COUNT + "    tl.atomic_add(tile, acc, mask=inside)\n" + _LAST),
+                                        *_TICKETS]),
+    # right: the ticket drawn after the program added its share (the "last program finishes" idiom)
+    "ticket_after_its_share": (True, [(_ADD, _TILE + "    tl.atomic_add(tile, acc, mask=inside)\n" + _COUNT + _LAST),
+                                      *_TICKETS]),
+}
+
+
+@pytest.mark.parametrize("name", ATOMIC_COOPERATION)
+def test_programs_that_cooperate_through_atomics_meet_the_schedules_a_gpu_may_run(name, tmp_path):
+    """interp.interleave: each program stops before each atomic, and the stopped programs go on in an order drawn
+    per round, so a program may be overtaken between two of its atomics as on a GPU."""
+    right, changes = ATOMIC_COOPERATION[name]
+    source = (CANDIDATES / "linear_splitk_atomic.py").read_text()
+    for old, new in changes:
+        assert source.count(old) == 1, old
+        source = source.replace(old, new)
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    v = verify("linear", path, compose(["verify=quick", "verify.dtypes=[float32]"]))
+    if right:
+        assert v.status is Status.UNMEASURED, v.reason
+    else:
+        assert v.status is Status.INCORRECT and (says(v.reason, WRONG_VALUES) or "race in" in v.reason), v.reason

@@ -11,9 +11,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from autotune.verify.interp import bf16, bounds, contract, fastpatch, launch, libdevice, numerics, races, sampling
+from autotune.verify.interp import (
+    bf16,
+    bounds,
+    contract,
+    fastpatch,
+    interleave,
+    launch,
+    libdevice,
+    numerics,
+    races,
+    sampling,
+)
 
 PATCHES: tuple[tuple[str, Callable[[], None]], ...] = (
+    ("a launch's programs run as coroutines (its loop, under every other patch)", interleave.install_executor),
     ("the interpreter's own overheads taken out (language patching once per launch, frontend shapes remembered, the "
      "overflow check its options drop not computed): cheaper, same result", fastpatch.install),
     ("a hook before each launch; the launch being run", launch.install_launch_hooks),
@@ -32,6 +44,8 @@ PATCHES: tuple[tuple[str, Callable[[], None]], ...] = (
     ("programs of one launch touching one address (races)", races.install),
     ("every access inside the launch's tensor arguments", bounds.install),
     ("a sample of a launch's programs, and what they wrote", sampling.install),
+    ("each atomic a point where another program may run first (over every patch of the atomics)",
+     interleave.install_switches),
 )
 
 _done: list[str] = []

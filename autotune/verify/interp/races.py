@@ -15,7 +15,8 @@ read it if that was another, and that last updated it atomically. Within one lau
   (that is what they are for), and neither is a plain load of an element others only updated atomically: the
   last program of a split reduction, chosen by an atomic counter, reads the sums the others added, a pattern
   that is correct on a GPU, and the interpreter cannot see the counter's synchronisation. A load racing a
-  running atomic sum still shows: its result depends on the drawn order, which a repeat call draws anew.
+  running atomic sum still shows: its result depends on the drawn order, which a repeat call draws anew, and the
+  programs interleave at atomics (interp.interleave), so a counter drawn before the sum is complete is seen.
 
 And within one program: its threads are not ordered either (no barrier between a global store and a later load
 unless `tl.debug_barrier()`), so a program that loads an element it stored itself earlier in the same stretch
@@ -126,6 +127,7 @@ class _LaunchState:
     def __init__(self, kernel: str, grid: tuple, args: dict):
         self.kernel, self.grid = kernel, grid
         self.programs: list = []
+        self.me = 0  # the ordinal of the program under way (programs interleave at atomics: interp.interleave)
         self.stretch = 0  # numbers each program's stretch between barriers, launch-wide (0: none yet)
         self.shapes: dict[tuple, int] = {}  # a block shape -> its code in the "shape" shadow
         by_base: dict[int, _Storage] = {}
@@ -142,10 +144,6 @@ class _LaunchState:
         self.storages = sorted(by_base.values(), key=lambda s: s.base)
         self.bases = [s.base for s in self.storages]
         self.bases_np = np.array(self.bases, dtype=np.uint64)
-
-    @property
-    def me(self) -> int:
-        return len(self.programs)
 
     def locate(self, addrs: np.ndarray):
         """(storage, selection of addrs or None for all) for the watched addresses."""
@@ -296,6 +294,7 @@ def install() -> None:
         set_idx(self, x, y, z)
         if _state[0] is not None:
             _state[0].programs.append(self.grid_idx)
+            _state[0].me = len(_state[0].programs)
             _state[0].stretch += 1
 
     def create_barrier(self):
@@ -331,6 +330,18 @@ def install() -> None:
     builder.create_barrier = create_barrier
     interpreter.GridExecutor.__call__ = call
     builder._autotune_races = True
+
+
+def program_context() -> tuple[int, int] | None:
+    """The program under way's ordinal and stretch (interp.interleave saves them when it stops the program)."""
+    st = _state[0]
+    return None if st is None else (st.me, st.stretch)
+
+
+def enter_program_context(context: tuple[int, int] | None) -> None:
+    st = _state[0]
+    if st is not None and context is not None:
+        st.me, st.stretch = context
 
 
 def race_in(error: BaseException | None) -> str:

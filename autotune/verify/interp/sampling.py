@@ -345,6 +345,17 @@ def install() -> None:
     builder._autotune_sampling = True
 
 
+def program_context() -> tuple[bool, bool] | None:
+    """Whether the program under way is tainted and one of the drawn (interp.interleave saves this when it stops
+    the program)."""
+    return (_active[-1].tainted, _active[-1].in_draw) if _active else None
+
+
+def enter_program_context(context: tuple[bool, bool] | None) -> None:
+    if _active and context is not None:
+        _active[-1].tainted, _active[-1].in_draw = context
+
+
 def ended_by_sample(e: BaseException) -> bool:
     """Whether a launch stopped because its sample had run (not an error)."""
     return interp.caused_by(e, _Done)

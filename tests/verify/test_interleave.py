@@ -1,0 +1,71 @@
+"""interp.interleave: a launch's programs stop before each atomic and go on in rounds, each in a drawn order."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+PROBE = textwrap.dedent('''
+    import json, torch, triton, triton.language as tl
+    from autotune.verify.interp import install
+
+    if {patched}:
+        install.install()
+
+    @triton.jit
+    def _read_then_exchange(x_ptr):  # an update split into two atomics: right only if no program overtakes
+        old = tl.atomic_add(x_ptr, 0)
+        tl.atomic_xchg(x_ptr, old + 1)
+
+    @triton.jit
+    def _spin_lock(lock_ptr, x_ptr):  # the same split update, made right by a lock around it
+        while tl.atomic_cas(lock_ptr, 0, 1) == 1:
+            pass
+        old = tl.atomic_add(x_ptr, 0)
+        tl.atomic_xchg(x_ptr, old + 1)
+        tl.atomic_xchg(lock_ptr, 0)
+
+    @triton.jit
+    def _plain(x_ptr, y_ptr):  # no atomic: each program runs whole when it starts
+        i = tl.program_id(0)
+        tl.store(y_ptr + i, tl.load(x_ptr + i) * 2.0)
+
+    found = {{}}
+    found["exchange"] = []
+    for programs in (8, 300):
+        x = torch.zeros(1, dtype=torch.int32)
+        _read_then_exchange[(programs,)](x)
+        found["exchange"].append(x.item())
+    lock, x = torch.zeros(1, dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
+    _spin_lock[(16,)](lock, x)
+    found["lock"] = [x.item(), lock.item()]
+    x, y = torch.arange(64, dtype=torch.float32), torch.zeros(64)
+    _plain[(64,)](x, y)
+    found["plain"] = bool(torch.equal(y, 2 * x))
+    print(json.dumps(found))
+''')
+
+
+def _run(patched: bool) -> dict:
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    out = subprocess.run([sys.executable, "-c", PROBE.format(patched=patched)], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_programs_stop_before_each_atomic_and_a_split_update_loses_shares():
+    found = _run(patched=True)
+    # every program reads 0 in the first round, before any writes in the second: one share survives, as the
+    # schedule in which all eight programs are resident and read first gives on a GPU; of 300, the first GROUP
+    # (256) leave 1 and the other 44 read it
+    assert found["exchange"] == [1, 2]
+    # a lock still works (each round, the holder goes on and the others try again), and code without atomics is
+    # untouched
+    assert found["lock"] == [16, 0] and found["plain"]
+
+
+def test_the_unpatched_interpreter_never_overtakes_a_program():
+    found = _run(patched=False)
+    assert found["exchange"] == [8, 300] and found["lock"] == [16, 0] and found["plain"]
