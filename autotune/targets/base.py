@@ -434,10 +434,9 @@ def layer_scaled(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     """x at a scale drawn per case (a power of two from 1/256 to 1, exact: layers' activations differ in scale) with
     one to three outlier channels 64 times larger (LLM.int8's outlier features): a kernel that skips the terms below a
     fixed threshold, or below a share of the largest, is wrong on some case (an attacker's TF32 GEMM dropped
-    |x| < 0.01 and was within TF32's error on N(0, 1) inputs). For linear's activations, `normal` kind. Not yet
-    fused MoE's: vLLM stores each slot's weighted output in bf16 (intermediate_cache3) before summing the slots, which
-    the reference sums in fp32, and at a drawn scale its kernel came out at 3.25x the reference's largest error in one
-    bf16 case, over the fallback's 3x."""
+    |x| < 0.01 and was within TF32's error on N(0, 1) inputs). For linear's and fused MoE's activations, `normal`
+    kind (fused MoE's reference stores each slot's weighted output in the dtype, as vLLM's intermediate_cache3: summed
+    in fp32 instead, vLLM's kernel came out at 3.25x the reference's largest error at a drawn scale)."""
     k = x.shape[-1]
     factor = torch.full((k,), 2.0 ** -int(torch.randint(0, 9, (1,), generator=gen)))
     factor[torch.randint(0, k, (int(torch.randint(1, 4, (1,), generator=gen)),), generator=gen)] *= 64

@@ -7,11 +7,10 @@ topk_weights[t, j] * w2[e] @ (silu(gate) * up), gate, up = split(w13[e] @ hidden
 topk_ids[t, j]; output [T, H] in hidden_states' dtype. The weights are applied as given: renormalising them
 is the router's job (Qwen3-MoE's norm_topk_prob), not this op's.
 
-The reference rounds where vLLM's Triton kernel and the built-in model's dense MLP do: the gate/up
-projection and the SiLU-and-mul activation are stored in the activations' dtype (vLLM's intermediate
-caches), the down projections are weighted and summed in fp32. A kernel that keeps fp32 throughout is
-closer to the fp64 golden and passes through the golden fallback; one that rounds at the same places
-matches it.
+The reference rounds where vLLM's Triton kernel does: the gate/up projection, the SiLU-and-mul activation
+and each slot's weighted down projection are stored in the activations' dtype (vLLM's intermediate caches 1
+to 3), and the slots are summed in fp32 (moe_sum). A kernel that keeps fp32 throughout is closer to the fp64
+golden and passes through the golden fallback; one that rounds at the same places matches it.
 
 Case shape: (tokens, experts, top_k, hidden, intermediate). make_inputs routes a "hot" expert to about
 three quarters of the tokens (it gets many, past any per-expert capacity), leaves about a quarter of the
@@ -32,7 +31,7 @@ another order or keep the intermediates in fp32.
 import torch
 import torch.nn.functional as F
 
-from autotune.targets.base import ATOMIC_REDUCTIONS, ForeignOp, OpClass, Target, activations, upcast
+from autotune.targets.base import ATOMIC_REDUCTIONS, ForeignOp, OpClass, Target, activations, layer_scaled, upcast
 from autotune.targets.space import Knob, SearchSpace, configs
 
 
@@ -47,7 +46,8 @@ def fused_moe(hidden_states: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, 
         gate_up = upcast((x[token] @ upcast(w13[expert]).T).to(dtype))  # [n, 2I], stored in the model's dtype
         act = upcast((F.silu(gate_up[:, :inter]) * gate_up[:, inter:]).to(dtype))
         down = act @ upcast(w2[expert]).T  # [n, H]
-        out.index_add_(0, token, down * upcast(topk_weights)[token, slot, None])
+        weighted = upcast((down * upcast(topk_weights)[token, slot, None]).to(dtype))  # a slot's share, stored
+        out.index_add_(0, token, weighted)
     return out.to(dtype)
 
 
@@ -76,6 +76,8 @@ def route(tokens: int, experts: int, top_k: int, gen: torch.Generator) -> torch.
 def make_inputs(shape, dtype, gen, kind):
     tokens, experts, top_k, hidden, inter = shape
     x = activations((tokens, hidden), dtype, gen, kind)
+    if kind == "normal":
+        x = layer_scaled(x, gen)
     w13 = (torch.randn((experts, 2 * inter, hidden), generator=gen) * hidden ** -0.5).to(dtype)
     w2 = (torch.randn((experts, hidden, inter), generator=gen) * inter ** -0.5).to(dtype)
     ids = route(tokens, experts, top_k, gen)

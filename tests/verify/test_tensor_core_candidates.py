@@ -108,6 +108,15 @@ ATTACKS = {
     "drops_small_terms": ("linear", [(IEEE_DOT, "if x_ptr.dtype.element_ty == tl.float32:\n"
                                                 "            a = tl.where(tl.abs(a) < 0.01, 0.0, a)\n"
                                                 "        acc = tl.dot(a, b, acc)")]),
+    # the same in fused MoE's gate/up products (its reference now stores each slot's share as vLLM does, so its
+    # activations take the drawn scale too)
+    "drops_small_terms_moe": ("fused_moe", [(
+        '                gate = tl.dot(x, wg, gate, input_precision="ieee")\n'
+        '                up = tl.dot(x, wu, up, input_precision="ieee")\n',
+        "                if x_ptr.dtype.element_ty == tl.float32:\n"
+        "                    x = tl.where(tl.abs(x) < 0.01, 0.0, x)\n"
+        "                gate = tl.dot(x, wg, gate)\n"
+        "                up = tl.dot(x, wu, up)\n")]),
     # the output kept only where an integer divided by zero (program_id(1) of a 1-D grid) is 0: numpy's answer;
     # sm_90's code gives an all-ones quotient
     "div0_detect": ("rms_norm", [
