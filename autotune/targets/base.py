@@ -430,15 +430,17 @@ def activations(shape: Shape, dtype: torch.dtype, gen: torch.Generator, kind: st
     return x.to(dtype)
 
 
-def layer_scaled(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """x at a scale drawn per case (a power of two from 1/256 to 1, exact: layers' activations differ in scale) with
-    one to three outlier channels 64 times larger (LLM.int8's outlier features): a kernel that skips the terms below a
-    fixed threshold, or below a share of the largest, is wrong on some case (an attacker's TF32 GEMM dropped
-    |x| < 0.01 and was within TF32's error on N(0, 1) inputs). For linear's and fused MoE's activations, `normal`
-    kind (fused MoE's reference stores each slot's weighted output in the dtype, as vLLM's intermediate_cache3: summed
-    in fp32 instead, vLLM's kernel came out at 3.25x the reference's largest error at a drawn scale)."""
+def layer_scaled(x: torch.Tensor, gen: torch.Generator, smallest: int = 8) -> torch.Tensor:
+    """x at a scale drawn per case (a power of two from 2^-smallest to 1, exact: layers' activations differ in scale)
+    with one to three outlier channels 64 times larger (LLM.int8's outlier features): a kernel that skips the terms
+    below a fixed threshold, or below a share of the largest, is wrong on some case (an attacker's TF32 GEMM dropped
+    |x| < 0.01 and was within TF32's error on N(0, 1) inputs). For linear's activations (down to 1/256) and fused
+    MoE's, `normal` kind. Fused MoE's output is quadratic in x (silu(gate) * up), so its scale stops at 1/16: at
+    1/256 the outputs fell under the absolute tolerance, and a kernel that reads only the first 512 channels passed
+    (its reference stores each slot's weighted output in the dtype, as vLLM's intermediate_cache3: summed in fp32
+    instead, vLLM's kernel came out at 3.25x the reference's largest error at a drawn scale)."""
     k = x.shape[-1]
-    factor = torch.full((k,), 2.0 ** -int(torch.randint(0, 9, (1,), generator=gen)))
+    factor = torch.full((k,), 2.0 ** -int(torch.randint(0, smallest + 1, (1,), generator=gen)))
     factor[torch.randint(0, k, (int(torch.randint(1, 4, (1,), generator=gen)),), generator=gen)] *= 64
     return (x.float() * factor).to(x.dtype)
 

@@ -136,22 +136,21 @@ class FrontEnd:
         options, signature, constexprs, attrs = fn._pack_args(self.backend, kwargs, bound, specialization, options)
         key = (name, repr(signature), repr(constexprs), repr(attrs), repr(sorted(options.__dict__.items())))
         tiles = (name, repr(signature), repr(constexprs), key[-1])
+        if key not in self.compiled:
+            source = ASTSource(fn, signature, constexprs, attrs)
+            context = ir.context()
+            ir.load_dialects(context)
+            self.backend.load_dialects(context)
+            codegen = self.backend.get_codegen_implementation(options)
+            with _library_compiled():
+                module = source.make_ir(TARGET, options, codegen, self.backend.get_module_map(), context)  # verified
+            ir_text = str(module)
+            if tiles not in self.shared:  # the module is the thread's from here (its own MLIR context)
+                self.shared[tiles] = self.passes.submit(self._shared_bytes, module, context, options, source)
+            self.compiled[key] = frozenset(_REDUCED_FP32_DOT.findall(ir_text)) | (
+                {HALF_OPERANDS} if _HALF_DOT.search(ir_text) else set()) | (
+                {HALF_ROUNDING} if _HALF_ROUNDING.search(ir_text) else set())
         self.unsettled.append((name, tiles))
-        if key in self.compiled:
-            return self.compiled[key]
-        source = ASTSource(fn, signature, constexprs, attrs)
-        context = ir.context()
-        ir.load_dialects(context)
-        self.backend.load_dialects(context)
-        codegen = self.backend.get_codegen_implementation(options)
-        with _library_compiled():
-            module = source.make_ir(TARGET, options, codegen, self.backend.get_module_map(), context)  # verified
-        ir_text = str(module)
-        if tiles not in self.shared:  # the module is the thread's from here (its own MLIR context)
-            self.shared[tiles] = self.passes.submit(self._shared_bytes, module, context, options, source)
-        self.compiled[key] = frozenset(_REDUCED_FP32_DOT.findall(ir_text)) | (
-            {HALF_OPERANDS} if _HALF_DOT.search(ir_text) else set()) | (
-            {HALF_ROUNDING} if _HALF_ROUNDING.search(ir_text) else set())
         return self.compiled[key]
 
     def _shared_bytes(self, module, context, options, source: ASTSource) -> int:

@@ -128,7 +128,8 @@ class _LaunchState:
         self.kernel, self.grid = kernel, grid
         self.programs: list = []
         self.me = 0  # the ordinal of the program under way (programs interleave at atomics: interp.interleave)
-        self.stretch = 0  # numbers each program's stretch between barriers, launch-wide (0: none yet)
+        self.stretch = 0  # the number of the program under way's stretch between barriers (0: none yet)
+        self.stretches = 0  # stretches numbered so far in the launch: each program's are its own
         self.shapes: dict[tuple, int] = {}  # a block shape -> its code in the "shape" shadow
         by_base: dict[int, _Storage] = {}
         for name, t in args.items():
@@ -144,6 +145,10 @@ class _LaunchState:
         self.storages = sorted(by_base.values(), key=lambda s: s.base)
         self.bases = [s.base for s in self.storages]
         self.bases_np = np.array(self.bases, dtype=np.uint64)
+
+    def next_stretch(self) -> None:
+        self.stretches += 1
+        self.stretch = self.stretches
 
     def locate(self, addrs: np.ndarray):
         """(storage, selection of addrs or None for all) for the watched addresses."""
@@ -295,11 +300,11 @@ def install() -> None:
         if _state[0] is not None:
             _state[0].programs.append(self.grid_idx)
             _state[0].me = len(_state[0].programs)
-            _state[0].stretch += 1
+            _state[0].next_stretch()
 
     def create_barrier(self):
         if _state[0] is not None:  # the program's stores so far are visible to all its threads from here
-            _state[0].stretch += 1
+            _state[0].next_stretch()
         return barrier(self)
 
     def create_masked_load(self, ptrs, mask, other, cache_policy, is_volatile):
