@@ -18,6 +18,7 @@ import pytest
 from autotune.config import compose
 from autotune.verify import verify
 from autotune.verify.verdict import Status
+from tests.verify.variants import file_variant
 
 CANDIDATES = Path(__file__).parent / "candidates"
 CFG = compose([]).verify
@@ -139,11 +140,9 @@ def test_a_kernel_that_needs_more_shared_memory_than_an_sm90_block_has_is_refuse
 def test_a_launch_past_shared_memory_is_a_compile_error_whatever_the_interpreter_made_of_it(tmp_path):
     """The shared-memory passes run beside the interpreter (frontend.FrontEnd.settle): a launch that also writes
     out of bounds under it (its store unmasked) still fails as the GPU fails it, before it runs."""
-    source = (CANDIDATES / "linear_tiles_past_shared_memory.py").read_text()
-    old = "acc.to(y_ptr.dtype.element_ty),\n             mask=(rm[:, None] < M) & (rn[None, :] < N))"
-    assert source.count(old) == 1
-    path = tmp_path / "linear_unmasked.py"
-    path.write_text(source.replace(old, "acc.to(y_ptr.dtype.element_ty))"))
+    path = file_variant(tmp_path, CANDIDATES / "linear_tiles_past_shared_memory.py",
+                        ("acc.to(y_ptr.dtype.element_ty),\n             mask=(rm[:, None] < M) & (rn[None, :] < N))",
+                         "acc.to(y_ptr.dtype.element_ty))"))
     v = verify("linear", path, compose(["verify=quick"]))
     assert v.status is Status.COMPILE_ERROR, v.reason
     assert "bytes of shared memory" in v.reason and "out of bounds" not in v.reason

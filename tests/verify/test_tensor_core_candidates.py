@@ -20,7 +20,7 @@ from autotune.targets import get
 from autotune.verify import verify
 from autotune.verify.verdict import Status
 from tests.verify.reasons import WRONG_VALUES, says
-from tests.verify.variants import example_variant
+from tests.verify.variants import example_variant, file_variant
 
 CANDIDATES = Path(__file__).parent / "candidates"
 QUICK = compose(["verify=quick"])
@@ -217,12 +217,7 @@ def test_programs_that_cooperate_through_atomics_meet_the_schedules_a_gpu_may_ru
     """interp.interleave: each program stops before each atomic, and the stopped programs go on in an order drawn
     per round, so a program may be overtaken between two of its atomics as on a GPU."""
     right, changes = ATOMIC_COOPERATION[name]
-    source = (CANDIDATES / "linear_splitk_atomic.py").read_text()
-    for old, new in changes:
-        assert source.count(old) == 1, old
-        source = source.replace(old, new)
-    path = tmp_path / f"{name}.py"
-    path.write_text(source)
+    path = file_variant(tmp_path, CANDIDATES / "linear_splitk_atomic.py", *changes, name=f"{name}.py")
     v = verify("linear", path, compose(["verify=quick", "verify.dtypes=[float32]"]))
     if right:
         assert v.status is Status.UNMEASURED, v.reason

@@ -11,14 +11,13 @@ before; at most GROUP programs are stopped at once (the next ones start once tho
 thousands holds a bounded number of programs' tiles.
 
 What a program's interpreter state is (its grid index, its race-detector ordinal and stretch, its sample taint)
-is saved when it stops and put back when it resumes (`Context`). Two patches: `install_executor` runs every
+is saved when it stops and put back when it resumes (`_context`, `_enter`). Two patches: `install_executor` runs every
 launch's loop this way (before the others wrap it), `install_switches` makes each atomic a switch (after the others
 wrap the atomics, so that they see the atomic when the program resumes, in its own state).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import secrets
 
@@ -32,9 +31,10 @@ from autotune.verify.interp import races, sampling
 GROUP = 256  # programs stopped at an atomic at once, at most
 
 
-@dataclasses.dataclass
-class _Program:
-    coroutine: greenlet
+class _Program(greenlet):
+    """A program of an interpreted launch: an atomic in it stops it (`_switch`); anywhere else an atomic runs.
+    `context`: its interpreter state when it last stopped."""
+
     context: tuple = ()
 
 
@@ -45,17 +45,29 @@ class _Schedule:
         self.rng = rng
         self.stopped: list[_Program] = []
 
-    def start(self, fn, args: dict) -> None:
-        self.resume(_Program(greenlet(lambda: fn(**args))))
-        if len(self.stopped) >= GROUP:
-            self.drain()
+    def run(self, fn, args: dict, grid: tuple) -> None:
+        """The launch's loop: each program started in turn (the builder's set_grid_idx picks which, and ends the
+        loop once a sample has run), then the rounds until every started program has ended."""
+        builder = interpreter.interpreter_builder
+        for x in range(grid[0]):
+            for y in range(grid[1]):
+                for z in range(grid[2]):
+                    try:
+                        builder.set_grid_idx(x, y, z)
+                    except Exception:  # the sample has run (or the index is refused): the started programs end first
+                        self.drain()
+                        raise
+                    self.resume(_Program(lambda: fn(**args)))
+                    if len(self.stopped) >= GROUP:
+                        self.drain()
+        self.drain()
 
     def resume(self, program: _Program) -> None:
         """Run the program until it stops before an atomic (it joins `stopped`) or ends."""
         if program.context:
             _enter(program.context)
-        program.coroutine.switch()
-        if not program.coroutine.dead:
+        program.switch()
+        if not program.dead:
             program.context = _context()
             self.stopped.append(program)
 
@@ -66,9 +78,6 @@ class _Schedule:
             batch, self.stopped = self.stopped, []
             for i in self.rng.permutation(len(batch)):
                 self.resume(batch[i])
-
-
-_schedules: list[_Schedule] = []
 
 
 def _context() -> tuple:
@@ -102,16 +111,12 @@ def install_executor() -> None:
             assert len(grid) <= 3, "grid must have at most 3 dimensions"
             grid = tuple(grid) + (1,) * (3 - len(grid))
             interpreter.interpreter_builder.set_grid_dim(*grid)
-            schedule = _Schedule(np.random.default_rng(secrets.randbits(64)))
-            _schedules.append(schedule)
             try:
-                _run(self.fn, args, grid, schedule)
+                _Schedule(np.random.default_rng(secrets.randbits(64))).run(self.fn, args, grid)
             except Exception as e:
                 if triton.knobs.compilation.front_end_debugging:
                     raise
                 raise interpreter.InterpreterError(repr(e)) from e
-            finally:
-                _schedules.pop()
         finally:
             patch_scope.restore()
         self._restore_args_dev(args_dev, args_hst, kwargs, kwargs_hst)
@@ -120,24 +125,11 @@ def install_executor() -> None:
     executor._autotune_interleaved = True
 
 
-def _run(fn, args: dict, grid: tuple, schedule: _Schedule) -> None:
-    builder = interpreter.interpreter_builder
-    for x in range(grid[0]):
-        for y in range(grid[1]):
-            for z in range(grid[2]):
-                try:
-                    builder.set_grid_idx(x, y, z)
-                except Exception:  # the sample has run (or the index is refused): the started programs end first
-                    schedule.drain()
-                    raise
-                schedule.start(fn, args)
-    schedule.drain()
-
-
 def _switch() -> None:
-    """Stop the program under way before its atomic, back to its launch's schedule (a no-op outside one)."""
-    if _schedules and greenlet.getcurrent().parent is not None:
-        greenlet.getcurrent().parent.switch()
+    """Stop the program under way before its atomic, back to its launch's schedule (a no-op outside a program)."""
+    program = greenlet.getcurrent()
+    if isinstance(program, _Program):
+        program.parent.switch()
 
 
 def install_switches() -> None:
