@@ -1,4 +1,4 @@
-"""interp.interleave: a launch's programs stop before each atomic and go on in rounds, each in a drawn order."""
+"""interp.interleave: a launch's programs stop before each atomic and go on in rounds, a drawn half in a drawn order."""
 
 import json
 import os
@@ -33,7 +33,7 @@ PROBE = textwrap.dedent('''
 
     found = {{}}
     found["exchange"] = []
-    for programs in (8, 300):
+    for programs in (64, 300):
         x = torch.zeros(1, dtype=torch.int32)
         _read_then_exchange[(programs,)](x)
         found["exchange"].append(x.item())
@@ -57,15 +57,14 @@ def _run(patched: bool) -> dict:
 
 def test_programs_stop_before_each_atomic_and_a_split_update_loses_shares():
     found = _run(patched=True)
-    # every program reads 0 in the first round, before any writes in the second: one share survives, as the
-    # schedule in which all eight programs are resident and read first gives on a GPU; of 300, the first GROUP
-    # (256) leave 1 and the other 44 read it
-    assert found["exchange"] == [1, 2]
-    # a lock still works (each round, the holder goes on and the others try again), and code without atomics is
-    # untouched
+    # the programs a round releases together all read the same sum before any of them writes it back: shares are
+    # lost, as on a GPU where they are resident together (of 300, the first GROUP of 256 run before the rest start)
+    assert found["exchange"][0] < 64 and found["exchange"][1] < 300, found
+    # a lock still works (a round releases the holder or not, and the others try again), and code without atomics
+    # is untouched
     assert found["lock"] == [16, 0] and found["plain"]
 
 
 def test_the_unpatched_interpreter_never_overtakes_a_program():
     found = _run(patched=False)
-    assert found["exchange"] == [8, 300] and found["lock"] == [16, 0] and found["plain"]
+    assert found["exchange"] == [64, 300] and found["lock"] == [16, 0] and found["plain"]

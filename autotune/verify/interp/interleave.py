@@ -5,10 +5,11 @@ atomics meets only the schedules in which no program is overtaken: an update spl
 atomic exchange never loses another program's update, and the program that draws the last ticket of an atomic
 counter is always the last to add its share. On a GPU both are wrong. Here each program runs as a coroutine
 (a greenlet) that stops before each atomic: the launch's loop starts its programs (in its drawn order) until each
-reaches its first atomic or ends, and then, in rounds, every stopped program performs its atomic and runs to its
-next one, the order of each round drawn afresh. A program that takes no atomic runs whole on its start, exactly as
-before; at most GROUP programs are stopped at once (the next ones start once those have ended), so a grid of
-thousands holds a bounded number of programs' tiles.
+reaches its first atomic or ends, and then, in rounds, a drawn half of the stopped programs performs its atomic and
+runs to its next one, in an order drawn afresh (the others wait: a program may be held back any number of
+rounds). A program that takes no atomic runs whole on its start, exactly as before; at most GROUP programs are
+stopped at once (the next ones start once those have ended), so a grid of thousands holds a bounded number of
+programs' tiles.
 
 What a program's interpreter state is (its grid index, its race-detector ordinal and stretch, its sample taint)
 is saved when it stops and put back when it resumes (`_context`, `_enter`). Two patches: `install_executor` runs every
@@ -72,10 +73,16 @@ class _Schedule:
             self.stopped.append(program)
 
     def drain(self) -> None:
-        """Rounds until every started program has ended: each stopped program, in an order drawn per round, performs
-        its atomic and runs to its next."""
+        """Rounds until every started program has ended: in each, a drawn half of the stopped programs (one at
+        least), in a drawn order, performs its atomic and runs to its next; the others wait. In lock-step rounds a
+        program that took one more atomic before a plain load always came after every other program's previous
+        atomic (an attacker's ticket drawn before its share, with a no-op atomic before the read); a GPU may hold a
+        program back for any number of the others' steps."""
         while self.stopped:
-            batch, self.stopped = self.stopped, []
+            go = self.rng.random(len(self.stopped)) < 0.5
+            go[self.rng.integers(len(self.stopped))] = True
+            batch = [p for p, g in zip(self.stopped, go) if g]
+            self.stopped = [p for p, g in zip(self.stopped, go) if not g]
             for i in self.rng.permutation(len(batch)):
                 self.resume(batch[i])
 
