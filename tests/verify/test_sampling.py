@@ -1,5 +1,11 @@
 """The sampled call's byte states (autotune/verify/interp/sampling.py): what is compared, what is good to read."""
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import torch
 
@@ -52,3 +58,40 @@ def test_a_sample_keeps_the_grids_last_program_and_draws_the_others_afresh_per_c
         drawn.append(int(ids[ids != 99][0]))
     assert len(set(drawn)) > 10
     assert Sample(1, rng).order((2, 1, 1)) is None  # a grid no longer than the sample and its last runs whole
+
+
+PACE_PROBE = textwrap.dedent('''
+    import json, numpy as np, torch, triton, triton.language as tl
+    from autotune.verify.interp import install
+    from autotune.verify.interp.sampling import Sample, ended_by_sample
+
+    install.install()
+
+    @triton.jit
+    def _double(x_ptr, y_ptr):
+        i = tl.program_id(0)
+        tl.store(y_ptr + i, tl.load(x_ptr + i) * 2.0)
+
+    found = []
+    for programs in (50, 3):
+        x, y = torch.arange(1, programs + 1, dtype=torch.float32), torch.zeros(programs)
+        with Sample(2, np.random.default_rng(0)) as sample:
+            try:
+                _double[(programs,)](x, y)
+            except Exception as e:
+                assert ended_by_sample(e), e
+        found.append([sample.skipped, sample.skipped_s, int((y != 0).sum())])
+    print(json.dumps(found))
+''')
+
+
+def test_a_sample_counts_the_programs_it_left_out_and_their_time_at_its_pace():
+    """What replay.repeat_sampled weighs to run a call again whole (`verify.whole_within_s`): the programs the
+    launches left out and the interpreter's time for them at the pace of the sampled ones."""
+    out = subprocess.run([sys.executable, "-c", PACE_PROBE], env={**os.environ, "TRITON_INTERPRET": "1"},
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (skipped, seconds, ran), (whole_skipped, whole_seconds, whole_ran) = json.loads(out.stdout.splitlines()[-1])
+    assert (skipped, whole_skipped) == (47, 0)  # 2 drawn and the last of 50 ran; all 3 of a grid of 3
+    assert (ran, whole_ran) == (3, 3)
+    assert 0 < seconds < 60 and whole_seconds == 0

@@ -152,9 +152,11 @@ class Device:
     def repeat_sampled(self, events: list, msg: protocol.Call) -> tuple[int, list, list[str]]:
         """A range case's call (its only one: range cases make no repeat or refill): each launch runs a drawn
         sample of its programs (autotune.verify.interp.sampling), and only what they wrote is compared (of an input
-        the op
-        writes in place: what they wrote there); when nothing they wrote can be (a split-K sum with atomics spread
-        over every program of the longest axis), the call runs again whole."""
+        the op writes in place: what they wrote there). Every output is compared where no launch left a program
+        out. The call runs again whole when the skipped programs would take the interpreter at most
+        `verify.whole_within_s` at their samples' pace (a grid that leaves outputs unwritten, as a persistent
+        kernel's rounded-down share does, shows then), and when nothing the sample wrote can be compared alone (a
+        split-K sum with atomics spread over every program of the longest axis)."""
         rng = np.random.default_rng(secrets.randbits(64))
         in_place = [(i, self.placed[i]) for i in self.case.mutates if self.placed[i] is not None]
         before = [(p, p.inner.clone()) for _, p in in_place]
@@ -174,21 +176,28 @@ class Device:
                 sample.drawn_tainted = True  # a tainted program's garbage address: see below
             finally:
                 self.buffers.sample = None
+        if not sample.skipped and not sample.drawn_tainted:
+            self.record.sampled = "every program ran (no launch's grid was longer than its sample)"
+            return launches, outs, types
         atomics = any(o is not None and sample.atomics_into(o) for o in outs)
         compared = sum(int(v.sum()) for v in valid if v is not None) if outs else 0
         total = sum(v.numel() for v in valid if v is not None) if outs else 0
+        cheap = sample.skipped_s * 1000 <= self.case.whole_within_ms
         # a drawn program that read what only skipped programs would have written takes its own stores out of the
         # comparison: a kernel could arrange that for all drawn programs but the grid's last
-        if sample.drawn_tainted or (outs and (atomics or compared == 0)):
+        if cheap or sample.drawn_tainted or (outs and (atomics or compared == 0)):
             self.record.sampled = (
                 "a drawn program read what only skipped programs would have written: run whole" if sample.drawn_tainted
                 else "a sampled launch added into an output with atomics: run whole" if atomics else
-                "nothing the sampled programs wrote could be compared alone: run whole")
+                "nothing the sampled programs wrote could be compared alone: run whole" if compared == 0 else
+                f"run whole: its samples' pace put the {sample.skipped} skipped programs at "
+                f"{sample.skipped_s:.1f} s of the interpreter's time, within verify.whole_within_s")
             for p, value in before:
                 p.inner.copy_(value)
             return self.repeat_events(events), *outputs(self.buffers, msg.outputs)
-        self.record.sampled = (f"programs sampled ({'; '.join(dict.fromkeys(sample.notes)) or 'none needed'}): "
-                                 f"{compared} of {total} output values compared")
+        self.record.sampled = (f"programs sampled ({'; '.join(dict.fromkeys(sample.notes))}, {sample.skipped} "
+                               f"programs left out, {sample.skipped_s:.1f} s at the sample's pace): {compared} of "
+                               f"{total} output values compared")
         self.record.output_valid = valid
         self.record.inputs_written = [written.get(i) for i in range(len(self.placed))]
         return launches, outs, types

@@ -25,7 +25,9 @@ input the op writes in place (`Target.mutates`) what sampled, untainted programs
 (`Sample.written`): the rest still holds the input, where the reference has its result. A kernel cannot know
 which programs run, so one that is wrong for some programs is wrong in the sample with the probability that it
 picks them, drawn afresh on every call. What no sampled program wrote is never compared here: a grid that leaves
-outputs unwritten shows only in a case that runs every program (a range case small enough, `verify.range_whole_work`).
+outputs unwritten shows only in a case that runs every program (a range case small enough, `verify.range_whole_work`,
+or one whose skipped programs, `skipped_s` at the sample's pace, are cheap enough to run again whole:
+`verify.whole_within_s`).
 
     with Sample(programs=2, rng=rng) as sample:     # in the device, around a call's launches and ops
         sample.track(start, nbytes)                 # every storage the call allocates
@@ -36,6 +38,7 @@ outputs unwritten shows only in a case that runs every program (a range case sma
 from __future__ import annotations
 
 import functools
+import time
 
 import numpy as np
 import torch
@@ -84,6 +87,10 @@ class Sample:
         self.unvisited = 0  # programs of the launch under way outside its sample (0: it runs whole)
         self.may_widen = False  # the launch was given a partly written storage: a tainted read runs it whole
         self.notes: list[str] = []
+        self.skipped = 0  # programs the call's launches left out
+        self.skipped_s = 0.0  # the interpreter's time for them, at the pace of their launches' samples
+        self.began = 0.0  # when the launch under way's first program started, and how many it was to run
+        self.planned = 0
 
     def __enter__(self) -> Sample:
         if not getattr(interpreter.InterpreterBuilder, "_autotune_sampling", False):
@@ -157,6 +164,13 @@ class Sample:
         self.unvisited = 0
         self.may_widen = self.launch_sampled = False
         self.notes.append("a launch that read partial results ran whole")
+
+    def sample_ran(self) -> None:
+        """The launch under way ran its sample: the programs it leaves out, and their time at the sample's pace
+        (a call whose skipped programs would take little runs again whole: autotune.verify.device.replay)."""
+        if self.unvisited:
+            self.skipped += self.unvisited
+            self.skipped_s += (time.thread_time() - self.began) / max(1, self.planned) * self.unvisited
 
     def _expose(self, t: torch.Tensor) -> None:
         storage = t.untyped_storage()
@@ -291,6 +305,7 @@ def install() -> None:
         s.left = nx * ny * nz if order is None else len(order)
         s.unvisited = nx * ny * nz - s.left
         s.drawn = 0 if order is None else len(order)
+        s.began, s.planned = 0.0, s.left
         if order is not None:  # the permuted loop (autotune.verify.interp.launch) visits these first, then stops
             rest = s.rng.permutation(np.setdiff1d(np.arange(nx * ny * nz), order))  # run only if it widens
             self._autotune_order = np.concatenate([order, rest])
@@ -299,8 +314,11 @@ def install() -> None:
         s = _active[-1] if _active else None
         if s is not None:
             if s.left <= 0:
+                s.sample_ran()
                 raise _Done()
             s.left -= 1
+            # this thread's time from the first program on: not the launch's set-up, nor the compiler beside it
+            s.began = s.began or time.thread_time()
             s.tainted = False
             s.in_draw, s.drawn = s.drawn > 0, max(0, s.drawn - 1)
         return set_idx(self, x, y, z)

@@ -133,7 +133,7 @@ def _judge(target: Target, source: str, path: str, cfg_verify, verdict: Verdict,
         "(verify.models); other models' shapes and scalars were not checked")
     plan_notes = [narrowed, case_plan.beyond_note(target), case_plan.cut_note(target, shapes, plan_config, salt),
                   case_plan.probe_note(plan),
-                  "" if plan_config.whole else case_plan.whole_note(target, plan, case_plan.served_shapes(
+                  "" if plan_config.whole else case_plan.whole_note(target, session.as_run(), case_plan.served_shapes(
                       target, shapes, plan_config))]
     _record(verdict, session, run, [n for n in plan_notes if n], bool(cfg_verify.nsight))
     if status is Status.UNMEASURED and plan_config.whole:  # the GPU's plan: time it (on the CPU, a stand-in)
@@ -240,6 +240,7 @@ def _run_worker(target: Target, source: str, plan: list[case_plan.Case], limits:
             for a in d.args])
         return protocol.CaseItem(c.index, list(d.args), c.front_guard, _calls(c), len(_calls(c)) + c.long, host,
                                  long=c.long, sample=c.sample, mutates=mutates,
+                                 whole_within_ms=round(1000 * plan_config.whole_within_s) if c.sample else 0,
                                  refill_args=list(d.refill_args) if d.refill_args is not None else None).to_wire()
 
     # the device the launcher's queries are answered as (the host process sees no GPU): this machine's, or SM90's

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import time
@@ -27,6 +28,7 @@ class Session:
         self.target, self.cases, self.data, self.fp32_dot = target, cases, data, fp32_dot
         self.fp32_dots: set[str] = set()  # the reduced precisions its fp32 cases' tl.dot ran at
         self.results: dict[int, CaseResult] = {}
+        self.ran_whole: set[int] = set()  # sampled cases whose every program ran in the end (replay.repeat_sampled)
         self.running: int | None = None
         self.compile_error = ""
         self.case_error: protocol.CaseError | None = None
@@ -102,6 +104,8 @@ class Session:
             self.fp32_dots.update(ev.fp32_dots)  # judged through TF32
         result.seconds = round(time.monotonic() - self.case_started, 3)
         self.results[i] = result
+        if case.sample and ev.output_valid is None:
+            self.ran_whole.add(i)
         self._say_progress()
         self.nondeterministic |= nondeterministic
         launches = ev.launches
@@ -116,6 +120,10 @@ class Session:
             self.runtime_policy.append(f"torch math at run time in case {case.label}: {', '.join(torch_math)} "
                                        "(outside kernels only allocation, views and copies may run)")
         return bool(self.runtime_policy) or not result.passed
+
+    def as_run(self) -> list[Case]:
+        """The cases, a sampled one whose every program ran in the end counted as whole."""
+        return [dataclasses.replace(c, sample=0) if c.index in self.ran_whole else c for c in self.cases]
 
     def _say_progress(self) -> None:
         """Judging can take minutes: every PROGRESS_EVERY_S a line with the cases done (on stderr for `autotune

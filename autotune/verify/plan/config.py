@@ -22,6 +22,7 @@ class PlanConfig:
     long_calls: int  # calls that end the cheapest case (0: none)
     probe_whole_work: int = 67108864  # values and FLOPs up to which a probe case runs every program
     served_whole_work: int = 0  # the largest served call runs uncut with every program when it takes at most this
+    whole_within_s: float = 0.0  # a sampled call runs again whole when its skipped programs take at most this
     presets: tuple[Mapping[str, Any], ...] = ()  # every model preset's sizes (conf/model/*.yaml), as plain dicts
     served_rows: int = 0  # the most tokens served in one step: the rows of the presets' served shapes
     whole: bool = False  # the GPU's plan: shapes whole, no range cases, no sampling, no dry calls
@@ -34,6 +35,8 @@ class PlanConfig:
                      "probe_whole_work", "served_whole_work"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"verify.{name} must be 0 or more, not {getattr(self, name)}")
+        if not self.whole_within_s >= 0:
+            raise ValueError(f"verify.whole_within_s must be 0 or more seconds, not {self.whole_within_s}")
 
     @classmethod
     def from_config(cls, cfg_verify: Any, *, presets: tuple[Mapping[str, Any], ...] = (), served_rows: int = 0,
@@ -49,4 +52,5 @@ class PlanConfig:
                    range_programs=int(cfg_verify.range_programs), long_calls=int(cfg_verify.long_calls),
                    probe_whole_work=int(cfg_verify.probe_whole_work),
                    served_whole_work=int(cfg_verify.served_whole_work),
+                   whole_within_s=float(cfg_verify.whole_within_s),
                    presets=tuple(presets), served_rows=int(served_rows), whole=whole)

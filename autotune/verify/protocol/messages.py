@@ -299,6 +299,7 @@ class CaseItem(StreamFrame):
     host: HostCase = spec(Nested(HostCase, nullable=False))
     long: int = spec(Int(0), 0)
     sample: int = spec(Int(0), 0)
+    whole_within_ms: int = spec(Int(0), 0)  # a sampled call runs again whole when its skipped programs take this
     mutates: list = spec(ListOf(Int(0), max_len=MAX_OUTPUTS), [])
     refill_args: list | None = spec(Either(None, ListOf(ANY, max_len=MAX_OUTPUTS)), None)
 
