@@ -17,6 +17,14 @@ read it if that was another, and that last updated it atomically. Within one lau
   that is correct on a GPU, and the interpreter cannot see the counter's synchronisation. A load racing a
   running atomic sum still shows: its result depends on the drawn order, which a repeat call draws anew, and the
   programs interleave at atomics (interp.interleave), so a counter drawn before the sum is complete is seen.
+  That load is ordered after an update only through the memory model: the updating program releases it (a later
+  atomic of `sem` "release" or "acq_rel", Triton's default) on some element, and the loading program acquires
+  (an atomic of "acquire" or "acq_rel") on that element after the release, before the load, both at gpu or sys
+  `scope` (the atomics on one element form a chain, so an acquire there follows every release before it). A load
+  not so ordered after an update is a race (a relaxed ticket, or one that only releases); so is any access by
+  another program to an element updated with a scope="cta" atomic (atomic among one program's threads only),
+  and a "cta" atomic on an element another program touched. The interpreter performs every atomic at once
+  whatever its sem and scope; this is what a GPU may do instead.
 
 And within one program: its threads are not ordered either (no barrier between a global store and a later load
 unless `tl.debug_barrier()`), so a program that loads an element it stored itself earlier in the same stretch
@@ -48,6 +56,7 @@ import dataclasses
 
 import numpy as np
 import torch
+from triton._C.libtriton import ir
 from triton.runtime import interpreter
 
 from autotune.verify.interp.launch import current_launch  # bound: the worker seals that module
@@ -131,6 +140,10 @@ class _LaunchState:
         self.stretch = 0  # the number of the program under way's stretch between barriers (0: none yet)
         self.stretches = 0  # stretches numbered so far in the launch: each program's are its own
         self.shapes: dict[tuple, int] = {}  # a block shape -> its code in the "shape" shadow
+        self.clock = 0  # atomics performed in the launch so far: the order the interpreter gave them
+        # a program -> (storage, indices, clock) of each of its releasing / acquiring atomics
+        self.releases: dict[int, list] = {}
+        self.acquires: dict[int, list] = {}
         by_base: dict[int, _Storage] = {}
         for name, t in args.items():
             if not isinstance(t, torch.Tensor) or t.numel() == 0:
@@ -187,15 +200,21 @@ def _others(shadow: np.ndarray, idx: np.ndarray, me: int) -> np.ndarray:
     return (seen != 0) & (seen != me)
 
 
-def _raise(st: _LaunchState, storage: _Storage, addrs, idx, lanes, other_kind: str, what: str) -> None:
+_UNORDERED = "programs run concurrently on a GPU, in no order: use an atomic, or a second launch"
+_MEMORY_ORDER = ("not ordered before the load, sem='relaxed' orders nothing: the updater must release after it (sem "
+                 "'release' or 'acq_rel', the default) on an element the loader then acquires on")
+
+
+def _raise(st: _LaunchState, storage: _Storage, addrs, idx, lanes, other_kind: str, what: str,
+           why: str = _UNORDERED) -> None:
     lane = int(np.flatnonzero(lanes)[0])
     other = int(storage.shadows[other_kind][idx[lane]])
     raise RaceError(f"race in `{st.kernel}`: {st.program(st.me)} {what} {st.element(storage, int(addrs[lane]))}, "
-                    f"which {st.program(other)} {_DID[other_kind]} in the same launch (programs run concurrently "
-                    f"on a GPU, in no order: use an atomic, or a second launch)")
+                    f"which {st.program(other)} {_DID[other_kind]} in the same launch ({why})")
 
 
-_DID = {"store": "stored", "read": "read", "read2": "read", "atomic": "updated atomically"}
+_DID = {"store": "stored", "read": "read", "read2": "read", "atomic": "updated atomically",
+        "cta": "updated with a scope='cta' atomic (atomic among one program's threads only)"}
 
 
 def _accesses(ptrs, mask, value=None):
@@ -221,18 +240,23 @@ def _accesses(ptrs, mask, value=None):
             yield st, storage, addrs[sel], positions, None if values is None else values[sel]
 
 
-def _refuse(st, storage, idx, addrs, kinds: tuple[str, ...], what: str) -> None:
+def _refuse(st, storage, idx, addrs, kinds: tuple[str, ...], what: str, why: str = _UNORDERED) -> None:
     """A race if another program of this launch left one of these marks on an element accessed."""
     for kind in kinds:
         if kind in storage.shadows:
             bad = _others(storage.shadows[kind], idx, st.me)
             if bad.any():
-                _raise(st, storage, addrs, idx, bad, kind, what)
+                _raise(st, storage, addrs, idx, bad, kind, what, why)
 
 
 def _on_load(ptrs, mask) -> None:
     shape = ptrs.data.shape
     for st, storage, addrs, positions, _ in _accesses(ptrs, mask):
+        if "atomic" in storage.shadows or "cta" in storage.shadows:  # another program's atomic update, read
+            idx = storage.index(addrs)  # through the memory model only
+            _refuse(st, storage, idx, addrs, ("cta",), "loads")
+            if "atomic" in storage.shadows:
+                _unordered(st, storage, idx, addrs)
         if "store" in storage.shadows:
             idx = storage.index(addrs)
             _refuse(st, storage, idx, addrs, ("store",), "loads")
@@ -258,7 +282,7 @@ def _on_store(ptrs, value, mask) -> None:
     for st, storage, addrs, positions, values in _accesses(ptrs, mask, value):
         storage.before_write()
         idx = storage.index(addrs)
-        for kind in ("store", "read", "read2", "atomic"):
+        for kind in ("store", "read", "read2", "atomic", "cta"):
             if kind in storage.shadows:
                 touched = _others(storage.shadows[kind], idx, st.me)
                 if touched.any():  # a race unless the store leaves the bits there as they are
@@ -272,12 +296,39 @@ def _on_store(ptrs, value, mask) -> None:
         storage.shadow("position")[idx] = positions()
 
 
-def _on_atomic(ptrs, mask) -> None:
+def _unordered(st: _LaunchState, storage: _Storage, idx, addrs) -> None:
+    """A race where the load is not ordered after another program's atomic update of an element it reads: no
+    release of the updater's after the update on an element the loader acquired on after that release."""
+    updaters = storage.shadows["atomic"][idx]
+    for other in np.unique(updaters[(updaters != 0) & (updaters != st.me)]):
+        mine = updaters == other
+        updated = int(storage.shadow("atomic_at")[idx[mine]].max())
+        if not any(released > updated and acquired > released and base == at and np.intersect1d(rel, acq).size
+                   for base, rel, released in st.releases.get(int(other), ())
+                   for at, acq, acquired in st.acquires.get(st.me, ())):
+            _raise(st, storage, addrs, idx, mine, "atomic", "loads", _MEMORY_ORDER)
+
+
+_ACQUIRING = (ir.MEM_SEMANTIC.ACQUIRE, ir.MEM_SEMANTIC.ACQUIRE_RELEASE)
+_RELEASING = (ir.MEM_SEMANTIC.RELEASE, ir.MEM_SEMANTIC.ACQUIRE_RELEASE)
+
+
+def _on_atomic(ptrs, mask, sem, scope) -> None:
+    local = scope == ir.MEM_SYNC_SCOPE.CTA
     for st, storage, addrs, _, _ in _accesses(ptrs, mask):
         storage.before_write()
         idx = storage.index(addrs)
-        _refuse(st, storage, idx, addrs, ("store", "read", "read2"), "updates atomically")
+        _refuse(st, storage, idx, addrs, ("store", "read", "read2", "cta", *(("atomic",) if local else ())),
+                "updates with a scope='cta' atomic" if local else "updates atomically")
+        if local:
+            storage.shadow("cta")[idx] = st.me
+            continue
+        st.clock += 1
         storage.shadow("atomic")[idx] = st.me
+        storage.shadow("atomic_at")[idx] = st.clock
+        for kinds, log in ((_RELEASING, st.releases), (_ACQUIRING, st.acquires)):
+            if sem in kinds:
+                log.setdefault(st.me, []).append((storage.base, np.unique(idx), st.clock))
 
 
 def install() -> None:
@@ -316,11 +367,11 @@ def install() -> None:
         return store(self, ptrs, value, mask, cache_policy)
 
     def create_atomic_rmw(self, rmw_op, ptr, val, mask, sem, scope):
-        _on_atomic(ptr, mask)
+        _on_atomic(ptr, mask, sem, scope)
         return rmw(self, rmw_op, ptr, val, mask, sem, scope)
 
     def create_atomic_cas(self, ptr, cmp, val, sem, scope):
-        _on_atomic(ptr, None)
+        _on_atomic(ptr, None, sem, scope)
         return cas(self, ptr, cmp, val, sem, scope)
 
     def call(self, *args, **kwargs):
