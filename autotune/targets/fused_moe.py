@@ -7,9 +7,9 @@ topk_weights[t, j] * w2[e] @ (silu(gate) * up), gate, up = split(w13[e] @ hidden
 topk_ids[t, j]; output [T, H] in hidden_states' dtype. The weights are applied as given: renormalising them
 is the router's job (Qwen3-MoE's norm_topk_prob), not this op's.
 
-The reference rounds where vLLM's Triton kernel does: the gate/up projection, the SiLU-and-mul activation
-and each slot's weighted down projection are stored in the activations' dtype (vLLM's intermediate caches 1
-to 3), and the slots are summed in fp32 (moe_sum). A kernel that keeps fp32 throughout is closer to the fp64
+The reference rounds where vLLM does: the gate/up projection, the SiLU-and-mul activation (its CUDA op rounds
+the SiLU to the dtype before the product too) and each slot's weighted down projection are stored in the
+activations' dtype (vLLM's intermediate caches 1 to 3), and the slots are summed in fp32 (moe_sum). A kernel that keeps fp32 throughout is closer to the fp64
 golden and passes through the golden fallback; one that rounds at the same places matches it.
 
 Case shape: (tokens, experts, top_k, hidden, intermediate). make_inputs routes a "hot" expert to about
@@ -44,7 +44,8 @@ def fused_moe(hidden_states: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, 
     for expert in torch.unique(ids).tolist():
         token, slot = (ids == expert).nonzero(as_tuple=True)
         gate_up = upcast((x[token] @ upcast(w13[expert]).T).to(dtype))  # [n, 2I], stored in the model's dtype
-        act = upcast((F.silu(gate_up[:, :inter]) * gate_up[:, inter:]).to(dtype))
+        # vLLM's CUDA silu_and_mul: silu in fp32 stored in the dtype, times up in the dtype (csrc/activation_kernels.cu)
+        act = upcast((upcast(F.silu(gate_up[:, :inter]).to(dtype)) * gate_up[:, inter:]).to(dtype))
         down = act @ upcast(w2[expert]).T  # [n, H]
         weighted = upcast((down * upcast(topk_weights)[token, slot, None]).to(dtype))  # a slot's share, stored
         out.index_add_(0, token, weighted)
