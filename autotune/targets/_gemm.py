@@ -91,16 +91,20 @@ PERSISTENT_VALUES = (SM90.multi_processor_count + 1) * 128 * 128
 
 
 def range_cuts(shape):
-    """Three: M whole (many row blocks, the large-M code paths) with N and K to two of the largest tiles of the
-    search space (256) plus their remainders modulo 64; K whole, the dimension a kernel sums over and splits,
+    """Two: M whole (many row blocks, the large-M code paths) with N and K to two of the largest tiles of the
+    search space (256) plus their remainders modulo 64; and K whole, the dimension a kernel sums over and splits,
     with M and N to a tile plus their remainders (a split-K share rounded down is exact at K = 4096 and drops 64
-    input channels at Qwen2.5-0.5B's K = 4864); and M whole with N as far as more 128 x 128 tiles than SMs need
-    (PERSISTENT_VALUES: [2048, 1088]; a decode step's whole N), K to a tile plus its remainder. Each a sample of
-    programs where it is large, run again whole where that is cheap (`verify.whole_within_s`)."""
+    input channels at Qwen2.5-0.5B's K = 4864). Each a sample of programs where it is large."""
     m, n, k = shape
-    wide = min(n, max(64, -(-PERSISTENT_VALUES // m) // 64 * 64 + 64) + n % 64)
-    return ((m, min(n, 512 + n % 64), min(k, 512 + k % 64)), (min(m, 8 + m % 64), min(n, 64 + n % 64), k),
-            (m, wide, min(k, 64 + k % 64)))
+    return ((m, min(n, 512 + n % 64), min(k, 512 + k % 64)), (min(m, 8 + m % 64), min(n, 64 + n % 64), k))
+
+
+def concurrency_cuts(shape):
+    """M whole with N as far as more 128 x 128 tiles than SMs take (PERSISTENT_VALUES: [2048, 1088]; a decode
+    step's whole N), K to a tile plus its remainder: a sample of programs, run again whole where that is cheap
+    (`verify.whole_within_s`)."""
+    m, n, k = shape
+    return ((m, min(n, max(64, -(-PERSISTENT_VALUES // m) // 64 * 64 + 64) + n % 64), min(k, 64 + k % 64)),)
 
 
 def model_shapes(dims, rows):

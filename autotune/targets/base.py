@@ -164,6 +164,10 @@ class Target:
     # launch's programs (autotune.verify.plan.cases.range_sample, autotune.verify.interp.sampling).
     # The default: range_rows.
     range_cuts: Callable[[Shape], tuple[Shape, ...]] = lambda shape: range_rows(shape)
+    # A served shape -> range cases past the GPU's concurrency (an output of more tiles than SMs: a persistent
+    # grid's rounded-down share shows only there), run in one dtype (the first served: bf16 where the target has it;
+    # the tiles a kernel walks do not change with it, and each is millions of values). None: no such case.
+    concurrency_cuts: Callable[[Shape], tuple[Shape, ...]] | None = None
     # shape -> an upper bound on the elements of all inputs / all outputs of one call (the judge sizes the
     # largest result frame it accepts from these); None: each input, and at most two outputs, no larger than
     # the case shape, which holds for the row-wise ops

@@ -9,8 +9,9 @@ is the router's job (Qwen3-MoE's norm_topk_prob), not this op's.
 
 The reference rounds where vLLM does: the gate/up projection, the SiLU-and-mul activation (its CUDA op rounds
 the SiLU to the dtype before the product too) and each slot's weighted down projection are stored in the
-activations' dtype (vLLM's intermediate caches 1 to 3), and the slots are summed in fp32 (moe_sum). A kernel that keeps fp32 throughout is closer to the fp64
-golden and passes through the golden fallback; one that rounds at the same places matches it.
+activations' dtype (vLLM's intermediate caches 1 to 3), and the slots are summed in fp32 (moe_sum). A kernel that
+keeps fp32 throughout is closer to the fp64 golden and passes through the golden fallback; one that rounds at the
+same places matches it.
 
 Case shape: (tokens, experts, top_k, hidden, intermediate). make_inputs routes a "hot" expert to about
 three quarters of the tokens (it gets many, past any per-expert capacity), leaves about a quarter of the

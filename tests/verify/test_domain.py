@@ -327,10 +327,10 @@ def test_a_drawn_program_cannot_take_its_stores_out_of_the_sample_by_reading_par
 
 def test_a_persistent_gemms_rounded_down_share_is_caught_where_the_output_has_more_tiles_than_sms():
     """A persistent grid of one program per SM whose share of the tiles is rounded down leaves tiles unwritten only
-    past 132 of them. A range case runs M whole with N as far as that takes for 128 x 128 tiles, and a sampled case
-    whose skipped programs are cheap runs again whole (`verify.whole_within_s`, 0 on the quick plan: set here), where
-    every output is compared."""
-    m, n, _ = get("linear").range_cuts((2048, 28672, 4096))[-1]
+    past 132 of them. A range case (in one dtype) runs M whole with N as far as that takes for 128 x 128 tiles, and a
+    sampled case whose skipped programs are cheap runs again whole (`verify.whole_within_s`, 0 on the quick plan: set
+    here), where every output is compared."""
+    (m, n, _), = get("linear").concurrency_cuts((2048, 28672, 4096))
     assert m * n > 132 * 128 * 128, (m, n)
     v = verify("linear", CANDIDATES / "linear_persistent_share_rounded_down.py",
                compose(["verify=quick", "verify.dtypes=[float32]", "verify.whole_within_s=30"]))

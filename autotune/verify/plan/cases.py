@@ -197,6 +197,10 @@ def _planned(target: Target, shapes, config: PlanConfig, salt: bytes) -> list[_P
     if not config.whole:
         found += [_Planned(requested, shape, dtype, "normal", 0, "range", sample=range_sample(target, shape, config))
                   for requested, shape in range_shapes(target, shapes, config) for dtype in dtypes]
+        served_dtype = next((d for d in dtypes if d == torch.bfloat16), dtypes[0])
+        found += [_Planned(requested, shape, served_dtype, "normal", 0, "range",
+                           sample=range_sample(target, shape, config))
+                  for requested, shape in range_shapes(target, shapes, config, concurrency=True)]
         largest = served_whole(target, shapes, config)
         found += [_Planned(largest, largest, dtype, "normal", 0, "range") for dtype in dtypes if largest]
     return found
@@ -290,14 +294,16 @@ def dry_calls(target: Target, shapes, config: PlanConfig):
         yield shape, dtype, layout_of(target, shape, dtype)
 
 
-def range_shapes(target: Target, shapes, config: PlanConfig) -> list[tuple[Shape, Shape]]:
+def range_shapes(target: Target, shapes, config: PlanConfig, concurrency: bool = False) -> list[tuple[Shape, Shape]]:
     """(served shape, a shape its range cases run) for the target's served shapes (every profile shape, or the
     defaults; every preset's at the most rows served). For each of the target's range cuts (`Target.range_cuts`:
     the i-th shape of each served shape's cuts), at most `verify.max_range_shapes` of them (0: all), chosen so that
-    every value each dim takes in any of them is in at least one (a greedy cover, largest first on ties)."""
+    every value each dim takes in any of them is in at least one (a greedy cover, largest first on ties).
+    `concurrency`: the target's concurrency cuts instead (`Target.concurrency_cuts`)."""
+    cuts = target.range_cuts if not concurrency else target.concurrency_cuts or (lambda shape: ())
     families: list[dict[Shape, Shape]] = []
     for s in served_shapes(target, shapes, config):
-        for i, run in enumerate(target.range_cuts(tuple(s))):
+        for i, run in enumerate(cuts(tuple(s))):
             if i == len(families):
                 families.append({})
             families[i].setdefault(tuple(run), tuple(s))
