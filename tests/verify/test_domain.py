@@ -325,17 +325,20 @@ def test_a_drawn_program_cannot_take_its_stores_out_of_the_sample_by_reading_par
     assert "a drawn program read what only skipped programs would have written: run whole" in v.reason, v.reason
 
 
-def test_a_persistent_gemms_rounded_down_share_is_caught_where_the_output_has_more_tiles_than_sms():
+@pytest.mark.parametrize("setting, said", [("verify.whole_within_s=30", "run whole: its samples' pace put the"),
+                                           ("verify.concurrency_whole=true", "")])
+def test_a_persistent_gemms_rounded_down_share_is_caught_where_the_output_has_more_tiles_than_sms(setting, said):
     """A persistent grid of one program per SM whose share of the tiles is rounded down leaves tiles unwritten only
-    past 132 of them. A range case (in one dtype) runs M whole with N as far as that takes for 128 x 128 tiles, and a
-    sampled case whose skipped programs are cheap runs again whole (`verify.whole_within_s`, 0 on the quick plan: set
-    here), where every output is compared."""
+    past 132 of them. A range case (in one dtype) runs M whole with N as far as that takes for 128 x 128 tiles: with
+    every program on the default plan (`verify.concurrency_whole`: a kernel whose programs are slow enough to keep
+    the next rule from running it whole passed), and a sampled case whose skipped programs are cheap runs again whole
+    (`verify.whole_within_s`); both are off on the quick plan and set here. Every output is compared then."""
     (m, n, _), = get("linear").concurrency_cuts((2048, 28672, 4096))
     assert m * n > 132 * 128 * 128, (m, n)
     v = verify("linear", CANDIDATES / "linear_persistent_share_rounded_down.py",
-               compose(["verify=quick", "verify.dtypes=[float32]", "verify.whole_within_s=30"]))
+               compose(["verify=quick", "verify.dtypes=[float32]", setting]))
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
-    assert "run whole: its samples' pace put the" in v.reason, v.reason
+    assert said in v.reason, v.reason
     m, n, _ = v.failing_case().shape
     assert (m // 64) * (n // 64) > 132, v.reason  # more 64 x 64 tiles than SMs: the candidate's share rounds down
 

@@ -199,7 +199,7 @@ def _planned(target: Target, shapes, config: PlanConfig, salt: bytes) -> list[_P
                   for requested, shape in range_shapes(target, shapes, config) for dtype in dtypes]
         served_dtype = next((d for d in dtypes if d == torch.bfloat16), dtypes[0])
         found += [_Planned(requested, shape, served_dtype, "normal", 0, "range",
-                           sample=range_sample(target, shape, config))
+                           sample=0 if config.concurrency_whole else range_sample(target, shape, config))
                   for requested, shape in range_shapes(target, shapes, config, concurrency=True)]
         largest = served_whole(target, shapes, config)
         found += [_Planned(largest, largest, dtype, "normal", 0, "range") for dtype in dtypes if largest]
@@ -299,8 +299,9 @@ def range_shapes(target: Target, shapes, config: PlanConfig, concurrency: bool =
     defaults; every preset's at the most rows served). For each of the target's range cuts (`Target.range_cuts`:
     the i-th shape of each served shape's cuts), at most `verify.max_range_shapes` of them (0: all), chosen so that
     every value each dim takes in any of them is in at least one (a greedy cover, largest first on ties).
-    `concurrency`: the target's concurrency cuts instead (`Target.concurrency_cuts`)."""
+    `concurrency`: the target's concurrency cuts instead (`Target.concurrency_cuts`), at most 2 of them."""
     cuts = target.range_cuts if not concurrency else target.concurrency_cuts or (lambda shape: ())
+    limit = min(config.max_range_shapes or 2, 2) if concurrency else config.max_range_shapes  # millions of values
     families: list[dict[Shape, Shape]] = []
     for s in served_shapes(target, shapes, config):
         for i, run in enumerate(cuts(tuple(s))):
@@ -309,7 +310,7 @@ def range_shapes(target: Target, shapes, config: PlanConfig, concurrency: bool =
             families[i].setdefault(tuple(run), tuple(s))
     chosen: dict[Shape, Shape] = {}  # each shape once
     for runs in families:
-        for served, run in _cover(runs, config.max_range_shapes):
+        for served, run in _cover(runs, limit):
             chosen.setdefault(run, served)
     return [(served, run) for run, served in chosen.items()]
 

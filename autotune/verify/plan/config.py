@@ -23,6 +23,7 @@ class PlanConfig:
     probe_whole_work: int = 67108864  # values and FLOPs up to which a probe case runs every program
     served_whole_work: int = 0  # the largest served call runs uncut with every program when it takes at most this
     whole_within_s: float = 0.0  # a sampled call runs again whole when its skipped programs take at most this
+    concurrency_whole: bool = False  # the concurrency cuts run every program (else sampled as range cases are)
     presets: tuple[Mapping[str, Any], ...] = ()  # every model preset's sizes (conf/model/*.yaml), as plain dicts
     served_rows: int = 0  # the most tokens served in one step: the rows of the presets' served shapes
     whole: bool = False  # the GPU's plan: shapes whole, no range cases, no sampling, no dry calls
@@ -53,4 +54,5 @@ class PlanConfig:
                    probe_whole_work=int(cfg_verify.probe_whole_work),
                    served_whole_work=int(cfg_verify.served_whole_work),
                    whole_within_s=float(cfg_verify.whole_within_s),
+                   concurrency_whole=bool(cfg_verify.concurrency_whole),
                    presets=tuple(presets), served_rows=int(served_rows), whole=whole)
