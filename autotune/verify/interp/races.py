@@ -24,7 +24,9 @@ read it if that was another, and that last updated it atomically. Within one lau
   not so ordered after an update is a race (a relaxed ticket, or one that only releases); so is any access by
   another program to an element updated with a scope="cta" atomic (atomic among one program's threads only),
   and a "cta" atomic on an element another program touched. The interpreter performs every atomic at once
-  whatever its sem and scope; this is what a GPU may do instead.
+  whatever its sem and scope; this is what a GPU may do instead. Not modelled: whether the acquire read the
+  release's value (a GPU may order an acquire on an element before a release there that nothing else orders, as
+  when the loader was chosen by a relaxed ticket).
 
 And within one program: its threads are not ordered either (no barrier between a global store and a later load
 unless `tl.debug_barrier()`), so a program that loads an element it stored itself earlier in the same stretch
@@ -328,7 +330,7 @@ def _on_atomic(ptrs, mask, sem, scope) -> None:
         storage.shadow("atomic_at")[idx] = st.clock
         for kinds, log in ((_RELEASING, st.releases), (_ACQUIRING, st.acquires)):
             if sem in kinds:
-                log.setdefault(st.me, []).append((storage.base, np.unique(idx), st.clock))
+                log.setdefault(st.me, []).append((storage.base, idx, st.clock))
 
 
 def install() -> None:
