@@ -24,9 +24,10 @@ read it if that was another, and that last updated it atomically. Within one lau
   not so ordered after an update is a race (a relaxed ticket, or one that only releases); so is any access by
   another program to an element updated with a scope="cta" atomic (atomic among one program's threads only),
   and a "cta" atomic on an element another program touched. The interpreter performs every atomic at once
-  whatever its sem and scope; this is what a GPU may do instead. Not modelled: whether the acquire read the
-  release's value (a GPU may order an acquire on an element before a release there that nothing else orders, as
-  when the loader was chosen by a relaxed ticket).
+  whatever its sem and scope; this is what a GPU may do instead. A release counts on the elements it changed only
+  (an add of 0 is no release another program can observe). Not modelled: whether the loader's path depended on
+  the value its acquire read (a GPU may order an acquire on an element before a release there that nothing else
+  orders, as when the loader was chosen by a relaxed ticket and ignores what it acquired).
 
 And within one program: its threads are not ordered either (no barrier between a global store and a later load
 unless `tl.debug_barrier()`), so a program that loads an element it stored itself earlier in the same stretch
@@ -55,6 +56,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import types
 
 import numpy as np
 import torch
@@ -328,9 +330,22 @@ def _on_atomic(ptrs, mask, sem, scope) -> None:
         st.clock += 1
         storage.shadow("atomic")[idx] = st.me
         storage.shadow("atomic_at")[idx] = st.clock
-        for kinds, log in ((_RELEASING, st.releases), (_ACQUIRING, st.acquires)):
-            if sem in kinds:
-                log.setdefault(st.me, []).append((storage.base, idx, st.clock))
+        if sem in _ACQUIRING:
+            st.acquires.setdefault(st.me, []).append((storage.base, idx, st.clock))
+
+
+def _after_atomic(ptrs, mask, sem, scope, old) -> None:
+    """A releasing atomic's release, on the elements it changed: a release that leaves an element as it was (an add
+    of 0) is one no other program can observe there, so an acquire there orders nothing after it."""
+    if sem not in _RELEASING or scope == ir.MEM_SYNC_SCOPE.CTA:
+        return
+    lanes = np.ascontiguousarray(np.broadcast_to(True if mask is None else mask.data, ptrs.data.shape))
+    before = np.broadcast_to(old.data, ptrs.data.shape)
+    now = interpreter._interpreter.load(ptrs.data, lanes, np.zeros_like(before), before.dtype)
+    changed = lanes & (_bits(np.ascontiguousarray(before)) != _bits(now))
+    if changed.any():
+        for st, storage, addrs, _, _ in _accesses(ptrs, types.SimpleNamespace(data=changed)):
+            st.releases.setdefault(st.me, []).append((storage.base, storage.index(addrs), st.clock))
 
 
 def install() -> None:
@@ -370,11 +385,15 @@ def install() -> None:
 
     def create_atomic_rmw(self, rmw_op, ptr, val, mask, sem, scope):
         _on_atomic(ptr, mask, sem, scope)
-        return rmw(self, rmw_op, ptr, val, mask, sem, scope)
+        old = rmw(self, rmw_op, ptr, val, mask, sem, scope)
+        _after_atomic(ptr, mask, sem, scope, old)
+        return old
 
     def create_atomic_cas(self, ptr, cmp, val, sem, scope):
         _on_atomic(ptr, None, sem, scope)
-        return cas(self, ptr, cmp, val, sem, scope)
+        old = cas(self, ptr, cmp, val, sem, scope)
+        _after_atomic(ptr, None, sem, scope, old)
+        return old
 
     def call(self, *args, **kwargs):
         try:
