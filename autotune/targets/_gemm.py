@@ -101,8 +101,8 @@ def range_cuts(shape):
 
 def concurrency_cuts(shape):
     """M whole with N as far as more 128 x 128 tiles than SMs take (PERSISTENT_VALUES: [2048, 1088]; a decode
-    step's whole N), K to a tile plus its remainder: a sample of programs, run again whole where that is cheap
-    (`verify.whole_within_s`)."""
+    step's whole N), K to a tile plus its remainder: every program on the default plan (`verify.concurrency_whole`),
+    a sample on the quick one."""
     m, n, k = shape
     return ((m, min(n, max(64, -(-PERSISTENT_VALUES // m) // 64 * 64 + 64) + n % 64), min(k, 64 + k % 64)),)
 

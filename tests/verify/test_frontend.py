@@ -6,10 +6,7 @@ The policy cheats stop before any worker starts (milliseconds); the others each 
 and stop at their first case; the correct kernels run every case (~20 s each on 2 idle cores).
 """
 
-import os
 import re
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -18,6 +15,7 @@ import pytest
 from autotune.config import compose
 from autotune.verify import verify
 from autotune.verify.verdict import Status
+from tests.verify.interpreted import last_line
 from tests.verify.variants import file_variant
 
 CANDIDATES = Path(__file__).parent / "candidates"
@@ -87,10 +85,7 @@ ORDER_PROBE = textwrap.dedent('''
 
 def _interpreted(probe: str):
     """Run a probe script under the Triton interpreter in a fresh process; what its last line prints."""
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 - our own probe's printed lists
+    return eval(last_line(probe))  # noqa: S307 - our own probe's printed lists
 
 
 def test_the_interpreter_runs_each_program_once_in_a_fresh_random_order():

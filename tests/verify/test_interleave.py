@@ -1,10 +1,9 @@
 """interp.interleave: a launch's programs stop before each atomic and go on in rounds, a drawn half in a drawn order."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
+
+from tests.verify.interpreted import last_line
 
 PROBE = textwrap.dedent('''
     import json, torch, triton, triton.language as tl
@@ -48,11 +47,7 @@ PROBE = textwrap.dedent('''
 
 
 def _run(patched: bool) -> dict:
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    out = subprocess.run([sys.executable, "-c", PROBE.format(patched=patched)], env=env, capture_output=True,
-                         text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(last_line(PROBE.format(patched=patched)))
 
 
 def test_programs_stop_before_each_atomic_and_a_split_update_loses_shares():

@@ -1,15 +1,13 @@
 """The sampled call's byte states (autotune/verify/interp/sampling.py): what is compared, what is good to read."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import torch
 
 from autotune.verify.interp.sampling import INPUT, INVALID, WRITTEN, Sample
+from tests.verify.interpreted import last_line
 
 
 def tracked(sample: Sample, *tensors: torch.Tensor) -> None:
@@ -88,10 +86,7 @@ PACE_PROBE = textwrap.dedent('''
 def test_a_sample_counts_the_programs_it_left_out_and_their_time_at_its_pace():
     """What replay.repeat_sampled weighs to run a call again whole (`verify.whole_within_s`): the programs the
     launches left out and the interpreter's time for them at the pace of the sampled ones."""
-    out = subprocess.run([sys.executable, "-c", PACE_PROBE], env={**os.environ, "TRITON_INTERPRET": "1"},
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    (skipped, seconds, ran), (whole_skipped, whole_seconds, whole_ran) = json.loads(out.stdout.splitlines()[-1])
+    (skipped, seconds, ran), (whole_skipped, whole_seconds, whole_ran) = json.loads(last_line(PACE_PROBE))
     assert (skipped, whole_skipped) == (47, 0)  # 2 drawn and the last of 50 ran; all 3 of a grid of 3
     assert (ran, whole_ran) == (3, 3)
     assert 0 < seconds < 60 and whole_seconds == 0
