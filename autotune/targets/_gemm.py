@@ -107,6 +107,12 @@ def concurrency_cuts(shape):
     return ((m, min(n, max(64, -(-PERSISTENT_VALUES // m) // 64 * 64 + 64) + n % 64), min(k, 64 + k % 64)),)
 
 
+def span_cuts(shape):
+    """N whole at a decode step's rows, K to a tile plus its remainder: a row of column tiles per served N."""
+    m, n, k = shape
+    return ((min(m, 8), n, min(k, 64 + k % 64)),)
+
+
 def model_shapes(dims, rows):
     """The projections of a preset at `rows` tokens: qkv, o, gate_up, down (the LM head is the same GEMM again)."""
     h, heads, kv, hd, inter = (int(dims[k]) for k in ("hidden_size", "num_heads", "num_kv_heads", "head_dim",

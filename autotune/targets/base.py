@@ -168,6 +168,11 @@ class Target:
     # grid's rounded-down share shows only there), run in one dtype (the first served: bf16 where the target has it;
     # the tiles a kernel walks do not change with it, and each is millions of values). None: no such case.
     concurrency_cuts: Callable[[Shape], tuple[Shape, ...]] | None = None
+    # A served shape -> range cases that keep whole a dim a launch's grid spans, the other dims at a tile: every
+    # served value of it runs (in the concurrency cuts' dtype, every program on the default plan), so a grid capped
+    # along it with a rounded-down share shows at each size it is served at (a GEMM's N: a cap of 128 column
+    # programs is exact at N = 4096 and leaves 64 tiles of Llama 3 8B's qkv N = 6144 unwritten). None: no such case.
+    span_cuts: Callable[[Shape], tuple[Shape, ...]] | None = None
     # shape -> an upper bound on the elements of all inputs / all outputs of one call (the judge sizes the
     # largest result frame it accepts from these); None: each input, and at most two outputs, no larger than
     # the case shape, which holds for the row-wise ops

@@ -61,6 +61,7 @@ TARGET = Target(
     cut_shape=_gemm.cut_shape,
     range_cuts=_gemm.range_cuts,
     concurrency_cuts=_gemm.concurrency_cuts,
+    span_cuts=_gemm.span_cuts,
     model_shapes=_gemm.model_shapes,
     input_elements=_gemm.input_elements,
     output_elements=_gemm.output_elements,

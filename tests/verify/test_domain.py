@@ -14,7 +14,7 @@ from autotune.config import compose
 from autotune.targets import get
 from autotune.targets.base import ATTENTION_SCALES
 from autotune.verify import verify
-from autotune.verify.plan.cases import PlanConfig, plan, served_shapes, whole_note
+from autotune.verify.plan.cases import PlanConfig, plan, range_shapes, served_shapes, whole_note
 from autotune.verify.verdict import Status
 from tests.verify.reasons import WRONG_VALUES, says
 from tests.verify.variants import example_variant
@@ -248,8 +248,8 @@ def test_the_verdict_names_the_served_values_no_case_ran_whole():
                                 (default, "every program up to 65)")):
         served = served_shapes(moe, None, plan_config)
         note = whole_note(moe, plan(moe, None, plan_config), served)
-        top = max(s[0] for s in served)
-        assert f"tokens {top} ({tokens}" in note, note
+        top = max(s[0] for s in served)  # every served token count no case ran whole is named, the largest last
+        assert re.search(rf"tokens (\d+, )*{top} \({re.escape(tokens)}", note), note
     rms = get("rms_norm")  # every served width runs whole; rows are the only gap, and a row op's leading dims
     note = whole_note(rms, plan(rms, None, quick), served_shapes(rms, None, quick))
     assert note.startswith("served values the CPU plan never ran with every program: rows ") and "hidden" not in note
@@ -341,6 +341,21 @@ def test_a_persistent_gemms_rounded_down_share_is_caught_where_the_output_has_mo
     assert said in v.reason, v.reason
     m, n, _ = v.failing_case().shape
     assert (m // 64) * (n // 64) > 132, v.reason  # more 64 x 64 tiles than SMs: the candidate's share rounds down
+
+
+def test_a_grid_capped_along_n_is_caught_at_the_served_n_past_the_cap():
+    """A stop 45 attacker's class: column programs capped (here at 96) with a share of the tiles rounded down is
+    exact at every N up to 6144 and leaves tiles of N = 9728, 16384 and 28672 unwritten. The GEMMs' span cuts run
+    every served N whole at a decode step's rows (in one dtype, every program with `verify.concurrency_whole`, which
+    the quick plan leaves off and this sets)."""
+    spans = [run for _, run in range_shapes(get("linear"), None, PlanConfig.from_config(
+        compose([]).verify, presets=config.model_presets(), served_rows=config.served_rows()), "span")]
+    assert {n for _, n, _ in spans} >= {4096, 6144, 9728, 28672} and all(m <= 8 and k <= 127 for m, _, k in spans)
+    v = verify("linear", CANDIDATES / "linear_column_programs_capped.py",
+               compose(["verify=quick", "verify.dtypes=[bfloat16]", "verify.concurrency_whole=true"]))
+    assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
+    _, n, _ = v.failing_case().shape
+    assert -(-n // 64) > 96 and -(-n // 64) % 96, v.reason  # a served N whose tiles the capped share leaves out
 
 
 def test_a_launch_one_program_short_only_at_the_largest_steps_is_caught_on_the_default_plan():

@@ -2,7 +2,9 @@
 h with h // group == kv head) as the rows of its tile (at least 16, for tl.dot; full fp32 products), finds its
 sequence in cu_seqlens_q, and walks the sequence's keys 128 at a time through the block table (each key's block
 looked up, so a block size that is not a multiple of 32 works), with an online softmax in fp32 (running max and
-sum, rescaled per tile), the causal limit at the row's own position and the sliding window's lower limit."""
+sum, rescaled per tile), the causal limit at the row's own position and the sliding window's lower limit. The row's
+sequence is found by a binary search of cu_seqlens_q, as vLLM's unified attention does (log2 of the sequences in
+loads, not one per sequence)."""
 
 import torch
 import triton
@@ -15,9 +17,13 @@ def _kernel(q_ptr, k_ptr, v_ptr, cu_ptr, lens_ptr, table_ptr, out_ptr, scale, wi
             BS: tl.constexpr, TILE: tl.constexpr):
     row = tl.program_id(0)
     kv_head = tl.program_id(1)
-    seq = row * 0  # a tensor on the GPU and under the interpreter alike, whatever the loop runs
-    for i in range(1, num_seqs):  # the last sequence whose first row is at or before this one
-        seq = tl.where(tl.load(cu_ptr + i) <= row, i, seq)
+    seq = row * 0  # the last sequence whose first row is at or before this one: a binary search of cu_seqlens_q
+    end = seq + num_seqs  # (cu_seqlens_q[seq] <= row < cu_seqlens_q[end], cu_seqlens_q[0] = 0)
+    while end - seq > 1:
+        mid = (seq + end) // 2
+        at_or_before = tl.load(cu_ptr + mid) <= row
+        seq = tl.where(at_or_before, mid, seq)
+        end = tl.where(at_or_before, end, mid)
     first = tl.load(cu_ptr + seq)
     n = tl.load(cu_ptr + seq + 1) - first
     ctx = tl.load(lens_ptr + seq)

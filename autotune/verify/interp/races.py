@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import types
 
 import numpy as np
 import torch
@@ -221,15 +220,15 @@ _DID = {"store": "stored", "read": "read", "read2": "read", "atomic": "updated a
         "cta": "updated with a scope='cta' atomic (atomic among one program's threads only)"}
 
 
-def _accesses(ptrs, mask, value=None):
+def _accesses(ptrs, lanes: np.ndarray | None, value=None):
     """(launch, storage, addresses, their positions in the block (1-based, made when first asked: most loads read
-    inputs nothing stores), values or None) per watched storage an access touches; none for a program that read a
-    sample's partial results (sampling.program_tainted: its addresses come from counts the skipped programs would
-    have completed, so two such programs may meet where the whole launch's never do)."""
+    inputs nothing stores), values or None) per watched storage the access's `lanes` (None: all) touch; none for a
+    program that read a sample's partial results (sampling.program_tainted: its addresses come from counts the
+    skipped programs would have completed, so two such programs may meet where the whole launch's never do)."""
     st = _state[0]
     if st is None or not st.storages or program_tainted():
         return
-    lanes = np.broadcast_to(True if mask is None else mask.data, ptrs.data.shape)
+    lanes = np.broadcast_to(True if lanes is None else lanes, ptrs.data.shape)
     addrs = ptrs.data[lanes]
     if addrs.size == 0:
         return
@@ -253,9 +252,14 @@ def _refuse(st, storage, idx, addrs, kinds: tuple[str, ...], what: str, why: str
                 _raise(st, storage, addrs, idx, bad, kind, what, why)
 
 
+def _data(mask) -> np.ndarray | None:
+    """A mask handle's lanes (None: every lane)."""
+    return None if mask is None else mask.data
+
+
 def _on_load(ptrs, mask) -> None:
     shape = ptrs.data.shape
-    for st, storage, addrs, positions, _ in _accesses(ptrs, mask):
+    for st, storage, addrs, positions, _ in _accesses(ptrs, _data(mask)):
         if "atomic" in storage.shadows or "cta" in storage.shadows:  # another program's atomic update, read
             idx = storage.index(addrs)  # through the memory model only
             _refuse(st, storage, idx, addrs, ("cta",), "loads")
@@ -283,7 +287,7 @@ def _bits(x: np.ndarray) -> np.ndarray:
 
 def _on_store(ptrs, value, mask) -> None:
     shape = ptrs.data.shape
-    for st, storage, addrs, positions, values in _accesses(ptrs, mask, value):
+    for st, storage, addrs, positions, values in _accesses(ptrs, _data(mask), value):
         storage.before_write()
         idx = storage.index(addrs)
         for kind in ("store", "read", "read2", "atomic", "cta"):
@@ -319,7 +323,7 @@ _RELEASING = (ir.MEM_SEMANTIC.RELEASE, ir.MEM_SEMANTIC.ACQUIRE_RELEASE)
 
 def _on_atomic(ptrs, mask, sem, scope) -> None:
     local = scope == ir.MEM_SYNC_SCOPE.CTA
-    for st, storage, addrs, _, _ in _accesses(ptrs, mask):
+    for st, storage, addrs, _, _ in _accesses(ptrs, _data(mask)):
         storage.before_write()
         idx = storage.index(addrs)
         _refuse(st, storage, idx, addrs, ("store", "read", "read2", "cta", *(("atomic",) if local else ())),
@@ -344,7 +348,7 @@ def _after_atomic(ptrs, mask, sem, scope, old) -> None:
     now = interpreter._interpreter.load(ptrs.data, lanes, np.zeros_like(before), before.dtype)
     changed = lanes & (_bits(np.ascontiguousarray(before)) != _bits(now))
     if changed.any():
-        for st, storage, addrs, _, _ in _accesses(ptrs, types.SimpleNamespace(data=changed)):
+        for st, storage, addrs, _, _ in _accesses(ptrs, changed):
             st.releases.setdefault(st.me, []).append((storage.base, storage.index(addrs), st.clock))
 
 

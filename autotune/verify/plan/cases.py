@@ -198,9 +198,11 @@ def _planned(target: Target, shapes, config: PlanConfig, salt: bytes) -> list[_P
         found += [_Planned(requested, shape, dtype, "normal", 0, "range", sample=range_sample(target, shape, config))
                   for requested, shape in range_shapes(target, shapes, config) for dtype in dtypes]
         served_dtype = next((d for d in dtypes if d == torch.bfloat16), dtypes[0])
+        across = {shape: requested for kind in ("span", "concurrency")  # each shape once: a decode's are both
+                  for requested, shape in range_shapes(target, shapes, config, kind)}
         found += [_Planned(requested, shape, served_dtype, "normal", 0, "range",
                            sample=0 if config.concurrency_whole else range_sample(target, shape, config))
-                  for requested, shape in range_shapes(target, shapes, config, concurrency=True)]
+                  for shape, requested in across.items()]
         largest = served_whole(target, shapes, config)
         found += [_Planned(largest, largest, dtype, "normal", 0, "range") for dtype in dtypes if largest]
     return found
@@ -294,14 +296,17 @@ def dry_calls(target: Target, shapes, config: PlanConfig):
         yield shape, dtype, layout_of(target, shape, dtype)
 
 
-def range_shapes(target: Target, shapes, config: PlanConfig, concurrency: bool = False) -> list[tuple[Shape, Shape]]:
+def range_shapes(target: Target, shapes, config: PlanConfig, kind: str = "range") -> list[tuple[Shape, Shape]]:
     """(served shape, a shape its range cases run) for the target's served shapes (every profile shape, or the
     defaults; every preset's at the most rows served). For each of the target's range cuts (`Target.range_cuts`:
     the i-th shape of each served shape's cuts), at most `verify.max_range_shapes` of them (0: all), chosen so that
     every value each dim takes in any of them is in at least one (a greedy cover, largest first on ties).
-    `concurrency`: the target's concurrency cuts instead (`Target.concurrency_cuts`), at most 2 of them."""
-    cuts = target.range_cuts if not concurrency else target.concurrency_cuts or (lambda shape: ())
-    limit = min(config.max_range_shapes or 2, 2) if concurrency else config.max_range_shapes  # millions of values
+    `kind` "concurrency": the target's concurrency cuts instead (`Target.concurrency_cuts`), at most 2 of them
+    (millions of values each); "span": its span cuts (`Target.span_cuts`), as many as cover every value."""
+    cuts = {"range": target.range_cuts, "concurrency": target.concurrency_cuts, "span": target.span_cuts}[kind]
+    limit = {"range": config.max_range_shapes, "concurrency": min(config.max_range_shapes or 2, 2), "span": 0}[kind]
+    if cuts is None:
+        return []
     families: list[dict[Shape, Shape]] = []
     for s in served_shapes(target, shapes, config):
         for i, run in enumerate(cuts(tuple(s))):
@@ -450,25 +455,30 @@ def beyond_note(target: Target) -> str:
 
 
 def whole_note(target: Target, cases: list[Case], served: list[Shape]) -> str:
-    """What the CPU plan never ran with every program: each dim whose largest served value is beyond the largest
-    any case runs whole, with the largest a sample of programs meets; '' when every served value runs whole. A kernel
-    that changes past the largest whole value (a persistent grid's rounded-down share, a size it switches at) is
-    checked there only as far as the sample's programs reach; the verdict says so instead of implying more."""
-    top: dict[str, int] = {}
+    """What the CPU plan never ran with every program: each dim's served values that no case ran whole (each named),
+    with the largest value any case ran whole and the largest a sample of programs met; '' when every served value
+    runs whole. A kernel that changes at a served value no whole case ran (a grid capped along a dim with its share
+    rounded down, a size it switches at) is checked there only as far as the sample's programs reach; the verdict
+    says so instead of implying more."""
+    values: dict[str, set[int]] = {}
     for shape in served:
         for name, value in target.named_dims(shape).items():
-            top[name] = max(top.get(name, 0), value)
-    whole: dict[str, int] = {}
+            values.setdefault(name, set()).add(value)
+    whole: dict[str, set[int]] = {}
     sampled: dict[str, int] = {}
     for case in cases:
-        into = sampled if case.sample else whole
         for name, value in target.named_dims(case.shape).items():
-            into[name] = max(into.get(name, 0), value)
+            if case.sample:
+                sampled[name] = max(sampled.get(name, 0), value)
+            else:
+                whole.setdefault(name, set()).add(value)
     gaps = []
-    for name, value in top.items():
-        if whole.get(name, 0) < value:
-            most, reach = whole.get(name, 0), sampled.get(name, 0)
-            gaps.append(f"{name} {value} ({f'every program up to {most}' if most else 'no case sets it whole'}"
+    for name, served_values in values.items():
+        missing = sorted(served_values - whole.get(name, set()))
+        if missing:
+            most, reach = max(whole.get(name, ()), default=0), sampled.get(name, 0)
+            gaps.append(f"{name} {', '.join(map(str, missing))} ("
+                        + (f"every program up to {most}" if most else "no case sets it whole")
                         + (f", a sample of programs at {reach}" if reach > most else "") + ")")
     largest = max(served, key=numel, default=None)  # sizes together: a kernel may switch at a product of them
     most = max((numel(c.shape) for c in cases if not c.sample), default=0)
