@@ -356,7 +356,12 @@ TARGET = Target(
     beyond_domain=("contexts past each preset's max_seq_len (8192): vLLM serves up to max_model_len, 131072 for "
                    "Llama 3.1, and one 8192-key row is about 4 s of the interpreter's time on one kv head",
                    "prefill chunks past 2048 rows: vLLM's max_num_batched_tokens is 8192 (API server) or 16384 "
-                   "(offline) on an H100/H200, and a 2048-row chunk's reference is 34M scores a head group"),
+                   "(offline) on an H100/H200, and a 2048-row chunk's reference is 34M scores a head group",
+                   "block ids past the blocks a case's sequences need (and 3 spare): vLLM's cache holds as many blocks "
+                   "as the GPU's memory leaves (about 240,000 of 16 tokens for Llama 3.2 1B on an H200: 0.9 of 141 GB, "
+                   "less its weights, at 512 KB a block over its 16 layers), so an offset "
+                   "block x block stride past 2**31 elements, wrong in int32 unless the block id is cast to int64 "
+                   "first, is never computed: that takes a cache of 2**31 elements (4 GB in bf16) in each process"),
     foreign_ops=(
         # vLLM's CPU attention backend (the op under vllm::unified_attention_with_output in its CPU traces);
         # the wrapper itself is not mapped: its arguments hold no cache, and as the outer op it would hide this
