@@ -23,7 +23,7 @@ class PlanConfig:
     probe_whole_work: int = 67108864  # values and FLOPs up to which a probe case runs every program
     served_whole_work: int = 0  # the largest served call runs uncut with every program when it takes at most this
     whole_within_s: float = 0.0  # a sampled call runs again whole when its skipped programs take at most this
-    concurrency_whole: bool = False  # the concurrency cuts run every program (else sampled as range cases are)
+    concurrency_whole: bool = False  # the concurrency and span cuts run every program (else sampled as range cases)
     presets: tuple[Mapping[str, Any], ...] = ()  # every model preset's sizes (conf/model/*.yaml), as plain dicts
     served_rows: int = 0  # the most tokens served in one step: the rows of the presets' served shapes
     whole: bool = False  # the GPU's plan: shapes whole, no range cases, no sampling, no dry calls
