@@ -317,3 +317,37 @@ def test_verify_models_narrows_the_presets_by_name_and_refuses_an_unknown_one():
     for bad in (["llama_9000"], [], "some"):
         with pytest.raises(config.UserError, match=r"verify.models=.*give all, or a list of model presets from \["):
             config.chosen_presets(bad)
+
+
+def _layout(args) -> list:
+    return [(tuple(a.shape), a.stride(), a.dtype) if isinstance(a, torch.Tensor) else type(a) for a in args]
+
+
+@pytest.mark.parametrize("target", sorted(all_targets(), key=lambda t: t.name), ids=lambda t: t.name)
+def test_a_dry_calls_arguments_have_the_layouts_a_real_call_gets(target):
+    """The dry calls' stand-ins (large tensors left unfilled, their layouts worked out without the values) have the
+    shapes, strides and dtypes make_inputs gives, at each served shape of up to 4M input values (bigger ones are
+    only planned, never made, here)."""
+    gen = torch.Generator()
+    checked = 0
+    for shape, dtype in case_plan.served_calls(target, None, PLAN):
+        if (target.input_elements or numel)(shape) <= 1 << 22:
+            real = target.make_inputs(shape, dtype, gen.manual_seed(0), "normal")
+            assert _layout(case_plan.layout_of(target, shape, dtype)) == _layout(real), (shape, dtype)
+            checked += 1
+    assert checked
+
+
+def test_dry_calls_import_no_torch_dynamo():
+    """Making the dry calls' stand-ins takes no meta kernel written in Python (randn, elementwise ops, cat): those
+    import torch._dynamo, 2 s of each judging. Rotary's make draws, computes elementwise and joins; paged
+    attention's permutes and indexes."""
+    import subprocess
+    import sys
+    code = ("import sys\nfrom tests.verify.test_cases import PLAN\nfrom autotune.targets import all_targets\n"
+            "from autotune.verify.plan.cases import dry_calls\n"
+            "for t in all_targets():\n    if t.name in ('rotary_embedding', 'paged_attention'):\n"
+            "        for _ in dry_calls(t, None, PLAN): pass\n"
+            "print('torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True)
+    assert out.stdout.strip() == "False", out.stderr[-2000:]

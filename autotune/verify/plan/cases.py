@@ -255,8 +255,11 @@ def served_shapes(target: Target, shapes, config: PlanConfig) -> list[Shape]:
 
 class _NoLargeValues(TorchDispatchMode):
     """make_inputs at a served shape for its layout alone: an op that makes or reads a large tensor gives an unfilled
-    tensor of the shape, dtype and strides the op would give (worked out on the meta device); views run as usual,
-    and so do ops on small tensors, which may decide shapes (prefill's chunk lengths)."""
+    tensor of the shape, dtype and strides the op would give (a draw or fill in place: its tensor; a factory, an
+    elementwise op on dense operands or a join: dense, in the dtype the op gives at one element; any other op:
+    worked out on the meta device, whose kernels for those are Python references that import torch._dynamo, 2 s
+    of a judging); views run as usual, and so do ops on small tensors, which may decide shapes (prefill's chunk
+    lengths)."""
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -269,12 +272,33 @@ class _NoLargeValues(TorchDispatchMode):
         large = any(t.numel() > 1 << 16 for t in tensors) or (size and numel(size) > 1 << 16)
         if not large or torch.Tag.view_copy in func.tags or func.is_view:
             return func(*args, **kwargs)
+        written = func._schema.arguments[0].alias_info if func._schema.arguments else None
+        if written is not None and written.is_write:
+            return args[0]
+        one, shape = None, size
+        if not tensors and "memory_format" not in kwargs:
+            one = func(*[[1] * len(size) if isinstance(a, (list, tuple)) else a for a in args], **kwargs)
+        elif torch.Tag.pointwise in func.tags:
+            shape = tuple(torch.broadcast_shapes(*(t.shape for t in tensors)))
+            if all(t.is_contiguous() for t in tensors if t.shape == shape):
+                one = func(*torch.utils._pytree.tree_map(_one, args), **torch.utils._pytree.tree_map(_one, kwargs))
+        elif func is torch.ops.aten.cat.default and all(t.dim() == tensors[0].dim() > 0 for t in tensors):
+            dim = (args[1] if len(args) > 1 else kwargs.get("dim", 0)) % tensors[0].dim()
+            shape = (*tensors[0].shape[:dim], sum(t.shape[dim] for t in tensors), *tensors[0].shape[dim + 1:])
+            one = func([_one(t) for t in tensors], dim)
+        if isinstance(one, torch.Tensor):
+            return torch.empty(shape, dtype=one.dtype)
         meta = torch.utils._pytree.tree_map(
             lambda a: a.to("meta") if isinstance(a, torch.Tensor) else a, (args, kwargs))
         out = func(*meta[0], **{**meta[1], **({"device": "meta"} if "device" in kwargs or not tensors else {})})
         return torch.utils._pytree.tree_map(
             lambda o: torch.empty_strided(o.shape, o.stride(), dtype=o.dtype) if isinstance(o, torch.Tensor) else o,
             out)
+
+
+def _one(a):
+    """A tensor argument at one element (its dims kept: a 0-d tensor promotes types as a scalar does)."""
+    return a.new_zeros((1,) * a.dim()) if isinstance(a, torch.Tensor) else a
 
 
 def layout_of(target: Target, shape: Shape, dtype: torch.dtype) -> tuple:
