@@ -144,6 +144,16 @@ def range_cuts(shape):
     return cuts
 
 
+def span_cuts(shape):
+    """The intermediate size whole (the gate/up GEMM's N, twice it, and the down GEMM's K) and the hidden size whole
+    (the down GEMM's N), each with the other a tile plus its remainder, at a decode step of one token routed to
+    top-k experts of top-k (the fewest row blocks): every served value with every program, so a grid capped along
+    either with a rounded-down share of the tiles shows where it is served."""
+    _, _, top_k, hidden, inter = shape
+    return ((1, top_k, top_k, min(hidden, 32 + hidden % 32), inter),
+            (1, top_k, top_k, hidden, min(inter, 32 + inter % 32)))
+
+
 def model_shapes(dims, rows):
     """Each MoE preset's experts at a drawn token count and at a decode step of 4 tokens."""
     moe = dims.get("moe")
@@ -236,6 +246,7 @@ TARGET = Target(
     example="fused_moe.py",
     cut_shape=cut_shape,
     range_cuts=range_cuts,
+    span_cuts=span_cuts,
     input_elements=input_elements,
     output_elements=output_elements,
     model_shapes=model_shapes,

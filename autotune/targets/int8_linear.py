@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from autotune.targets import _gemm
-from autotune.targets.base import ATOMIC_REDUCTIONS, OpClass, Target, activations, upcast
+from autotune.targets.base import ATOMIC_REDUCTIONS, OpClass, Target, activations, layer_scaled, upcast
 
 
 def int8_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -33,6 +33,8 @@ def quantize(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def make_inputs(shape, dtype, gen, kind):
     m, n, k = shape
     x = activations((m, k), dtype, gen, kind)
+    if kind == "normal":  # as linear's: a layer's scale and outlier channels (a kernel that skips the tiles of small
+        x = layer_scaled(x, gen)  # activations is exact on N(0, 1) and drops nearly every tile at 2^-6)
     weight, scale = quantize(torch.randn((n, k), generator=gen) * k ** -0.5)
     return x, weight, scale
 
