@@ -12,6 +12,7 @@ from autotune.config import compose, conf_dir
 from autotune.targets import all_targets, get
 from autotune.targets.base import OpClass
 from autotune.verify.plan import cases as case_plan
+from autotune.verify.plan import dry
 from autotune.verify.plan.cases import CONTRACT_SOURCES, PlanConfig, contract_shapes, cut_note, cut_rows, numel, plan
 from autotune.verify.plan.data import answers, make_data
 
@@ -280,7 +281,7 @@ def test_probes_raise_one_dim_alone_to_its_served_value_and_its_power_of_two_buc
     assert all(sum(a != b for a, b in zip(p, cut)) == 1 for p in probes)  # one dim raised at a time
     # a raise the op cannot take is left out: paged attention's heads raised alone leave a group that does not divide
     paged = get("paged_attention")
-    calls = case_plan.probe_calls(paged, [((17, 32, 8, 128, 16, 2048, 4096), torch.float32)], PLAN)
+    calls = dry.probe_calls(paged, [((17, 32, 8, 128, 16, 2048, 4096), torch.float32)], PLAN)
     assert calls and all(s[1] % s[2] == 0 for s, _, _ in calls)
     # the cheapest probe that made a launch is the case, sampled where it is dear
     made = [[((512, *cut[1:]), torch.float32), ((257, *cut[1:]), torch.bfloat16), ((257, *cut[1:]), torch.float32)],
@@ -333,7 +334,7 @@ def test_a_dry_calls_arguments_have_the_layouts_a_real_call_gets(target):
     for shape, dtype in case_plan.served_calls(target, None, PLAN):
         if (target.input_elements or numel)(shape) <= 1 << 22:
             real = target.make_inputs(shape, dtype, gen.manual_seed(0), "normal")
-            assert _layout(case_plan.layout_of(target, shape, dtype)) == _layout(real), (shape, dtype)
+            assert _layout(dry.layout_of(target, shape, dtype)) == _layout(real), (shape, dtype)
             checked += 1
     assert checked
 
@@ -345,7 +346,7 @@ def test_dry_calls_import_no_torch_dynamo():
     import subprocess
     import sys
     code = ("import sys\nfrom tests.verify.test_cases import PLAN\nfrom autotune.targets import all_targets\n"
-            "from autotune.verify.plan.cases import dry_calls\n"
+            "from autotune.verify.plan.dry import dry_calls\n"
             "for t in all_targets():\n    if t.name in ('rotary_embedding', 'paged_attention'):\n"
             "        for _ in dry_calls(t, None, PLAN): pass\n"
             "print('torch._dynamo' in sys.modules)")

@@ -69,7 +69,7 @@ PAGED_DOMAIN = [  # (the changes, each (old, new); the dim of the failing case; 
     ((("BD=triton.next_power_of_2(head_dim)", "BD=min(triton.next_power_of_2(head_dim), 128)"),), 3, (256,)),
     # a decode step of vLLM's max_num_seqs (1024 on an H100/H200), a range case of the default plan (the quick one
     # keeps 2 of 6): the sequence search stops after 64 sequences
-    ((("for i in range(1, num_seqs):", "for i in range(1, tl.minimum(num_seqs, 64)):"),), 0, (1024,)),
+    ((("end = seq + num_seqs", "end = seq + tl.minimum(num_seqs, 64)"),), 0, (1024,)),
     # stop 40's attacker: the window applied to the cached prefix only (a chunk's own keys taken as inside it), wrong
     # once a prefill chunk is longer than its window: the default step's 2048-row chunk under Gemma 3's 1024 keys
     ((("for start in range(lo // TILE * TILE, pos + 1, TILE):",
@@ -329,7 +329,8 @@ def test_a_drawn_program_cannot_take_its_stores_out_of_the_sample_by_reading_par
                                            ("verify.concurrency_whole=true", "")])
 def test_a_persistent_gemms_rounded_down_share_is_caught_where_the_output_has_more_tiles_than_sms(setting, said):
     """A persistent grid of one program per SM whose share of the tiles is rounded down leaves tiles unwritten only
-    past 132 of them. A range case (in one dtype) runs M whole with N as far as that takes for 128 x 128 tiles: with
+    past 132 of them. A range case (in one dtype) runs M whole with N as far as that takes for 128 x 128 tiles, and
+    the span cuts each served N whole at a decode step's 8 rows (152 tiles at Qwen2.5-0.5B's 9728): with
     every program on the default plan (`verify.concurrency_whole`: a kernel whose programs are slow enough to keep
     the next rule from running it whole passed), and a sampled case whose skipped programs are cheap runs again whole
     (`verify.whole_within_s`); both are off on the quick plan and set here. Every output is compared then."""
@@ -340,7 +341,8 @@ def test_a_persistent_gemms_rounded_down_share_is_caught_where_the_output_has_mo
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
     assert said in v.reason, v.reason
     m, n, _ = v.failing_case().shape
-    assert (m // 64) * (n // 64) > 132, v.reason  # more 64 x 64 tiles than SMs: the candidate's share rounds down
+    assert -(-m // 64) * -(-n // 64) > 132, v.reason  # more 64 x 64 tiles than SMs: the share rounds down (at a
+    # concurrency cut, or at a span cut's served N)
 
 
 def test_a_grid_capped_along_n_is_caught_at_the_served_n_past_the_cap():
