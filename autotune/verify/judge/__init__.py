@@ -30,7 +30,7 @@ from autotune.verify import protocol
 from autotune.verify.judge.session import Session
 from autotune.verify.judge.status import Ended, conclude
 from autotune.verify.plan import cases as case_plan
-from autotune.verify.plan import dry
+from autotune.verify.plan import dry as dry_plan
 from autotune.verify.plan.config import PlanConfig
 from autotune.verify.plan.data import make_data
 from autotune.verify.protocol import Placement
@@ -119,7 +119,7 @@ def _judge(target: Target, source: str, path: str, cfg_verify, verdict: Verdict,
         probes = [(probe, dtype) for shape, dtype in served for probe in case_plan.probe_shapes(target, shape,
                                                                                                 plan_config)]
         run = _run_worker(target, source, plan, limits, device, session, salt,
-                          dry.dry_calls(target, shapes, plan_config) if interpreted else [], plan_config,
+                          dry_plan.dry_calls(target, shapes, plan_config) if interpreted else [], plan_config,
                           _largest_frame(target, [(c.shape, c.dtype) for c in plan + reach] + probes), limits_of_source)
         session.coverage_answers.put(None)  # a stream still waiting for the device's answer (the worker died) ends
     if session.setup_error:
@@ -215,7 +215,7 @@ def _run_worker(target: Target, source: str, plan: list[case_plan.Case], limits:
             answer = yield from left_out()
             if answer is None or not answer.dry_index:
                 return
-            for shape, dtype, args in dry.probe_calls(
+            for shape, dtype, args in dry_plan.probe_calls(
                     target, [served[i] for i in answer.dry_index if 0 <= i < len(served)], plan_config):
                 if (shape, dtype) not in probed:
                     probed.append((shape, dtype))
