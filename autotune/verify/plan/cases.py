@@ -203,15 +203,17 @@ def _planned(target: Target, shapes, config: PlanConfig, salt: bytes) -> list[_P
                            sample=0 if config.concurrency_whole else range_sample(target, shape, config))
                   for shape, requested in across.items()]
         largest = served_whole(target, shapes, config)
-        found += [_Planned(largest, largest, dtype, "normal", 0, "range") for dtype in dtypes if largest]
+        found += [_Planned(largest, largest, served_dtype, "normal", 0, "range")] if largest else []
     return found
 
 
 def served_whole(target: Target, shapes, config: PlanConfig) -> Shape | None:
     """The largest served call (sizes together), uncut, when it takes at most `verify.served_whole_work` values and
-    FLOPs: a range case runs it with every program. A kernel that switches at a product of sizes (one program too
-    few past a step's size) is wrong only there, and a sample cannot show an output no program wrote; the row ops'
-    largest calls (rms_norm [2048, 4096]) fit, the GEMMs', attention's and MoE's do not (the verdict names them)."""
+    FLOPs: a range case runs it with every program, in the dtype served at that size (bf16 where the target has it:
+    every preset serves bf16, and only the presets reach it; 22 s of rotary's default plan in the two others). A
+    kernel that switches at a product of sizes (one program too few past a
+    step's size) is wrong only there, and a sample cannot show an output no program wrote; the row ops' largest
+    calls (rms_norm [2048, 4096]) fit, the GEMMs', attention's and MoE's do not (the verdict names them)."""
     largest = max(served_shapes(target, shapes, config), key=numel, default=None)
     return largest if largest is not None and _work(target, largest) <= config.served_whole_work else None
 
