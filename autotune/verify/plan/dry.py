@@ -14,9 +14,9 @@ from autotune.verify.plan.config import PlanConfig
 class _NoLargeValues(TorchDispatchMode):
     """make_inputs at a served shape for its layout alone: an op that makes or reads a large tensor gives an unfilled
     tensor of the shape, dtype and strides the op would give (a draw or fill in place: its tensor; a factory, an
-    elementwise op on dense operands or a join: dense, in the dtype the op gives at one element; any other op:
-    worked out on the meta device, whose kernels for those are Python references that import torch._dynamo, 2 s
-    of a judging); views run as usual, and so do ops on small tensors, which may decide shapes (prefill's chunk
+    elementwise op on dense operands or a join: dense, in the dtype the op gives at one element, since their meta
+    kernels are Python references that import torch._dynamo, 2 s of a judging; any other op: worked out on the
+    meta device); views run as usual, and so do ops on small tensors, which may decide shapes (prefill's chunk
     lengths)."""
 
     @classmethod
