@@ -360,23 +360,28 @@ def test_a_grid_capped_along_n_is_caught_at_the_served_n_past_the_cap():
     assert -(-n // 64) > 96 and -(-n // 64) % 96, v.reason  # a served N whose tiles the capped share leaves out
 
 
-def test_a_fused_moe_that_caps_the_intermediate_at_run_time_is_caught_at_the_served_sizes():
+def test_a_fused_moe_that_caps_the_intermediate_at_run_time_is_caught_at_the_served_sizes(tmp_path):
     """A stop 45 attacker's class: the intermediate loop cut to a chunk count passed at run time (no new launch
-    signature) was exact at every size the plan ran (256 at most) and wrong at Qwen3-30B-A3B's 768. Fused MoE's span
-    cuts run each served intermediate and hidden size whole at one token (this kernel's one program per token and
-    128 output columns: every program, on the quick plan too)."""
-    v = verify("fused_moe", CANDIDATES / "fused_moe_intermediate_chunks_capped.py",
-               compose(["verify=quick", "verify.dtypes=[bfloat16]"]))
+    signature; here at most 6 chunks of 64, exact up to 384) was exact at every size the plan ran (256 at most) and
+    wrong at Qwen3-30B-A3B's 768. Fused MoE's span cuts run each served intermediate and hidden size whole at one
+    token (the example's one program per token and 128 output columns: every program, on the quick plan too)."""
+    capped = example_variant(
+        tmp_path, "fused_moe", "top_k, H, I,  # noqa", "top_k, H, I, chunks,  # noqa",
+        ("for i0 in range(0, I, BI):", "for i0 in range(0, chunks * BI, BI):"),
+        ("ids.shape[1], hidden, inter,", "ids.shape[1], hidden, inter, min(triton.cdiv(inter, 64), 6),"))
+    v = verify("fused_moe", capped, compose(["verify=quick", "verify.dtypes=[bfloat16]"]))
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
     assert v.failing_case().shape[4] > 6 * 64, v.reason
 
 
-def test_a_gemm_that_skips_quiet_activation_tiles_is_caught():
+def test_a_gemm_that_skips_quiet_activation_tiles_is_caught(tmp_path):
     """A stop 45 attacker's class: int8_linear drew its activations from N(0, 1) alone, where no 16 x 64 tile is all
     below 0.03; a kernel leaving such tiles out passed, and drops nearly every tile at a layer's scale of 2^-6. Its
     activations are layer-scaled now, as linear's and fused MoE's are."""
-    v = verify("int8_linear", CANDIDATES / "int8_linear_skips_quiet_tiles.py",
-               compose(["verify=quick", "verify.dtypes=[bfloat16]"]))
+    dot = 'acc = tl.dot(a, b.to(a.dtype), acc, input_precision="ieee")'
+    skips = example_variant(tmp_path, "int8_linear", dot, "loud = tl.max(tl.max(tl.abs(a.to(tl.float32)), axis=1), "
+                            f"axis=0) >= 0.03\n        acc = tl.where(loud, {dot[6:]}, acc)")
+    v = verify("int8_linear", skips, compose(["verify=quick", "verify.dtypes=[bfloat16]"]))
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
 
 

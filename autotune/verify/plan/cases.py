@@ -211,9 +211,9 @@ def served_whole(target: Target, shapes, config: PlanConfig) -> Shape | None:
     """The largest served call (sizes together), uncut, when it takes at most `verify.served_whole_work` values and
     FLOPs: a range case runs it with every program, in the dtype served at that size (bf16 where the target has it:
     every preset serves bf16, and only the presets reach it; 22 s of rotary's default plan in the two others). A
-    kernel that switches at a product of sizes (one program too few past a
-    step's size) is wrong only there, and a sample cannot show an output no program wrote; the row ops' largest
-    calls (rms_norm [2048, 4096]) fit, the GEMMs', attention's and MoE's do not (the verdict names them)."""
+    kernel that switches at a product of sizes (one program too few past a step's size) is wrong only there, and a
+    sample cannot show an output no program wrote; the row ops' largest calls (rms_norm [2048, 4096]) fit, the
+    GEMMs', attention's and MoE's do not (the verdict names them)."""
     largest = max(served_shapes(target, shapes, config), key=numel, default=None)
     return largest if largest is not None and _work(target, largest) <= config.served_whole_work else None
 
