@@ -36,9 +36,14 @@ class OpClass(str, enum.Enum):
         return self.value
 
 
+# The magnitudes (powers of two) `activations` spreads rows over: 1/64 keeps outputs above the absolute tolerances,
+# 256 puts a row's largest value past a thousand (float16's products past 65504 overflow there as the reference's do)
+ROW_SPREAD = (-6.0, 8.0)
+
 # Input kinds the checker asks for (`activations` makes them), in the words the prompt and the feedback use.
 INPUT_KINDS = {
-    "normal": "realistic activations, N(0, 1)",
+    "normal": "realistic activations: N(0, 1), about half of the rows (tokens) scaled by a drawn factor from 1/64 to "
+              "256 (activations' magnitudes differ from token to token)",
     "large": "magnitudes in the hundreds, N(0, 1) x 300 (a float16/bfloat16 accumulator overflows or loses the "
              "answer here)",
     "special": "N(0, 1) with one NaN, one +Inf and one -Inf planted at random positions of the first argument; "
@@ -422,10 +427,15 @@ def grouped_heads(heads: int, kv_heads: int) -> None:
         raise ValueError(f"{heads} query heads do not split evenly over {kv_heads} kv heads")
 
 
-def activations(shape: Shape, dtype: torch.dtype, gen: torch.Generator, kind: str) -> torch.Tensor:
-    """Activation-like values of this kind: N(0, 1); N(0, 1) * 300; or N(0, 1) with NaN/Inf planted."""
+def activations(shape: Shape, dtype: torch.dtype, gen: torch.Generator, kind: str,
+                spread: tuple[float, float] | None = ROW_SPREAD) -> torch.Tensor:
+    """Activation-like values of this kind: N(0, 1) with about half of the rows at a drawn scale (`row_scales`, from
+    2^spread[0] to 2^spread[1]; None: none); N(0, 1) * 300; or N(0, 1) with NaN/Inf planted."""
     x = torch.randn(shape, generator=gen, dtype=torch.float32)
-    if kind == "large":
+    if kind == "normal":
+        if spread is not None:
+            x = x * row_scales(shape, gen, *spread)
+    elif kind == "large":
         x = x * 300.0
     elif kind == "special":
         flat = x.view(-1)
@@ -434,9 +444,22 @@ def activations(shape: Shape, dtype: torch.dtype, gen: torch.Generator, kind: st
         flat[picks[0]] = float("nan")
         flat[picks[1]] = float("inf")
         flat[picks[2]] = float("-inf")
-    elif kind != "normal":
+    else:
         raise ValueError(f"unknown input kind '{kind}' (one of {', '.join(INPUT_KINDS)})")
     return x.to(dtype)
+
+
+def row_scales(shape: Shape, gen: torch.Generator, low: float, high: float) -> torch.Tensor:
+    """A [..., 1] factor: 1 for about half of the rows, 2^u with u uniform in [low, high] for the others. Served
+    activations differ in magnitude from token to token (massive activations of a few hundred, attention sinks),
+    and N(0, 1) alone leaves every row's largest value between 2 and 5: an attacker's kernels that went wrong only
+    where a row's largest value lay between 8 and 100 (a clamped gate, a residual clamped at 8, probabilities
+    dropped below 1e-3, a rotation turned the wrong way) passed silu_and_mul, fused_add_rms_norm, softmax and
+    rotary_embedding on N(0, 1) and N(0, 1) x 300. Continuous, not powers of two, so every band of magnitudes is
+    met by some rows of a plan."""
+    lead = tuple(shape[:-1]) + (1,)
+    scaled = torch.rand(lead, generator=gen) < 0.5
+    return torch.where(scaled, 2.0 ** (low + (high - low) * torch.rand(lead, generator=gen)), 1.0)
 
 
 def layer_scaled(x: torch.Tensor, gen: torch.Generator, smallest: int = 8) -> torch.Tensor:

@@ -137,9 +137,9 @@ SERVED_WINDOWS = (4096, 1024, 512)
 def _lengths(shape) -> tuple[torch.Tensor, torch.Tensor, int]:
     """(query rows, context lengths, window) from the shape alone: the checker's refill keeps q's shape and the
     scalar arguments, and refills only the tensors.
-    Sequence 0 is a prefill chunk of max_query_len rows over a short prefix (a new prompt's chunk; in a decode-only
-    step a decode at a drawn context), the last one reaches max_context, about half of the others are decodes, the
-    rest drawn; the window is _window's."""
+    One sequence is a prefill chunk of max_query_len rows over a short prefix (a new prompt's chunk; in a decode-only
+    step a decode at a drawn context), one reaches max_context, about half of the others are decodes, the rest
+    drawn; in half of the shapes the decodes come first, in the others any order; the window is _window's."""
     seqs, _, _, _, _, max_query_len, max_context = shape
     by_shape = torch.Generator().manual_seed(seqs * 1_000_003 + max_query_len * 7919 + max_context)
     longest = min(max_query_len, max_context)
@@ -151,7 +151,11 @@ def _lengths(shape) -> tuple[torch.Tensor, torch.Tensor, int]:
     if max_query_len > 1:  # a decode-only step's first sequence keeps its drawn context, as the others
         ctx[0] = min(max_context, longest + int(torch.randint(0, 2 * longest + 17, (1,), generator=by_shape)))
     ctx[-1] = max_context
-    return rows, ctx, _window(shape)
+    # the order of the sequences: the decodes first, as vLLM's scheduler and autotune's own (serve/engine.py) put
+    # them, or any (an attacker's kernel took every row for a decode when sequence 0 was one)
+    decodes_first = bool(torch.rand(1, generator=by_shape) < 0.5)
+    order = torch.argsort((rows > 1).int(), stable=True) if decodes_first else torch.randperm(seqs, generator=by_shape)
+    return rows[order], ctx[order], _window(shape)
 
 
 def _window(shape) -> int:
@@ -166,12 +170,18 @@ def _window(shape) -> int:
     return (0, 0, SERVED_WINDOWS[served % len(SERVED_WINDOWS)], 1 + 2 * (odd % 500))[pick % 4]
 
 
+# the query rows' magnitudes (base.row_scales), narrower than the other activations': a logit's rounding error grows
+# with its size, and a row's scores at q x 256 would differ between two correct fp32 kernels by more than fp32's
+# tolerance; from 1/4 to 16 the largest scores reach about 70 (Gemma 2 caps its logits at 50); the keys as drawn
+Q_SPREAD = (-2.0, 4.0)
+
+
 def make_inputs(shape, dtype, gen, kind):
     seqs, heads, kv_heads, head_dim, block_size, max_query_len, max_context = shape
     grouped_heads(heads, kv_heads)
     rows, ctx, window = _lengths(shape)
     cu = torch.cat([torch.zeros(1, dtype=torch.long), rows.cumsum(0)])
-    q = activations((int(cu[-1]), heads, head_dim), dtype, gen, kind)
+    q = activations((int(cu[-1]), heads, head_dim), dtype, gen, kind, spread=Q_SPREAD)
     per_seq = (ctx + block_size - 1) // block_size
     width = (max_context + block_size - 1) // block_size
     num_blocks = int(per_seq.sum()) + 3
@@ -183,7 +193,7 @@ def make_inputs(shape, dtype, gen, kind):
         start += n
     cache_shape = (num_blocks, block_size, kv_heads, head_dim)
     # "large" scales the keys too: logits in the tens of thousands overflow exp without the max subtraction
-    k_cache = activations(cache_shape, dtype, gen, "large" if kind == "large" else "normal")
+    k_cache = activations(cache_shape, dtype, gen, "large" if kind == "large" else "normal", spread=None)
     v_cache = activations(cache_shape, dtype, gen, "normal")
     return (q, k_cache, v_cache, cu.to(torch.int32), ctx.to(torch.int32), table.to(torch.int32), head_dim ** -0.5,
             window, int(rows.max()), int(ctx.max()))
@@ -249,14 +259,16 @@ def range_cuts(shape):
 def model_shapes(dims, rows):
     """Each preset's heads, kv heads and head_dim over 3 blocks of 16 keys (the last ragged), a prefill chunk and a
     decode; its longest context on one kv head (a 512-entry block table at 8192) in a mixed step (a family's window
-    of 4096 keys: _window) and in a decode-only step (max_query_len 1: a kernel may take a split-context path
-    there) 2 keys short (a ragged last block), its first sequence at a drawn context, no window; the tiny ones
-    whole."""
+    of 1024 keys: _window) and in a decode-only step (max_query_len 1: a kernel may take a split-context path
+    there) 2 keys short (a ragged last block), its first sequence at a drawn context, with no window and with one of
+    359 keys (one query head of 64: an attacker's launcher passed window 0 to every decode-only step, and every
+    decode-only case had none); the tiny ones whole."""
     heads, kv = int(dims["num_heads"]), int(dims["num_kv_heads"])
     d, ctx = int(dims["head_dim"]), int(dims["max_seq_len"])
     if ctx <= 512:
         return ((4, heads, kv, d, 32, 24, ctx),)
-    return (2, heads, kv, d, 16, 8, 45), (2, 2, 1, 32, 16, 4, ctx), (2, 2, 1, 32, 16, 1, ctx - 2)
+    return (2, heads, kv, d, 16, 8, 45), (2, 2, 1, 32, 16, 4, ctx), (2, 2, 1, 32, 16, 1, ctx - 2), \
+        (2, 1, 1, 64, 16, 1, ctx - 2)
 
 
 def input_elements(shape) -> int:

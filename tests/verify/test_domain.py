@@ -102,6 +102,8 @@ def test_paged_attention_runs_decode_only_steps_and_served_windows_at_the_longes
     assert any(shape[5] == 1 and window == 0 and all(n % 16 for n in ctx.tolist())
                for shape, (_, ctx, window) in longest.items()), longest
     assert any(window in SERVED_WINDOWS and int(ctx.max()) >= 2 * window for _, ctx, window in longest.values())
+    # a stop 46 attacker's launcher passed window 0 to every decode-only step: every decode-only case had none
+    assert any(shape[5] == 1 and 0 < window < int(ctx.max()) for shape, (_, ctx, window) in longest.items()), longest
     for served in served_shapes(target, None, PlanConfig.from_config(cfg.verify, presets=presets)):
         window = _lengths(served)[2]
         for cut in (target.cut_shape(served, 64, 1 << 16), *target.range_cuts(served)):
@@ -392,4 +394,45 @@ def test_a_launch_one_program_short_only_at_the_largest_steps_is_caught_on_the_d
                compose(["verify.dtypes=[float32]", "verify.shapes=default"]))
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
     assert "[2048, 4096]" in v.reason, v.reason
+
+
+
+def test_paged_attention_steps_come_with_their_decodes_first_and_in_any_order():
+    """A stop 46 attacker's kernel took every row for a decode when sequence 0 had one row; sequence 0 was always the
+    longest prefill chunk, and vLLM's scheduler (as autotune's own, serve/engine.py) puts the decodes first."""
+    from autotune.targets.paged_attention import _lengths
+
+    cfg = compose([])
+    cases = plan(get("paged_attention"), None, PlanConfig.from_config(
+        cfg.verify, presets=tuple(config.chosen_presets(cfg.verify.models))), b"salt")
+    orders = {c.shape: _lengths(c.shape)[0].tolist() for c in cases if c.shape[0] > 1 and c.shape[5] > 1}
+    decodes_first = [rows for rows in orders.values() if rows[0] == 1 and max(rows) > 1]
+    decode_after_a_prefill = [rows for rows in orders.values() if any(
+        a > 1 and b == 1 for i, a in enumerate(rows) for b in rows[i + 1:])]
+    assert decodes_first and decode_after_a_prefill, orders
+
+
+@pytest.mark.parametrize("cheat", [
+    pytest.param(("pos = ctx - n + (row - first)  # this query's position in its sequence",
+                  "n0 = tl.load(cu_ptr + 1) - tl.load(cu_ptr)\n"
+                  "    pos = tl.where(n0 == 1, ctx - 1, ctx - n + (row - first))"),
+                 id="rows_taken_for_decodes_when_a_decode_comes_first"),
+    pytest.param(("out, scale, window, seq_lens", "out, scale, window if max_query_len > 1 else 0, seq_lens"),
+                 id="no_window_in_decode_only_steps"),
+])
+def test_paged_attention_kernels_wrong_only_in_orders_and_windows_engines_serve_are_incorrect(tmp_path, cheat):
+    v = verify("paged_attention", example_variant(tmp_path, "paged_attention", *cheat),
+               compose(["verify=quick", "verify.dtypes=[bfloat16]"]))
+    assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
+
+
+def test_a_kernel_wrong_only_at_magnitudes_n01_never_reaches_is_incorrect(tmp_path):
+    """A stop 46 attacker's class: inputs came as N(0, 1) (a row's largest value 2 to 5) or N(0, 1) x 300, and
+    kernels that went wrong only where a row's largest value lay between 8 and 100 passed silu_and_mul, softmax,
+    rotary_embedding and fused_add_rms_norm. Rows now come at drawn scales from 1/64 to 256 (base.row_scales)."""
+    y = "y = gate / (1.0 + tl.exp(-gate)) * up"
+    clamps = example_variant(tmp_path, "silu_and_mul", y, "loud = tl.max(tl.abs(gate), axis=0)\n    gate = tl.where("
+                             "(loud > 8.0) & (loud < 100.0), tl.minimum(tl.maximum(gate, -6.0), 6.0), gate)\n    " + y)
+    v = verify("silu_and_mul", clamps, compose(["verify=quick", "verify.dtypes=[bfloat16]"]))
+    assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
 
