@@ -273,3 +273,20 @@ def test_tf32_reads_fp32_as_a_tensor_core_does_and_the_reference_takes_its_produ
     assert torch.equal(through, tf32(a) @ tf32(w).T)  # F.linear's product, its factors in TF32
     assert not torch.equal(through, a @ w.T)
 
+
+def test_a_half_precision_output_that_leans_off_the_exact_answer_is_a_systematic_bias():
+    """A stop 46 attacker's RMSNorm scaled its bfloat16 output by 1.01: within rtol (1.6e-2) at every value, 1% too
+    large everywhere. Rounding to nearest leans neither way, and rounding toward zero half a unit: both pass."""
+    gold = torch.randn(64, 256, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    ref = gold.to(torch.bfloat16)
+    leaning = (gold * 1.01).to(torch.bfloat16)
+    check = compare(leaning, ref, gold, BF16)
+    assert not check.passed and "systematic bias" in check.note and "1.0" in check.note and "larger" in check.note
+    assert not compare((gold * 0.99).to(torch.bfloat16), ref, gold, BF16).passed
+    toward_zero = (gold.float().view(torch.int32) & ~0xFFFF).view(torch.float32).to(torch.bfloat16)
+    assert compare(toward_zero, ref, gold, BF16).passed
+    assert compare(ref.clone(), ref, gold, BF16).passed
+    few = compare(leaning[:1, :128], ref[:1, :128], gold[:1, :128], BF16)  # too few values to tell a lean
+    assert few.passed, few.note
+    fp32 = compare((gold * (1 + 1e-6)).float(), gold.float(), gold, FP32)  # fp32: within its rtol is enough
+    assert fp32.passed

@@ -14,6 +14,9 @@ The gate, per output (the rules of torch.testing and torch._dynamo named below, 
    error + atol, k = 2 for fp32 and 3 for fp16/bf16 (dynamo's multipliers; max error is added because
    RMSE can hide a few badly wrong elements). A kernel that does fp32 math in fp16 fails it by orders
    of magnitude; one that only sums in another order passes.
+5. float16/bfloat16: no lean. Over the values where rtol rules, the outputs may not be larger (or smaller) in
+   magnitude than the fp64 golden on average by more than a quarter of rtol (`_bias`): a uniform 1% scale passes
+   3 at every value in bfloat16.
 Then the case: outputs are contiguous (as the reference's are) and share memory neither with an input nor
 with any other output of any call of the run (the worker keeps them all alive); after every call the inputs
 the target declares in `mutates` hold the reference's in-place result (compared as outputs are) and every
@@ -78,15 +81,62 @@ def compare(out, ref: torch.Tensor, golden: torch.Tensor, tol: Tolerance) -> Che
     max_rel = float(torch.where(mag > 0, diff / mag, 0.0).max())
     bad = diff > tol.atol + tol.rtol * mag
     if not bad.any():
-        return Check(True, max_abs, max_rel)
+        bias = _bias(o, r, golden.double(), tol, ref.dtype)
+        return Check(not bias, max_abs, max_rel, note=bias)
     golden_ok, golden_note = _golden_fallback(o, r, golden.double(), finite, tol, ref.dtype)
     if golden_ok:
-        return Check(True, max_abs, max_rel, note=golden_note)
+        bias = _bias(o, r, golden.double(), tol, ref.dtype)
+        return Check(not bias, max_abs, max_rel, note=bias or golden_note)
     i = int(bad.nonzero()[0])
     first = f"e.g. {float(of[i]):.6g} where the reference has {float(rf[i]):.6g}"
     return Check(False, max_abs, max_rel,
                  note=f"{_count(bad)} of {diff.numel()} values differ beyond rtol {tol.rtol:g} atol {tol.atol:g} "
                       f"({first}; {golden_note})")
+
+
+BIAS_SHARE = 0.25  # of rtol: the most a half-precision output may lean off the exact answer on average
+MIN_BIAS_VALUES = 256  # values the mean needs: rounding's own lean over 256 of them is about 0.05 of a unit
+
+
+def _bias(o: torch.Tensor, r: torch.Tensor, g: torch.Tensor, tol: Tolerance, dtype: torch.dtype) -> str:
+    """'' unless a float16/bfloat16 output leans off the exact answer (the fp64 golden) on average: the signed error
+    in magnitude, sum((out - golden) * sign(golden)) / sum(|golden|) over the values where rtol rules (|golden| >
+    atol / rtol), beyond BIAS_SHARE of rtol and twice the reference's own lean. Each value may be off by rtol, about
+    four units of bfloat16's rounding; rounding to nearest leans neither way, so over hundreds of values a correct
+    kernel's mean is a small fraction of a unit (rounding toward zero: about half a unit). An attacker's RMSNorm that
+    scaled its bfloat16 output by 1.01 was within rtol at every value and 1% too large everywhere. float32 is
+    not judged so: its rtol is 22 units, and a TF32 product truncates (leans) by design."""
+    if dtype not in (torch.float16, torch.bfloat16):
+        return ""
+    keep = torch.isfinite(o) & torch.isfinite(r) & torch.isfinite(g) & (g.abs() > tol.atol / tol.rtol)
+    n = _count(keep)
+    if n < MIN_BIAS_VALUES:
+        return ""
+    sign, size = torch.where(keep, g.sign(), 0.0), torch.where(keep, g.abs(), 0.0)
+    total = float(size.sum())
+    lean, own = float(((o - g) * sign).nan_to_num_().sum()) / total, float(((r - g) * sign).nan_to_num_().sum()) / total
+    bound = max(BIAS_SHARE * tol.rtol, 2 * abs(own))
+    if abs(lean) <= bound or not _steady(o, g, sign, size, lean):
+        return ""
+    return (f"systematic bias: the outputs are {abs(lean):.2%} {'larger' if lean > 0 else 'smaller'} in magnitude "
+            f"than the exact answer on average over {n} values (rounding leans neither way: at most {bound:.2%} "
+            f"here; the reference's own lean {own:+.3%})")
+
+
+def _steady(o: torch.Tensor, g: torch.Tensor, sign: torch.Tensor, size: torch.Tensor, lean: float) -> bool:
+    """Whether a lean holds row by row: with 8 rows or more, their own leans' mean is at least 4 standard errors
+    from zero. A value's rounding error is not always its own: fused MoE rounds each token's intermediate once, as
+    vLLM does, and every output of the token carries it, so its reference leans up to 0.27 rtol over 436 values
+    (measured) while a uniform scale leans the same in every row."""
+    if o.dim() < 2 or o.shape[0] < 8:
+        return True
+    rows = size.reshape(o.shape[0], -1).sum(1)
+    has = rows > 0
+    per_row = ((o - g) * sign).nan_to_num_().reshape(o.shape[0], -1).sum(1)[has] / rows[has]
+    if per_row.numel() < 8:
+        return True
+    error = float(per_row.std()) / per_row.numel() ** 0.5
+    return abs(lean) > 4 * error
 
 
 def _compare_integers(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> Check:
