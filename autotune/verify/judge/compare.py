@@ -16,7 +16,7 @@ The gate, per output (the rules of torch.testing and torch._dynamo named below, 
    of magnitude; one that only sums in another order passes.
 5. float16/bfloat16: no lean. Over the values where rtol rules, the outputs may not be larger (or smaller) in
    magnitude than the fp64 golden on average by more than a quarter of rtol (`_bias`): a uniform 1% scale passes
-   3 at every value in bfloat16.
+   step 3 at every value in bfloat16.
 Then the case: outputs are contiguous (as the reference's are) and share memory neither with an input nor
 with any other output of any call of the run (the worker keeps them all alive); after every call the inputs
 the target declares in `mutates` hold the reference's in-place result (compared as outputs are) and every
