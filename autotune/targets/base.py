@@ -428,13 +428,16 @@ def grouped_heads(heads: int, kv_heads: int) -> None:
 
 
 def activations(shape: Shape, dtype: torch.dtype, gen: torch.Generator, kind: str,
-                spread: tuple[float, float] | None = ROW_SPREAD) -> torch.Tensor:
+                spread: tuple[float, float] | None = ROW_SPREAD, massive: bool = True) -> torch.Tensor:
     """Activation-like values of this kind: N(0, 1) with about half of the rows at a drawn scale (`row_scales`, from
-    2^spread[0] to 2^spread[1]; None: none); N(0, 1) * 300; or N(0, 1) with NaN/Inf planted."""
+    2^spread[0] to 2^spread[1]; None: none) and, with `massive`, a massive activation in about one row in eight
+    (`massive_values`); N(0, 1) * 300; or N(0, 1) with NaN/Inf planted."""
     x = torch.randn(shape, generator=gen, dtype=torch.float32)
     if kind == "normal":
         if spread is not None:
             x = x * row_scales(shape, gen, *spread)
+        if massive:
+            x = massive_values(x, gen)
     elif kind == "large":
         x = x * 300.0
     elif kind == "special":
@@ -460,6 +463,21 @@ def row_scales(shape: Shape, gen: torch.Generator, low: float, high: float) -> t
     lead = tuple(shape[:-1]) + (1,)
     scaled = torch.rand(lead, generator=gen) < 0.5
     return torch.where(scaled, 2.0 ** (low + (high - low) * torch.rand(lead, generator=gen)), 1.0)
+
+
+def massive_values(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """x with one value of about one row in eight set to +-2^u, u uniform in [4, 12] (16 to 4096): the massive
+    activations of a few channels at a few tokens (a BOS or delimiter token; Llama 2 7B's reach about 2500). Row
+    scales move whole rows, and an attacker's RMSNorm that left any value whose square passed half its row's sum
+    out of the mean square passed: no row had one value above the others."""
+    rows = x.reshape(-1, x.shape[-1]) if x.dim() else x.reshape(1, 1)
+    n, width = rows.shape
+    hit = torch.rand(n, generator=gen) < 0.125
+    cols = torch.randint(0, width, (n,), generator=gen)
+    sign = torch.where(torch.rand(n, generator=gen) < 0.5, -1.0, 1.0)
+    value = sign * 2.0 ** (4 + 8 * torch.rand(n, generator=gen))
+    at = (torch.arange(width)[None, :] == cols[:, None]) & hit[:, None]  # elementwise: the dry calls' stand-ins
+    return torch.where(at, value[:, None], rows).reshape(x.shape)
 
 
 def layer_scaled(x: torch.Tensor, gen: torch.Generator, smallest: int = 8) -> torch.Tensor:

@@ -32,7 +32,7 @@ def quantize(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def make_inputs(shape, dtype, gen, kind):
     m, n, k = shape
-    x = activations((m, k), dtype, gen, kind, spread=None)  # layer_scaled spreads them
+    x = activations((m, k), dtype, gen, kind, spread=None, massive=False)  # layer_scaled spreads them
     if kind == "normal":  # as linear's: a layer's scale and outlier channels (a kernel that skips the tiles of small
         x = layer_scaled(x, gen)  # activations is exact on N(0, 1) and drops nearly every tile at 2^-6)
     weight, scale = quantize(torch.randn((n, k), generator=gen) * k ** -0.5)

@@ -22,7 +22,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
 
 def make_inputs(shape, dtype, gen, kind):
     m, n, k = shape
-    x = activations((m, k), dtype, gen, kind, spread=None)  # layer_scaled spreads them
+    x = activations((m, k), dtype, gen, kind, spread=None, massive=False)  # layer_scaled spreads them
     if kind == "normal":
         x = layer_scaled(x, gen)
     weight = (torch.randn((n, k), generator=gen) * k ** -0.5).to(dtype)  # N(0, 1/K): y keeps x's scale

@@ -139,7 +139,8 @@ def _lengths(shape) -> tuple[torch.Tensor, torch.Tensor, int]:
     scalar arguments, and refills only the tensors.
     One sequence is a prefill chunk of max_query_len rows over a short prefix (a new prompt's chunk; in a decode-only
     step a decode at a drawn context), one reaches max_context, about half of the others are decodes, the rest
-    drawn; in half of the shapes the decodes come first, in the others any order; the window is _window's."""
+    drawn; about 4 in 10 prefills are fresh prompts (no prefix); in half of the shapes the decodes come first, in
+    the others any order, the one at max_context last; the window is _window's."""
     seqs, _, _, _, _, max_query_len, max_context = shape
     by_shape = torch.Generator().manual_seed(seqs * 1_000_003 + max_query_len * 7919 + max_context)
     longest = min(max_query_len, max_context)
@@ -151,11 +152,27 @@ def _lengths(shape) -> tuple[torch.Tensor, torch.Tensor, int]:
     if max_query_len > 1:  # a decode-only step's first sequence keeps its drawn context, as the others
         ctx[0] = min(max_context, longest + int(torch.randint(0, 2 * longest + 17, (1,), generator=by_shape)))
     ctx[-1] = max_context
-    # the order of the sequences: the decodes first, as vLLM's scheduler and autotune's own (serve/engine.py) put
-    # them, or any (an attacker's kernel took every row for a decode when sequence 0 was one)
+    # new prompts (no cached prefix: the context is the chunk), about 4 in 10 of the prefills but the longest context:
+    # an attacker's kernel took the causal limit at a fresh prompt's end, and a context was almost never its chunk
+    fresh = (torch.rand(seqs, generator=by_shape) < 0.4) & (rows > 1)
+    fresh[-1] = False
+    ctx = torch.where(fresh, rows, ctx)
+    # the order of the others: the decodes first, as vLLM's scheduler and autotune's own (serve/engine.py) put them,
+    # or any (an attacker's kernel took every row for a decode when sequence 0 was one); the one at max_context stays
+    # last, where a sampled range case always runs a program (the grid's tail: sampling._draw)
     decodes_first = bool(torch.rand(1, generator=by_shape) < 0.5)
-    order = torch.argsort((rows > 1).int(), stable=True) if decodes_first else torch.randperm(seqs, generator=by_shape)
+    others = torch.argsort((rows[:-1] > 1).int(), stable=True) if decodes_first else \
+        torch.randperm(seqs - 1, generator=by_shape)
+    order = torch.cat([others, torch.tensor([seqs - 1])])
     return rows[order], ctx[order], _window(shape)
+
+
+# The windows a shape's cases take in turn (with scale: cases.plan), so that every shape meets several, decode-only
+# steps included (a stop 46 attacker's launcher passed window 0 to decode-only steps, and then to grouped ones only,
+# and passed while each shape had one window, _window's): none, the families' (SERVED_WINDOWS: past a cut context
+# only at the longest contexts, which run whole), and two odd ones inside the cut contexts (within a key tile, and
+# across tiles of 64 and 128). _window stays the window of the range cases and dry calls, which run no scalars.
+CASE_WINDOWS = (0, 37, 203, *SERVED_WINDOWS)
 
 
 def _window(shape) -> int:
@@ -172,7 +189,9 @@ def _window(shape) -> int:
 
 # the query rows' magnitudes (base.row_scales), narrower than the other activations': a logit's rounding error grows
 # with its size, and a row's scores at q x 256 would differ between two correct fp32 kernels by more than fp32's
-# tolerance; from 1/4 to 16 the largest scores reach about 70 (Gemma 2 caps its logits at 50); the keys as drawn
+# tolerance; from 1/4 to 16 the largest scores reach about 70 (Gemma 2 caps its logits at 50). The keys and values
+# as drawn, with no massive value: a value row 256 times the others, or a value of 4096, under a small weight put an
+# fp32 output's rounding error past twice the reference's (the fallback's bound) in 1 of 4 judgings of the example
 Q_SPREAD = (-2.0, 4.0)
 
 
@@ -181,7 +200,7 @@ def make_inputs(shape, dtype, gen, kind):
     grouped_heads(heads, kv_heads)
     rows, ctx, window = _lengths(shape)
     cu = torch.cat([torch.zeros(1, dtype=torch.long), rows.cumsum(0)])
-    q = activations((int(cu[-1]), heads, head_dim), dtype, gen, kind, spread=Q_SPREAD)
+    q = activations((int(cu[-1]), heads, head_dim), dtype, gen, kind, spread=Q_SPREAD, massive=False)
     per_seq = (ctx + block_size - 1) // block_size
     width = (max_context + block_size - 1) // block_size
     num_blocks = int(per_seq.sum()) + 3
@@ -193,8 +212,9 @@ def make_inputs(shape, dtype, gen, kind):
         start += n
     cache_shape = (num_blocks, block_size, kv_heads, head_dim)
     # "large" scales the keys too: logits in the tens of thousands overflow exp without the max subtraction
-    k_cache = activations(cache_shape, dtype, gen, "large" if kind == "large" else "normal", spread=None)
-    v_cache = activations(cache_shape, dtype, gen, "normal")
+    k_cache = activations(cache_shape, dtype, gen, "large" if kind == "large" else "normal", spread=None,
+                          massive=False)
+    v_cache = activations(cache_shape, dtype, gen, "normal", spread=None, massive=False)
     return (q, k_cache, v_cache, cu.to(torch.int32), ctx.to(torch.int32), table.to(torch.int32), head_dim ** -0.5,
             window, int(rows.max()), int(ctx.max()))
 
@@ -258,17 +278,15 @@ def range_cuts(shape):
 
 def model_shapes(dims, rows):
     """Each preset's heads, kv heads and head_dim over 3 blocks of 16 keys (the last ragged), a prefill chunk and a
-    decode; its longest context on one kv head (a 512-entry block table at 8192) in a mixed step (a family's window
-    of 1024 keys: _window) and in a decode-only step (max_query_len 1: a kernel may take a split-context path
-    there) 2 keys short (a ragged last block), its first sequence at a drawn context, with no window and with one of
-    359 keys (one query head of 64: an attacker's launcher passed window 0 to every decode-only step, and every
-    decode-only case had none); the tiny ones whole."""
+    decode; its longest context on one kv head (a 512-entry block table at 8192) in a mixed step and in a
+    decode-only step (max_query_len 1: a kernel may take a split-context path there) 2 keys short (a ragged last
+    block), its first sequence at a drawn context; the tiny ones whole. The cases' windows take turns
+    (CASE_WINDOWS)."""
     heads, kv = int(dims["num_heads"]), int(dims["num_kv_heads"])
     d, ctx = int(dims["head_dim"]), int(dims["max_seq_len"])
     if ctx <= 512:
         return ((4, heads, kv, d, 32, 24, ctx),)
-    return (2, heads, kv, d, 16, 8, 45), (2, 2, 1, 32, 16, 4, ctx), (2, 2, 1, 32, 16, 1, ctx - 2), \
-        (2, 1, 1, 64, 16, 1, ctx - 2)
+    return (2, heads, kv, d, 16, 8, 45), (2, 2, 1, 32, 16, 4, ctx), (2, 2, 1, 32, 16, 1, ctx - 2)
 
 
 def input_elements(shape) -> int:
@@ -335,7 +353,7 @@ SEARCH = SearchSpace(
 TARGET = Target(
     name="paged_attention",
     layouts=("contiguous", "offset0", "kv_cache_vllm"),  # the cache views autotune's vLLM plugin passes
-    scalar_values={"scale": ATTENTION_SCALES},  # off head_dim ** -0.5 too (Gemma 2)
+    scalar_values={"scale": ATTENTION_SCALES, "window": CASE_WINDOWS},  # scale off head_dim ** -0.5 too (Gemma 2)
     summary="vLLM's unified attention: varlen prefill and decode rows over a paged KV cache (block table), "
             "causal, optional sliding window, GQA",
     reference=paged_attention,

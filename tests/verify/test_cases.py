@@ -314,8 +314,8 @@ def test_verify_models_narrows_the_presets_by_name_and_refuses_an_unknown_one():
     assert [p["name"] for p in config.chosen_presets(OmegaConf.create(["tiny", "llama3_8b"]))] == ["tiny", "llama3_8b"]
     narrowed = PlanConfig.from_config(CFG, presets=config.chosen_presets(["qwen2_5_0_5b"]), served_rows=2048)
     sizes = {case.shape[1:4] for case in plan(get("paged_attention"), None, narrowed, SALT) if case.source == "model"}
-    assert sizes == {(14, 2, 64), (2, 1, 32), (1, 1, 64)}  # Qwen2.5-0.5B's heads, kv heads and head_dim, and its
-    # longest context on one kv head (two query heads; one, under a window); no other model's
+    assert sizes == {(14, 2, 64), (2, 1, 32)}  # Qwen2.5-0.5B's heads, kv heads and head_dim, and its
+    # longest context on one kv head; no other model's
     for bad in (["llama_9000"], [], "some"):
         with pytest.raises(config.UserError, match=r"verify.models=.*give all, or a list of model presets from \["):
             config.chosen_presets(bad)

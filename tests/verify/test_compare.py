@@ -9,7 +9,7 @@ import torch
 from autotune.targets import get
 from autotune.targets.base import DEFAULT_TOLERANCES, Tolerance
 from autotune.verify import protocol
-from autotune.verify.judge.compare import compare, evidence, judge_case
+from autotune.verify.judge.compare import _bias, compare, evidence, judge_case
 from autotune.verify.protocol import same_bits
 from autotune.verify.plan import cases as C
 from autotune.verify.plan import data as D
@@ -34,7 +34,8 @@ def test_tolerance_is_atol_plus_rtol_times_expected():
     gold = ref.double()
     inside = ref + torch.tensor([1e-5 + 1.2e-6, 1e-5 + 1.2e-4])
     outside = ref + torch.tensor([0.0, 1e-5 + 1.4e-4])
-    assert compare(inside, ref, gold, FP32).passed
+    # the reference as far from the exact answer as the candidate (else the RMSE bound of step 5 decides)
+    assert compare(inside, ref, ((inside.double() + gold) / 2), FP32).passed
     check = compare(outside, ref, gold, FP32)
     assert not check.passed and "1 of 2 values differ" in check.note
 
@@ -280,13 +281,35 @@ def test_a_half_precision_output_that_leans_off_the_exact_answer_is_a_systematic
     gold = torch.randn(64, 256, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     ref = gold.to(torch.bfloat16)
     leaning = (gold * 1.01).to(torch.bfloat16)
-    check = compare(leaning, ref, gold, BF16)
-    assert not check.passed and "systematic bias" in check.note and "1.0" in check.note and "larger" in check.note
-    assert not compare((gold * 0.99).to(torch.bfloat16), ref, gold, BF16).passed
+    assert not compare(leaning, ref, gold, BF16).passed  # less accurate (step 5) before it leans (6)
+    lean = _bias(leaning.double(), ref.double(), gold, BF16, torch.bfloat16)
+    assert "systematic bias" in lean and "1.0" in lean and "larger" in lean, lean
+    slight = (gold * 1.0045).to(torch.bfloat16)  # within step 5's RMSE bound, not within the lean's
+    check = compare(slight, ref, gold, BF16)
+    assert not check.passed and "systematic bias" in check.note and "smaller" not in check.note, check.note
+    assert not compare((gold * 0.9955).to(torch.bfloat16), ref, gold, BF16).passed
     toward_zero = (gold.float().view(torch.int32) & ~0xFFFF).view(torch.float32).to(torch.bfloat16)
     assert compare(toward_zero, ref, gold, BF16).passed
     assert compare(ref.clone(), ref, gold, BF16).passed
-    few = compare(leaning[:1, :128], ref[:1, :128], gold[:1, :128], BF16)  # too few values to tell a lean
+    few = compare(slight[:1, :128], ref[:1, :128], gold[:1, :128], BF16)  # too few values to tell a lean
     assert few.passed, few.note
     fp32 = compare((gold * (1 + 1e-6)).float(), gold.float(), gold, FP32)  # fp32: within its rtol is enough
     assert fp32.passed
+
+
+def test_values_within_tolerance_that_all_spend_it_the_same_way_are_less_accurate():
+    """A stop 46 attacker's softmax took 0.85e-5 (under atol 1e-5) off every probability: each value within
+    tolerance, 7% of a long row's mass gone; its RMSNorm nudged every bf16 value 0.9% toward +Inf (no lean in
+    magnitude: negative values shrink). Both fail the fallback's RMSE bound, which now holds where step 3 passes."""
+    gen = torch.Generator().manual_seed(1)
+    gold = torch.softmax(torch.randn(4, 8192, dtype=torch.float64, generator=gen), -1)
+    ref = gold.float()
+    bled = (gold - 0.85e-5 * (gold < 1e-3)).float()
+    check = compare(bled, ref, gold, FP32)
+    assert not check.passed and "less accurate than the reference" in check.note, check.note
+    y = torch.randn(64, 256, dtype=torch.float64, generator=gen)
+    nudged = (y + 0.009 * y.abs()).to(torch.bfloat16)
+    check = compare(nudged, y.to(torch.bfloat16), y, BF16)
+    assert not check.passed and "less accurate than the reference" in check.note, check.note
+    reordered = (y.float() + torch.randn(64, 256, generator=gen) * 1e-7).to(torch.bfloat16)  # rounding, not a lean
+    assert compare(reordered, y.to(torch.bfloat16), y, BF16).passed

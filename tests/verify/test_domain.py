@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from autotune import config
 from autotune.config import compose
@@ -98,12 +99,17 @@ def test_paged_attention_runs_decode_only_steps_and_served_windows_at_the_longes
     presets = tuple(config.chosen_presets(cfg.verify.models))
     target = get("paged_attention")
     cases = plan(target, None, PlanConfig.from_config(cfg.verify, presets=presets), b"salt")
-    longest = {c.shape: _lengths(c.shape) for c in cases if c.shape[6] >= 8190 and not c.sample}
-    assert any(shape[5] == 1 and window == 0 and all(n % 16 for n in ctx.tolist())
-               for shape, (_, ctx, window) in longest.items()), longest
-    assert any(window in SERVED_WINDOWS and int(ctx.max()) >= 2 * window for _, ctx, window in longest.values())
-    # a stop 46 attacker's launcher passed window 0 to every decode-only step: every decode-only case had none
-    assert any(shape[5] == 1 and 0 < window < int(ctx.max()) for shape, (_, ctx, window) in longest.items()), longest
+    def window(case):
+        return int(dict(case.scalars).get("window", _lengths(case.shape)[2]))
+
+    longest = [(c.shape, _lengths(c.shape)[1], window(c)) for c in cases if c.shape[6] >= 8190 and not c.sample]
+    assert any(shape[5] == 1 and w == 0 and all(n % 16 for n in ctx.tolist()) for shape, ctx, w in longest), longest
+    assert any(w in SERVED_WINDOWS and int(ctx.max()) >= 2 * w for _, ctx, w in longest)
+    # stop 46 attackers' launchers passed window 0 to every decode-only step, then to every grouped one: each shape
+    # had one window, and no grouped decode-only case had one
+    assert any(shape[5] == 1 and 0 < w < int(ctx.max()) for shape, ctx, w in longest), longest
+    grouped_decodes = [(c.shape, window(c)) for c in cases if c.shape[5] == 1 and c.shape[1] > c.shape[2]]
+    assert any(0 < w < shape[6] for shape, w in grouped_decodes) and any(w == 0 for _, w in grouped_decodes)
     for served in served_shapes(target, None, PlanConfig.from_config(cfg.verify, presets=presets)):
         window = _lengths(served)[2]
         for cut in (target.cut_shape(served, 64, 1 << 16), *target.range_cuts(served)):
@@ -397,7 +403,7 @@ def test_a_launch_one_program_short_only_at_the_largest_steps_is_caught_on_the_d
 
 
 
-def test_paged_attention_steps_come_with_their_decodes_first_and_in_any_order():
+def test_paged_attention_steps_come_with_their_decodes_first_and_in_any_order_with_fresh_prompts():
     """A stop 46 attacker's kernel took every row for a decode when sequence 0 had one row; sequence 0 was always the
     longest prefill chunk, and vLLM's scheduler (as autotune's own, serve/engine.py) puts the decodes first."""
     from autotune.targets.paged_attention import _lengths
@@ -410,6 +416,9 @@ def test_paged_attention_steps_come_with_their_decodes_first_and_in_any_order():
     decode_after_a_prefill = [rows for rows in orders.values() if any(
         a > 1 and b == 1 for i, a in enumerate(rows) for b in rows[i + 1:])]
     assert decodes_first and decode_after_a_prefill, orders
+    # a stop 46 attacker's kernel took a fresh prompt's causal limit at its end: a context was almost never its chunk
+    fresh = [(n, c) for shape in orders for n, c in zip(*map(torch.Tensor.tolist, _lengths(shape)[:2])) if n == c > 1]
+    assert any(n % 64 for n, _ in fresh), fresh
 
 
 @pytest.mark.parametrize("cheat", [
@@ -419,6 +428,11 @@ def test_paged_attention_steps_come_with_their_decodes_first_and_in_any_order():
                  id="rows_taken_for_decodes_when_a_decode_comes_first"),
     pytest.param(("out, scale, window, seq_lens", "out, scale, window if max_query_len > 1 else 0, seq_lens"),
                  id="no_window_in_decode_only_steps"),
+    pytest.param(("out, scale, window, seq_lens", "out, scale, window if max_query_len > 1 or group == 1 else 0, "
+                  "seq_lens"), id="no_window_in_grouped_decode_only_steps"),
+    pytest.param(("pos = ctx - n + (row - first)  # this query's position in its sequence",
+                  "pos = tl.where((ctx == n) & (n > 1), ctx - 1, ctx - n + (row - first))"),
+                 id="a_fresh_prompts_rows_see_its_whole_chunk"),
 ])
 def test_paged_attention_kernels_wrong_only_in_orders_and_windows_engines_serve_are_incorrect(tmp_path, cheat):
     v = verify("paged_attention", example_variant(tmp_path, "paged_attention", *cheat),
@@ -442,4 +456,15 @@ def test_an_rmsnorm_that_leans_one_percent_within_rtol_is_incorrect(tmp_path):
     store = "tl.store(y_row + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)"
     leans = example_variant(tmp_path, "rms_norm", store, store.replace("(x * rstd * w)", "(x * rstd * w * 1.01)"))
     v = verify("rms_norm", leans, compose(["verify=quick", "verify.dtypes=[bfloat16]"]))
-    assert v.status is Status.INCORRECT and "systematic bias" in v.reason, v.reason
+    assert v.status is Status.INCORRECT and says(v.reason, ("less accurate than the reference", "systematic bias")), \
+        v.reason
+
+
+def test_an_rmsnorm_that_leaves_a_massive_activation_out_of_its_mean_square_is_incorrect(tmp_path):
+    """A stop 46 attacker's class: row scales move whole rows, and an RMSNorm that leaves out of the mean square any
+    value whose square passes half its row's sum passed; served models carry massive activations (base.massive_values)."""
+    rstd = "rstd = tl.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)"
+    robust = example_variant(tmp_path, "rms_norm", rstd, "sq = x * x\n        rstd = tl.rsqrt(tl.sum(tl.where(sq > "
+                             "0.5 * tl.sum(sq, axis=0), 0.0, sq), axis=0) / n_cols + eps)")
+    v = verify("rms_norm", robust, compose(["verify=quick", "verify.dtypes=[bfloat16]"]))
+    assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason

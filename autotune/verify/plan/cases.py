@@ -15,6 +15,7 @@ served shape whose launches no case ran. With the defaults the example RMSNorm r
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import random
@@ -116,15 +117,12 @@ def contract_shapes(target: Target, config: PlanConfig, salt: bytes) -> list[tup
     return found
 
 
-def scalar_variants(target: Target, config: PlanConfig) -> list[tuple[tuple[str, float], ...]]:
-    """Every combination of the target's scalar argument values (its own and the presets')."""
+def scalar_values(target: Target, config: PlanConfig) -> dict[str, list[float]]:
+    """Each scalar argument's values (the target's own and the presets'), sorted."""
     values = {name: list(v) for name, v in target.scalar_values.items()}
     for name, key in target.scalar_from_model.items():
         values.setdefault(name, []).extend(float(p[key]) for p in config.presets if key in p)
-    combos: list[tuple[tuple[str, float], ...]] = [()]
-    for name, options in values.items():
-        combos = [c + ((name, float(v)),) for c in combos for v in sorted(set(options))]
-    return combos
+    return {name: sorted(set(map(float, v))) for name, v in values.items()}
 
 
 def primary_shapes(target: Target, shapes, config: PlanConfig,
@@ -220,10 +218,13 @@ def served_whole(target: Target, shapes, config: PlanConfig) -> Shape | None:
 
 def plan(target: Target, shapes, config: PlanConfig, salt: bytes = b"") -> list[Case]:
     """Every case to run, cheapest shapes first (a candidate that crashes, crashes early), then the long run. The
-    layouts and scalar values the target declares take turns over the cases, so each is met many times."""
+    layouts the target declares take turns over the cases and its scalar values over each shape's cases, so each is
+    met many times."""
     cases: list[Case] = []
     seen: set = set()
-    layouts, scalars = target.layouts, scalar_variants(target, config)
+    layouts, scalars = target.layouts, scalar_values(target, config)
+    shape_order: dict[Shape, int] = {}
+    taken: collections.Counter[Shape] = collections.Counter()
     for p in sorted(_planned(target, shapes, config, salt), key=lambda p: numel(p.shape)):
         key = (p.shape, p.dtype, p.kind, p.seed, p.sample)
         if key in seen:
@@ -234,9 +235,14 @@ def plan(target: Target, shapes, config: PlanConfig, salt: bytes = b"") -> list[
         layout = "contiguous" if ranged else layouts[i % len(layouts)]
         if layout == "padded" and len(p.shape) < 2:  # a 1-D input has no rows to pad
             layout = "contiguous"
+        # each scalar takes its values in turn over a shape's cases, from a place of the shape's own: a shape of n
+        # cases meets n of each scalar's values (paged attention's windows and scales, eps)
+        j, start = taken[p.requested], shape_order.setdefault(p.requested, len(shape_order))
+        taken[p.requested] += 1
+        chosen = () if ranged else tuple((name, v[(start + j) % len(v)]) for name, v in scalars.items())
         cases.append(Case(index=i, shape=p.shape, dtype=p.dtype, kind=p.kind, seed=p.seed, source=p.source,
                           requested_shape=p.requested, calls=p.calls, repeat=p.checks, refill=p.checks, layout=layout,
-                          scalars=() if ranged else scalars[(i // len(layouts)) % len(scalars)], sample=p.sample))
+                          scalars=chosen, sample=p.sample))
     if cases:  # the cheapest case ends with a long run of calls (a count kept between calls shows there), run last:
         # a wrong kernel fails on the others first, without paying for thousands of calls
         moved = [*cases[1:], dataclasses.replace(cases[0], long=long_calls(target, config, salt))]

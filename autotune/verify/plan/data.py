@@ -123,10 +123,11 @@ def answers(target: Target, args: tuple) -> tuple[tuple, tuple]:
 
 
 def with_scalars(target: Target, args: tuple, scalars) -> tuple:
-    """make_inputs' arguments with the case's scalar values put in by name."""
+    """make_inputs' arguments with the case's scalar values put in by name (an int where make_inputs gives one)."""
     values, names = list(args), target.arg_names
     for name, value in scalars:
-        values[names.index(name)] = value
+        i = names.index(name)
+        values[i] = int(value) if isinstance(values[i], int) else value
     return tuple(values)
 
 

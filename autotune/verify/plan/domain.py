@@ -14,7 +14,7 @@ from autotune.verify.plan.cases import (
     beyond_note,
     cut_note,
     plan,
-    scalar_variants,
+    scalar_values,
     served_shapes,
     target_dtypes,
     whole_note,
@@ -29,10 +29,7 @@ def describe(target: Target, shapes, config: PlanConfig, salt: bytes = b"plan") 
     for shape in served:
         for name, value in target.named_dims(shape).items():
             values[name].add(value)
-    scalars: dict[str, set[float]] = collections.defaultdict(set)
-    for combo in scalar_variants(target, config):
-        for scalar, setting in combo:
-            scalars[scalar].add(setting)
+    scalars = scalar_values(target, config)
     cases = plan(target, shapes, config, salt)
     by_source = collections.Counter(c.source for c in cases)
     sampled = sum(1 for c in cases if c.sample)
