@@ -284,19 +284,17 @@ def test_a_half_precision_output_that_leans_off_the_exact_answer_is_a_systematic
     assert not compare(leaning, ref, gold, BF16).passed  # less accurate (step 5) before it leans (6)
     lean = _bias(leaning.double(), ref.double(), gold, BF16, torch.bfloat16)
     assert "systematic bias" in lean and "1.0" in lean and "larger" in lean, lean
-    slight = (gold * 1.0045).to(torch.bfloat16)  # within step 5's bound over the case, not within the lean's
-    assert not compare(slight, ref, gold, BF16).passed
-    lean = _bias(slight.double(), ref.double(), gold, BF16, torch.bfloat16)
-    assert "systematic bias" in lean and "larger" in lean, lean
+    slight = (gold * 1.0045).to(torch.bfloat16)  # within step 5's RMSE bound, not within the lean's
+    check = compare(slight, ref, gold, BF16)
+    assert not check.passed and "systematic bias" in check.note and "smaller" not in check.note, check.note
     assert not compare((gold * 0.9955).to(torch.bfloat16), ref, gold, BF16).passed
     toward_zero = (gold.float().view(torch.int32) & ~0xFFFF).view(torch.float32).to(torch.bfloat16)
     assert compare(toward_zero, ref, gold, BF16).passed
     assert compare(ref.clone(), ref, gold, BF16).passed
     few = compare(slight[:1, :128], ref[:1, :128], gold[:1, :128], BF16)  # too few values to tell a lean
     assert few.passed, few.note
-    ulp = gold.float().clone()  # fp32: a value in three one unit off, as another order of operations gives
-    ulp[:, ::3] = torch.nextafter(ulp[:, ::3], torch.tensor(float("inf")))
-    assert compare(ulp, gold.float(), gold, FP32).passed
+    fp32 = compare((gold * (1 + 1e-6)).float(), gold.float(), gold, FP32)  # fp32: within its rtol is enough
+    assert fp32.passed
 
 
 def test_values_within_tolerance_that_all_spend_it_the_same_way_are_less_accurate():
@@ -315,20 +313,3 @@ def test_values_within_tolerance_that_all_spend_it_the_same_way_are_less_accurat
     assert not check.passed and "less accurate than the reference" in check.note, check.note
     reordered = (y.float() + torch.randn(64, 256, generator=gen) * 1e-7).to(torch.bfloat16)  # rounding, not a lean
     assert compare(reordered, y.to(torch.bfloat16), y, BF16).passed
-
-
-def test_an_error_put_in_a_few_rows_is_less_accurate_in_those_rows():
-    """A stop 46 attacker's softmax added 8e-6 (under atol) to every probability of one row in 128, and its RMSNorm
-    made one token in 32 0.8% too large: the case's RMSE stayed within step 5's bound, the rows' did not."""
-    gen = torch.Generator().manual_seed(2)
-    gold = torch.softmax(torch.randn(256, 1024, dtype=torch.float64, generator=gen), -1)
-    extra = torch.zeros_like(gold)
-    extra[77] = 8e-6
-    check = compare((gold + extra).float(), gold.float(), gold, FP32)
-    assert not check.passed and "in 1 of 256 rows" in check.note and "row 77" in check.note, check.note
-    y = torch.randn(64, 4096, dtype=torch.float64, generator=gen)
-    scale = torch.ones(64, 1, dtype=torch.float64)
-    scale[13] = 1.008
-    check = compare((y * scale).to(torch.bfloat16), y.to(torch.bfloat16), y, BF16)
-    assert not check.passed and "row 13" in check.note, check.note
-    assert compare((gold + extra)[:, :32].float(), gold[:, :32].float(), gold[:, :32], FP32).passed  # short rows
