@@ -28,7 +28,8 @@ CASES = [
     # the fusion's quantizer: truncation, int8's full range, and skipping the unfused sequence's rounding of y to
     # the activations' dtype (caught in bf16/fp16 only: in fp32 that rounding is the identity)
     ("fused_add_rms_norm_quant", "fused_quant_truncates.py", Status.INCORRECT, "integers off by one, more than"),
-    ("fused_add_rms_norm_quant", "fused_quant_scale_128.py", Status.INCORRECT, "integers off by one, more than"),
+    ("fused_add_rms_norm_quant", "fused_quant_scale_128.py", Status.INCORRECT,
+     ("integers off by one, more than", "less accurate than the reference")),  # the int8 values, or the scale itself
     ("fused_add_rms_norm_quant", "fused_quant_unrounded_y.py", Status.INCORRECT, "bfloat16"),
 ]
 
