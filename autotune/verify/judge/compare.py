@@ -82,13 +82,13 @@ def compare(out, ref: torch.Tensor, golden: torch.Tensor, tol: Tolerance) -> Che
     max_abs = float(diff.max())
     max_rel = float(torch.where(mag > 0, diff / mag, 0.0).max())
     bad = diff > tol.atol + tol.rtol * mag
+    g = golden.double()
     if not bad.any():
-        worse = _less_accurate(o, r, golden.double(), finite, tol, ref.dtype) or \
-            _bias(o, r, golden.double(), tol, ref.dtype)
+        worse = _less_accurate(o, r, g, finite, tol, ref.dtype) or _bias(o, r, g, tol, ref.dtype)
         return Check(not worse, max_abs, max_rel, note=worse)
-    golden_ok, golden_note = _golden_fallback(o, r, golden.double(), finite, tol, ref.dtype)
+    golden_ok, golden_note = _golden_fallback(o, r, g, finite, tol, ref.dtype)
     if golden_ok:
-        bias = _bias(o, r, golden.double(), tol, ref.dtype)
+        bias = _bias(o, r, g, tol, ref.dtype)
         return Check(not bias, max_abs, max_rel, note=bias or golden_note)
     i = int(bad.nonzero()[0])
     first = f"e.g. {float(of[i]):.6g} where the reference has {float(rf[i]):.6g}"
