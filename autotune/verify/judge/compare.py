@@ -14,8 +14,9 @@ The gate, per output (the rules of torch.testing and torch._dynamo named below, 
    error + atol, k = 2 for fp32 and 3 for fp16/bf16 (dynamo's multipliers; max error is added because
    RMSE can hide a few badly wrong elements). A kernel that does fp32 math in fp16 fails it by orders
    of magnitude; one that only sums in another order passes.
-5. if 3 passes, 4's RMSE bound still holds (`_less_accurate`): within tolerance everywhere, and no less accurate
-   than k times the reference over all.
+5. if 3 passes, 4's RMSE bound still holds in units of each value's tolerance (`_less_accurate`), over the case
+   and in every row of the last dimension: within tolerance everywhere, and no less accurate than k times the
+   reference, neither over all nor where a row concentrates its errors.
 6. float16/bfloat16: no lean. Over the values where rtol rules, the outputs may not be larger (or smaller) in
    magnitude than the fp64 golden on average by more than a quarter of rtol (`_bias`): a uniform 1% scale passes
    step 3 at every value in bfloat16.
@@ -177,50 +178,68 @@ def _special_values(o: torch.Tensor, r: torch.Tensor) -> str:
     return ""
 
 
-@dataclasses.dataclass(frozen=True)
-class _Errors:
-    """The candidate's and the reference's errors against the fp64 golden, over the values finite in all three."""
-
-    cand_rmse: float
-    ref_rmse: float
-    cand_max: float
-    ref_max: float
-
-    @classmethod
-    def of(cls, o, r, g, finite) -> _Errors | None:
-        mask = finite & torch.isfinite(g) & torch.isfinite(o)
-        if not mask.any():
-            return None
-        cand_err, ref_err = (o - g)[mask], (r - g)[mask]
-        return cls(float(cand_err.pow(2).mean().sqrt()), float(ref_err.pow(2).mean().sqrt()),
-                   float(cand_err.abs().max()), float(ref_err.abs().max()))
-
-    def rmse_ok(self, tol: Tolerance, k: float) -> bool:
-        return self.cand_rmse <= k * self.ref_rmse + tol.atol / 10
-
-
 def _golden_fallback(o, r, g, finite, tol: Tolerance, dtype: torch.dtype) -> tuple[bool, str]:
-    e = _Errors.of(o, r, g, finite)
-    if e is None:
+    mask = finite & torch.isfinite(g) & torch.isfinite(o)
+    if not mask.any():
         return False, "no finite fp64 golden to fall back on"
+    cand, own = (o - g)[mask], (r - g)[mask]
+    rmse, ref_rmse = float(cand.pow(2).mean().sqrt()), float(own.pow(2).mean().sqrt())
+    worst, ref_worst = float(cand.abs().max()), float(own.abs().max())
     k = GOLDEN_MULTIPLIER.get(dtype, 2.0)
-    ok = e.rmse_ok(tol, k) and e.cand_max <= k * e.ref_max + tol.atol
+    ok = rmse <= k * ref_rmse + tol.atol / 10 and worst <= k * ref_worst + tol.atol
     verdict = "passed" if ok else "failed"
-    return ok, (f"fp64-golden fallback {verdict}: rmse {e.cand_rmse:.3g} vs the reference's {e.ref_rmse:.3g}, "
-                f"max error {e.cand_max:.3g} vs {e.ref_max:.3g}, allowed {k:g}x")
+    return ok, (f"fp64-golden fallback {verdict}: rmse {rmse:.3g} vs the reference's {ref_rmse:.3g}, "
+                f"max error {worst:.3g} vs {ref_worst:.3g}, allowed {k:g}x")
+
+
+SPENT_FLOOR = 0.1  # of each value's tolerance: the fallback's atol / 10 in those units
+MIN_ROWS, MIN_ROW_VALUES = 8, 16  # rows, and values per row, for a row to be judged on its own
 
 
 def _less_accurate(o, r, g, finite, tol: Tolerance, dtype: torch.dtype) -> str:
-    """'' unless the candidate's RMSE against the fp64 golden passes the fallback's bound (k times the reference's,
-    plus atol / 10), where every value is within tolerance: each value may spend atol and rtol, but not all of them
-    the same way. A stop 46 attacker's softmax took 0.85e-5 off every probability (under atol 1e-5): 7% of each
-    long row's mass gone; its RMSNorm nudged every bf16 value 0.9% toward +Inf."""
-    e = _Errors.of(o, r, g, finite)
-    k = GOLDEN_MULTIPLIER.get(dtype, 2.0)
-    if e is None or e.rmse_ok(tol, k):
+    """'' unless the candidate spends more of its tolerance than the reference does, over the case or in a row.
+
+    Each value's error against the fp64 golden is measured in units of its own tolerance, |out - golden| / (atol +
+    rtol |golden|), and the root mean square of those shares may be at most k times the reference's plus 0.1 (the
+    fallback's bound, step 4, in tolerance units: k = 2 in fp32, 3 in fp16/bf16, atol / 10). Over the case, where
+    every value is within tolerance: each value may spend its tolerance, but not all of them the same way. A stop 46
+    attacker's softmax took 0.85e-5 off every probability (under atol 1e-5), 7% of each long row's mass; its RMSNorm
+    nudged every bf16 value 0.9% toward +Inf. Row by row (the last dimension, with 8 rows of 16 values or more): a
+    third attacker put its error where the case dilutes it, 8e-6 on every probability of one softmax row in 128 (it
+    sums to 1.066 at 8192 keys) or one bf16 RMSNorm token in 32 made 0.8% too large. In tolerance units a row of
+    massive activations weighs what any other row weighs (in absolute units its few values decide the whole case),
+    and a kernel that computes in its storage type on purpose (Liger's RMSNorm and SwiGLU) spends about 0.25 of each
+    bf16 value's tolerance in every row."""
+    keep = finite & torch.isfinite(g) & torch.isfinite(o)
+    if not keep.any():
         return ""
-    return (f"less accurate than the reference though within tolerance at every value: rmse {e.cand_rmse:.3g} "
-            f"against the fp64 answer where the reference's is {e.ref_rmse:.3g} (allowed {k:g}x + atol/10)")
+    scale = tol.atol + tol.rtol * g.abs()
+    cand = torch.where(keep, (o - g).abs() / scale, 0.0).pow_(2)
+    own = torch.where(keep, (r - g).abs() / scale, 0.0).pow_(2)
+    k = GOLDEN_MULTIPLIER.get(dtype, 2.0)
+    n = _count(keep)
+    c, ref = (float(cand.sum()) / n) ** 0.5, (float(own.sum()) / n) ** 0.5
+    if c > k * ref + SPENT_FLOOR:
+        return (f"less accurate than the reference though within tolerance at every value: its values spend "
+                f"{c:.2f} of their tolerance against the fp64 answer (root mean square) where the reference's spend "
+                f"{ref:.2f} (allowed {k:g}x + {SPENT_FLOOR:g})")
+    if o.dim() < 2 or o.shape[-1] < MIN_ROW_VALUES:
+        return ""
+    per_row = keep.reshape(-1, o.shape[-1]).sum(1)
+    rows = per_row >= MIN_ROW_VALUES
+    if _count(rows) < MIN_ROWS:
+        return ""
+    counts = per_row[rows]
+    c_row = (cand.reshape(-1, o.shape[-1]).sum(1)[rows] / counts).sqrt()
+    ref_row = (own.reshape(-1, o.shape[-1]).sum(1)[rows] / counts).sqrt()
+    over = c_row > k * ref_row + SPENT_FLOOR
+    if not over.any():
+        return ""
+    i = int((c_row - k * ref_row).argmax())
+    return (f"less accurate than the reference in {_count(over)} of {c_row.numel()} rows (the last dimension, "
+            f"{o.shape[-1]} values), though within tolerance at every value: row {int(rows.nonzero()[i])}'s values "
+            f"spend {float(c_row[i]):.2f} of their tolerance against the fp64 answer where the reference's spend "
+            f"{float(ref_row[i]):.2f} (allowed {k:g}x + {SPENT_FLOOR:g})")
 
 
 def compare_all(outs, refs, goldens, tol: Tolerance) -> Check:
