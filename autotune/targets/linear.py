@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from autotune.targets import _gemm
-from autotune.targets.base import ATOMIC_REDUCTIONS, ForeignOp, OpClass, Target, activations, layer_scaled
+from autotune.targets.base import ATOMIC_REDUCTIONS, ForeignOp, OpClass, Target, activations, layer_scaled, weights
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -25,7 +25,7 @@ def make_inputs(shape, dtype, gen, kind):
     x = activations((m, k), dtype, gen, kind, spread=None, massive=False)  # layer_scaled spreads them
     if kind == "normal":
         x = layer_scaled(x, gen)
-    weight = (torch.randn((n, k), generator=gen) * k ** -0.5).to(dtype)  # N(0, 1/K): y keeps x's scale
+    weight = weights((n, k), gen).to(dtype)  # N(0, 1/K), y keeping x's scale, with outliers
     return x, weight
 
 

@@ -90,6 +90,15 @@ def test_every_preset_width_is_checked():
     assert rope <= {(*c.shape[1:4], c.shape[6]) for c in plan(get("rotary_embedding"), None, PLAN, salt=SALT)}
 
 
+def test_paged_attention_runs_every_head_dim_the_served_families_have():
+    """A fourth stop 46 attacker's kernel took only head_dim // 32 * 32 dimensions of q.k: every head_dim the plan ran
+    was a multiple of 32, and Phi-2 serves 80 (rotary_embedding.SERVED_HEADS, the one list of served families)."""
+    from autotune.targets.rotary_embedding import SERVED_HEADS
+
+    planned = {c.shape[3] for c in plan(get("paged_attention"), None, PLAN, salt=SALT)}
+    assert {h[2] for h in SERVED_HEADS} | {int(p.head_dim) for p in PRESETS} <= planned, planned
+
+
 def test_random_sizes_are_drawn_per_run_and_avoid_round_numbers():
     draws = [contract_shapes(RMS, PLAN, bytes([i]) * 16) for i in range(8)]
     assert len({tuple(d) for d in draws}) > 1  # the salt decides them

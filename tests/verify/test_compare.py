@@ -1,6 +1,7 @@
 """The comparison gate: assert_close's rule, NaN/Inf placement, the fp64-golden fallback, evidence."""
 
 import dataclasses
+import re
 from dataclasses import replace
 
 import pytest
@@ -315,7 +316,7 @@ def test_values_within_tolerance_that_all_spend_it_the_same_way_are_less_accurat
     assert compare(reordered, y.to(torch.bfloat16), y, BF16).passed
 
 
-def test_errors_put_in_a_few_rows_are_less_accurate_than_the_rest():
+def test_errors_put_in_a_few_rows_heads_or_channels_are_less_accurate_than_the_rest():
     """A third stop 46 attacker put its error where the case's RMSE and lean dilute it: 8e-6 (under atol) added to
     every probability of one softmax row in 128 (the row sums to 1.066 at 8192 keys), and one bfloat16 RMSNorm token
     in 32 made 0.8% too large. A kernel that computes in bfloat16 on purpose (Liger's RMSNorm, SwiGLU) is less accurate
@@ -345,3 +346,49 @@ def test_errors_put_in_a_few_rows_are_less_accurate_than_the_rest():
     assert check.passed, check.note
     fma = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * w.float())  # another order
     assert compare(fma, golden.float(), golden, FP32).passed
+    channel = golden.clone()
+    channel[:, 13::32] *= 1.008  # one hidden channel in 32 of every token
+    check = compare(channel.to(torch.bfloat16), ref, golden, BF16)
+    worst = re.search(r"index (\d+) is off", check.note)
+    assert not check.passed and "32 of 1024 slices at one index of dimension 1" in check.note, check.note
+    assert worst and int(worst[1]) % 32 == 13, check.note
+    heads = golden.reshape(512, 8, 16).clone()  # [T, H, D]: rows of 16 values are too short to judge one by one
+    heads[:, 5] *= 1.008  # one head in 8
+    check = compare(heads.to(torch.bfloat16), ref.reshape(heads.shape), golden.reshape(heads.shape), BF16)
+    assert not check.passed and "1 of 8 slices at one index of dimension 1" in check.note, check.note
+    assert "index 5 is off" in check.note, check.note
+
+
+def test_small_tokens_wiped_behind_the_fallback_are_less_accurate_but_a_rotation_in_bf16_passes():
+    """A fourth stop 46 attacker's SiLU-and-mul zeroed every bf16 output below 2^-10 of the tensor's RMS: the zeros
+    fail step 3, and the fallback's absolute RMSE, ruled by the largest tokens, passed them at 1.2x the reference's.
+    Line by line, in units of the tolerance at each line's size, a wiped token is off by 60 tolerances. A rotation
+    computed in bf16 (Liger's RoPE) cancels to near zero at some values, beyond tolerance there, and passes."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(64, 1024, dtype=torch.float64, generator=gen) * 2.0 ** (14 * torch.rand(64, 1, generator=gen) - 6)
+    ref = x.to(torch.bfloat16)
+    wiped = torch.where(x.abs() < 2.0 ** -10 * x.pow(2).mean().sqrt(), 0.0, x).to(torch.bfloat16)
+    check = compare(wiped, ref, x, BF16)
+    assert not check.passed and "fp64-golden fallback passed" in check.note and "rows of the last" in check.note, \
+        check.note
+
+    a, b = x[:, :512], x[:, 512:]
+    angle = torch.rand(512, dtype=torch.float64, generator=gen) * 6.3
+    cos, sin = angle.cos(), angle.sin()
+    golden = torch.cat([a * cos - b * sin, b * cos + a * sin], -1)
+    ab, bb, cb, sb = a.to(torch.bfloat16), b.to(torch.bfloat16), cos.to(torch.bfloat16), sin.to(torch.bfloat16)
+    in_bf16 = torch.cat([ab * cb - bb * sb, bb * cb + ab * sb], -1)  # each product rounded to bf16, then the sum
+    check = compare(in_bf16, golden.to(torch.bfloat16), golden, BF16)
+    assert check.passed, check.note
+    assert "fp64-golden fallback passed" in check.note, check.note  # beyond tolerance where it cancels
+
+
+def test_a_nan_the_reference_has_does_not_switch_off_the_accuracy_check():
+    """Where the golden is NaN or Inf (a case with special values in its inputs) the values are left out of step 5;
+    they once made its sums NaN, and a NaN bound passes everything."""
+    gen = torch.Generator().manual_seed(4)
+    gold = torch.softmax(torch.randn(64, 1024, dtype=torch.float64, generator=gen), -1)
+    gold[3, 5] = float("nan")
+    bled = gold - 0.85e-5 * (gold < 1e-3)
+    check = compare(bled.float(), gold.float(), gold, FP32)
+    assert not check.passed and "less accurate than the reference" in check.note, check.note
