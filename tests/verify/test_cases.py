@@ -99,6 +99,18 @@ def test_paged_attention_runs_every_head_dim_the_served_families_have():
     assert {h[2] for h in SERVED_HEADS} | {int(p.head_dim) for p in PRESETS} <= planned, planned
 
 
+def test_values_and_weights_reach_the_magnitudes_a_clamp_would_cut():
+    """A fourth stop 46 attacker's kernels clamped paged attention's V to +-7 and linear's weights to 8 standard
+    deviations: N(0, 1) and N(0, 1/K) never reach either. Served values differ in size token by token, and trained
+    weights have outliers."""
+    gen = torch.Generator().manual_seed(0)
+    v = get("paged_attention").make_inputs((4, 8, 2, 64, 16, 5, 300), torch.float32, gen, "normal")[2]
+    assert v.abs().amax() > 16 and (v.abs().amax(-1) < 4).any()
+    n, k = 256, 4096
+    w = get("linear").make_inputs((8, n, k), torch.float32, gen, "normal")[1]
+    assert (w.abs() > 8 * k ** -0.5).sum() > 100 and w.std() < 2 * k ** -0.5
+
+
 def test_random_sizes_are_drawn_per_run_and_avoid_round_numbers():
     draws = [contract_shapes(RMS, PLAN, bytes([i]) * 16) for i in range(8)]
     assert len({tuple(d) for d in draws}) > 1  # the salt decides them
