@@ -15,9 +15,9 @@ The gate, per output (the rules of torch.testing and torch._dynamo named below, 
    RMSE can hide a few badly wrong elements). A kernel that does fp32 math in fp16 fails it by orders
    of magnitude; one that only sums in another order passes.
 5. if 3 passes, 4's RMSE bound still holds in units of each value's tolerance (`_less_accurate`), over the case
-   and in every row of the last dimension: within tolerance everywhere, and no less accurate than k times the
-   reference, neither over all nor where a row concentrates its errors; where 3 failed and 4 passed, the same with a
-   whole tolerance in place of a tenth.
+   and in every line (a row of the last dimension, a slice at one index of any dimension): within tolerance
+   everywhere, and no less accurate than k times the reference, neither over all nor where a line concentrates its
+   errors; where 3 failed and 4 passed, every line within its whole tolerance and k x k times the reference's.
 6. float16/bfloat16: no lean. Over the values where rtol rules, the outputs may not be larger (or smaller) in
    magnitude than the fp64 golden on average by more than a quarter of rtol (`_bias`): a uniform 1% scale passes
    step 3 at every value in bfloat16.
@@ -197,7 +197,7 @@ def _golden_fallback(o, r, g, finite, tol: Tolerance, dtype: torch.dtype) -> tup
 
 SPENT_FLOOR = 0.1  # of each value's tolerance: the fallback's atol / 10 in those units
 FALLBACK_FLOOR = 1.0  # where the fallback passed, some values beyond tolerance: a line may spend all of it, no more
-MIN_LINES, MIN_LINE_VALUES = 8, 32  # rows (or columns), and values in each, for one to be judged on its own
+MIN_LINES, MIN_LINE_VALUES = 8, 32  # lines of a cut, and values in each, for one to be judged on its own
 
 
 def _less_accurate(o, r, g, finite, tol: Tolerance, dtype: torch.dtype, within: bool = True) -> str:
