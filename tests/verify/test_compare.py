@@ -10,7 +10,8 @@ import torch
 from autotune.targets import get
 from autotune.targets.base import DEFAULT_TOLERANCES, Tolerance
 from autotune.verify import protocol
-from autotune.verify.judge.compare import _bias, compare, evidence, judge_case
+from autotune.verify.judge.accuracy import bias
+from autotune.verify.judge.compare import compare, evidence, judge_case
 from autotune.verify.protocol import same_bits
 from autotune.verify.plan import cases as C
 from autotune.verify.plan import data as D
@@ -283,7 +284,7 @@ def test_a_half_precision_output_that_leans_off_the_exact_answer_is_a_systematic
     ref = gold.to(torch.bfloat16)
     leaning = (gold * 1.01).to(torch.bfloat16)
     assert not compare(leaning, ref, gold, BF16).passed  # less accurate (step 5) before it leans (6)
-    lean = _bias(leaning.double(), ref.double(), gold, BF16, torch.bfloat16)
+    lean = bias(leaning.double(), ref.double(), gold, BF16, torch.bfloat16)
     assert "systematic bias" in lean and "1.0" in lean and "larger" in lean, lean
     slight = (gold * 1.0045).to(torch.bfloat16)  # within step 5's RMSE bound, not within the lean's
     check = compare(slight, ref, gold, BF16)

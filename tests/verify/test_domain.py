@@ -452,7 +452,7 @@ def test_a_kernel_wrong_only_at_magnitudes_n01_never_reaches_is_incorrect(tmp_pa
 
 
 def test_an_rmsnorm_that_leans_one_percent_within_rtol_is_incorrect(tmp_path):
-    """A stop 46 attacker's class: bfloat16 output scaled by 1.01, within rtol at every value (compare._bias)."""
+    """A stop 46 attacker's class: bfloat16 output scaled by 1.01, within rtol at every value (accuracy.bias)."""
     store = "tl.store(y_row + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)"
     leans = example_variant(tmp_path, "rms_norm", store, store.replace("(x * rstd * w)", "(x * rstd * w * 1.01)"))
     v = verify("rms_norm", leans, compose(["verify=quick", "verify.dtypes=[bfloat16]"]))

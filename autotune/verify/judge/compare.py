@@ -14,12 +14,12 @@ The gate, per output (the rules of torch.testing and torch._dynamo named below, 
    error + atol, k = 2 for fp32 and 3 for fp16/bf16 (dynamo's multipliers; max error is added because
    RMSE can hide a few badly wrong elements). A kernel that does fp32 math in fp16 fails it by orders
    of magnitude; one that only sums in another order passes.
-5. if 3 passes, 4's RMSE bound still holds in units of each value's tolerance (`_less_accurate`), over the case
+5. if 3 passes, 4's RMSE bound still holds in units of each value's tolerance (`accuracy.less_accurate`), over the case
    and in every line (a row of the last dimension, a slice at one index of any dimension): within tolerance
    everywhere, and no less accurate than k times the reference, neither over all nor where a line concentrates its
    errors; where 3 failed and 4 passed, every line within its whole tolerance and k x k times the reference's.
 6. float16/bfloat16: no lean. Over the values where rtol rules, the outputs may not be larger (or smaller) in
-   magnitude than the fp64 golden on average by more than a quarter of rtol (`_bias`): a uniform 1% scale passes
+   magnitude than the fp64 golden on average by more than a quarter of rtol (`accuracy.bias`): a uniform 1% scale passes
    step 3 at every value in bfloat16.
 Then the case: outputs are contiguous (as the reference's are) and share memory neither with an input nor
 with any other output of any call of the run (the worker keeps them all alive); after every call the inputs
@@ -40,12 +40,11 @@ import dataclasses
 import torch
 
 from autotune.targets.base import Target, Tolerance, dtype_name
+from autotune.verify.judge.accuracy import GOLDEN_MULTIPLIER, bias, count, less_accurate
 from autotune.verify.plan.cases import Case
 from autotune.verify.plan.data import CaseData, answer_rows, tf32_reference
 from autotune.verify.protocol import CallOutcome, CaseEvidence, same_bits
 from autotune.verify.verdict import CaseResult
-
-GOLDEN_MULTIPLIER = {torch.float32: 2.0, torch.float16: 3.0, torch.bfloat16: 3.0, torch.float64: 2.0}
 
 
 @dataclasses.dataclass
@@ -54,10 +53,6 @@ class Check:
     max_abs_err: float | None = None
     max_rel_err: float | None = None
     note: str = ""
-
-
-def _count(mask: torch.Tensor) -> int:
-    return int(mask.sum())
 
 
 def compare(out, ref: torch.Tensor, golden: torch.Tensor, tol: Tolerance) -> Check:
@@ -86,64 +81,17 @@ def compare(out, ref: torch.Tensor, golden: torch.Tensor, tol: Tolerance) -> Che
     bad = diff > tol.atol + tol.rtol * mag
     g = golden.double()
     if not bad.any():
-        worse = _less_accurate(o, r, g, finite, tol, ref.dtype) or _bias(o, r, g, tol, ref.dtype)
+        worse = less_accurate(o, r, g, finite, tol, ref.dtype) or bias(o, r, g, tol, ref.dtype)
         return Check(not worse, max_abs, max_rel, note=worse)
     golden_ok, golden_note = _golden_fallback(o, r, g, finite, tol, ref.dtype)
     if golden_ok:
-        worse = _less_accurate(o, r, g, finite, tol, ref.dtype, within=False) or _bias(o, r, g, tol, ref.dtype)
+        worse = less_accurate(o, r, g, finite, tol, ref.dtype, within=False) or bias(o, r, g, tol, ref.dtype)
         return Check(not worse, max_abs, max_rel, note=worse or golden_note)
     i = int(bad.nonzero()[0])
     first = f"e.g. {float(of[i]):.6g} where the reference has {float(rf[i]):.6g}"
     return Check(False, max_abs, max_rel,
-                 note=f"{_count(bad)} of {diff.numel()} values differ beyond rtol {tol.rtol:g} atol {tol.atol:g} "
+                 note=f"{count(bad)} of {diff.numel()} values differ beyond rtol {tol.rtol:g} atol {tol.atol:g} "
                       f"({first}; {golden_note})")
-
-
-BIAS_SHARE = 0.25  # of rtol: the most a half-precision output may lean off the exact answer on average
-MIN_BIAS_VALUES = 256  # values the mean needs: rounding's own lean over 256 of them is about 0.05 of a unit
-
-
-def _bias(o: torch.Tensor, r: torch.Tensor, g: torch.Tensor, tol: Tolerance, dtype: torch.dtype) -> str:
-    """'' unless a float16/bfloat16 output leans off the exact answer (the fp64 golden) on average: the signed error
-    in magnitude, sum((out - golden) * sign(golden)) / sum(|golden|) over the values where rtol rules (|golden| >
-    atol / rtol), beyond BIAS_SHARE of rtol and twice the reference's own lean. Each value may be off by rtol, about
-    four units of bfloat16's rounding; rounding to nearest leans neither way, so over hundreds of values a correct
-    kernel's mean is a small fraction of a unit (rounding toward zero: about half a unit). An attacker's RMSNorm that
-    scaled its bfloat16 output by 1.01 was within rtol at every value and 1% too large everywhere. float32 is
-    not judged so: its rtol is 22 units, and a TF32 product truncates (leans) by design."""
-    if dtype not in (torch.float16, torch.bfloat16):
-        return ""
-    keep = torch.isfinite(o) & torch.isfinite(r) & torch.isfinite(g) & (g.abs() > tol.atol / tol.rtol)
-    n = _count(keep)
-    if n < MIN_BIAS_VALUES:
-        return ""
-    sign, size = torch.where(keep, g.sign(), 0.0), torch.where(keep, g.abs(), 0.0)
-    total = float(size.sum())
-    lean, own = float(((o - g) * sign).nan_to_num_().sum()) / total, float(((r - g) * sign).nan_to_num_().sum()) / total
-    bound = max(BIAS_SHARE * tol.rtol, 2 * abs(own))
-    if abs(lean) <= bound or not _steady(o, g, sign, size, lean):
-        return ""
-    return (f"systematic bias: the outputs are {abs(lean):.2%} {'larger' if lean > 0 else 'smaller'} in magnitude "
-            f"than the exact answer on average over {n} values (rounding leans neither way: at most {bound:.2%} "
-            f"here; the reference's own lean {own:+.3%})")
-
-
-def _steady(o: torch.Tensor, g: torch.Tensor, sign: torch.Tensor, size: torch.Tensor, lean: float) -> bool:
-    """Whether a lean holds row by row: over 8 rows or more, their own leans' mean is at least 4 standard errors
-    from zero (a 1-D output: its lean alone). A value's rounding error is not always its own: fused MoE rounds each
-    token's intermediate once, as vLLM does, and every output of the token carries it, so its reference leans up to
-    0.27 rtol over 436 values (measured) while a uniform scale leans the same in every row. Fewer rows cannot tell
-    the two apart: the example fused MoE leaned 0.7 rtol over the 4 tokens of an fp16 case (stop 47), and a scale
-    shows in the cases with more rows."""
-    if o.dim() < 2:
-        return True
-    rows = size.reshape(o.shape[0], -1).sum(1)
-    has = rows > 0
-    per_row = ((o - g) * sign).nan_to_num_().reshape(o.shape[0], -1).sum(1)[has] / rows[has]
-    if per_row.numel() < 8:
-        return False
-    error = float(per_row.std()) / per_row.numel() ** 0.5
-    return abs(lean) > 4 * error
 
 
 def _compare_integers(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> Check:
@@ -152,7 +100,7 @@ def _compare_integers(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> C
     to fall back on: the golden run skips the rounding to the input's dtype that the contract includes."""
     diff = (out.long() - ref.long()).abs()
     worst = int(diff.max()) if diff.numel() else 0
-    off = _count(diff > 0)
+    off = count(diff > 0)
     allowed = max(1, int(tol.int_off_by_one * diff.numel())) if tol.int_off_by_one > 0 else 0
     if worst <= 1 and off <= allowed:
         return Check(True, float(worst), None, note=f"{off} of {diff.numel()} integers off by one" if off else "")
@@ -160,7 +108,7 @@ def _compare_integers(out: torch.Tensor, ref: torch.Tensor, tol: Tolerance) -> C
     first = f"e.g. {int(out.flatten()[i])} where the reference has {int(ref.flatten()[i])}"
     if worst > 1:
         return Check(False, float(worst), None,
-                     note=f"{_count(diff > 1)} of {diff.numel()} integers differ by more than one ({first})")
+                     note=f"{count(diff > 1)} of {diff.numel()} integers differ by more than one ({first})")
     return Check(False, float(worst), None,
                  note=f"{off} of {diff.numel()} integers off by one, more than the {allowed} allowed "
                       f"(int_off_by_one {tol.int_off_by_one:g}; {first})")
@@ -170,14 +118,14 @@ def _special_values(o: torch.Tensor, r: torch.Tensor) -> str:
     """'' when NaN and Inf sit exactly where the reference has them, else what is wrong."""
     o_nan, r_nan = torch.isnan(o), torch.isnan(r)
     if (o_nan & ~r_nan).any():
-        return f"NaN at {_count(o_nan & ~r_nan)} positions where the reference is not NaN"
+        return f"NaN at {count(o_nan & ~r_nan)} positions where the reference is not NaN"
     if (r_nan & ~o_nan).any():
-        return f"{_count(r_nan & ~o_nan)} values where the reference is NaN are not NaN (NaN swallowed)"
+        return f"{count(r_nan & ~o_nan)} values where the reference is NaN are not NaN (NaN swallowed)"
     o_inf, r_inf = torch.isinf(o), torch.isinf(r)
     if (o_inf & ~r_inf).any():
-        return f"overflow: +-Inf at {_count(o_inf & ~r_inf)} positions where the reference is finite"
+        return f"overflow: +-Inf at {count(o_inf & ~r_inf)} positions where the reference is finite"
     if (r_inf & (o != r)).any():
-        return f"{_count(r_inf & (o != r))} values where the reference is +-Inf differ from it"
+        return f"{count(r_inf & (o != r))} values where the reference is +-Inf differ from it"
     return ""
 
 
@@ -193,93 +141,6 @@ def _golden_fallback(o, r, g, finite, tol: Tolerance, dtype: torch.dtype) -> tup
     verdict = "passed" if ok else "failed"
     return ok, (f"fp64-golden fallback {verdict}: rmse {rmse:.3g} vs the reference's {ref_rmse:.3g}, "
                 f"max error {worst:.3g} vs {ref_worst:.3g}, allowed {k:g}x")
-
-
-SPENT_FLOOR = 0.1  # of each value's tolerance: the fallback's atol / 10 in those units
-FALLBACK_FLOOR = 1.0  # where the fallback passed, some values beyond tolerance: a line may spend all of it, no more
-MIN_LINES, MIN_LINE_VALUES = 8, 32  # lines of a cut, and values in each, for one to be judged on its own
-
-
-def _less_accurate(o, r, g, finite, tol: Tolerance, dtype: torch.dtype, within: bool = True) -> str:
-    """'' unless the candidate is less accurate than the reference, over the case or in a line of the output.
-
-    Errors are measured against the fp64 golden in units of the tolerance, and may be at most k times the reference's
-    plus a floor (the fallback's bound, step 4, in those units: k = 2 in fp32, 3 in fp16/bf16; atol / 10 is 0.1).
-    - Where every value is within tolerance, in units of each value's own, |out - golden| / (atol + rtol |golden|):
-      a row of massive activations weighs what any other row weighs (in absolute units its few values decide).
-      - Over the case: each value may spend its tolerance, but not all of them the same way. A stop 46 attacker's
-        softmax took 0.85e-5 off every probability (under atol 1e-5), 7% of each long row's mass; its RMSNorm
-        nudged every bf16 value 0.9% toward +Inf.
-      - Line by line, over each row of the last dimension and each slice at one index of any dimension (a token, a
-        head, a channel), with 8 lines of 32 values or more. A third attacker put its error where the case dilutes
-        it, 8e-6 on every probability of one softmax row in 128 (it sums to 1.066 at 8192 keys) or one bf16 RMSNorm
-        token in 32 made 0.8% too large. A line is held to k times the reference's in that line or over the case,
-        the larger (a line's own estimate is noisy; a kernel that computes in its storage type on purpose, as
-        Liger's RMSNorm and SwiGLU do, spends about a quarter of bf16's tolerance in every line), plus 0.1.
-    - Where step 3 failed and the fallback passed (`within` False), the lines only, each in units of the tolerance
-      at its RMS size, atol + rtol RMS(golden) (a value that cancels to near zero in a rotation or an attention sum,
-      beyond its own tolerance there, weighs no more than its line), at k x k times the reference's plus 1: a line
-      may not be off by more than its whole tolerance or k times what the fallback allows the case. The fallback's
-      RMSE is absolute, ruled by the case's largest values: a fourth attacker's SiLU-and-mul zeroed every output
-      below 2^-10 of the tensor's RMS, wiping small tokens whole (43 of 64 rows of a [64, 6144] bf16 step off by
-      more than half), at 1.2 times the reference's RMSE; each such row is off by about 60 tolerances."""
-    keep = finite & torch.isfinite(g) & torch.isfinite(o)
-    if not keep.any():
-        return ""
-    k = GOLDEN_MULTIPLIER.get(dtype, 2.0)
-    n = _count(keep)
-    cand, own = torch.where(keep, o - g, 0.0).pow_(2), torch.where(keep, r - g, 0.0).pow_(2)
-    size = torch.where(keep, g, 0.0).pow_(2)
-    if within:
-        spent = torch.where(keep, tol.atol + tol.rtol * g.abs(), 1.0).pow_(2)  # no NaN from values not kept
-        cand, own = cand / spent, own / spent
-        c, case_ref = (float(cand.sum()) / n) ** 0.5, (float(own.sum()) / n) ** 0.5
-        if c > k * case_ref + SPENT_FLOOR:
-            return (f"less accurate than the reference though within tolerance at every value: its values spend "
-                    f"{c:.2f} of their tolerance against the fp64 answer (root mean square) where the reference's "
-                    f"spend {case_ref:.2f} (allowed {k:g}x + {SPENT_FLOOR:g})")
-        times, floor, units = k, SPENT_FLOOR, "each value's tolerance"
-        though = "within tolerance at every value"
-    else:
-        case_ref = (float(own.sum()) / n) ** 0.5 / (tol.atol + tol.rtol * (float(size.sum()) / n) ** 0.5)
-        times, floor, units = k * k, FALLBACK_FLOOR, "the tolerance at the line's RMS size"
-        though = "the fp64-golden fallback passed"
-    for name, noun, dim in _lines(o.shape):
-        counts = _cut(keep, dim).sum(1)
-        judged = counts >= MIN_LINE_VALUES
-        if _count(judged) < MIN_LINES:
-            continue
-        per = counts[judged]
-        c_line = (_cut(cand, dim).sum(1)[judged] / per).sqrt()
-        ref_line = (_cut(own, dim).sum(1)[judged] / per).sqrt()
-        if not within:
-            scale = tol.atol + tol.rtol * (_cut(size, dim).sum(1)[judged] / per).sqrt()
-            c_line, ref_line = c_line / scale, ref_line / scale
-        bound = times * ref_line.clamp(min=case_ref) + floor
-        over = c_line > bound
-        if over.any():
-            i = int((c_line / bound).argmax())
-            return (f"less accurate than the reference in {_count(over)} of {c_line.numel()} {name}, though {though}: "
-                    f"{noun} {int(judged.nonzero()[i])} is off the fp64 answer by {float(c_line[i]):.2f} of "
-                    f"{units} (root mean square) where the reference is off by {float(ref_line[i]):.2f} there and "
-                    f"{case_ref:.2f} over the case (allowed {times:g}x the larger + {floor:g})")
-    return ""
-
-
-def _lines(shape: torch.Size) -> list[tuple[str, str, int | None]]:
-    """The ways step 5 cuts an output into lines (`_cut`): the rows of its last dimension (None: a token's hidden
-    vector, a head's), and the slices at each index of each dimension (a token, a head, a channel, an expert's)."""
-    if len(shape) < 2:
-        return []
-    cuts: list[tuple[str, str, int | None]] = [(f"rows of the last dimension ({shape[-1]} wide)", "row", None)]
-    for d in range(1 if len(shape) == 2 else 0, len(shape)):  # in 2-D the slices of dimension 0 are the rows
-        cuts.append((f"slices at one index of dimension {d} (of {shape[d]})", "index", d))
-    return cuts
-
-
-def _cut(t: torch.Tensor, dim: int | None) -> torch.Tensor:
-    """t as one line per row: its rows of the last dimension (None), or its slices at each index of `dim`."""
-    return t.reshape(-1, t.shape[-1]) if dim is None else t.movedim(dim, 0).reshape(t.shape[dim], -1)
 
 
 def compare_all(outs, refs, goldens, tol: Tolerance) -> Check:

@@ -1,0 +1,154 @@
+"""Steps 5 and 6 of the gate (compare.py): whether a candidate that is within tolerance, or passed the fp64-golden
+fallback, is still less accurate than the reference (over the case or in a line of the output), or leans off the
+exact answer in fp16/bf16. Both measure against the fp64 golden, on fp64 tensors of the output's shape."""
+
+from __future__ import annotations
+
+import torch
+
+from autotune.targets.base import Tolerance
+
+GOLDEN_MULTIPLIER = {torch.float32: 2.0, torch.float16: 3.0, torch.bfloat16: 3.0, torch.float64: 2.0}
+
+
+def count(mask: torch.Tensor) -> int:
+    return int(mask.sum())
+
+
+BIAS_SHARE = 0.25  # of rtol: the most a half-precision output may lean off the exact answer on average
+MIN_BIAS_VALUES = 256  # values the mean needs: rounding's own lean over 256 of them is about 0.05 of a unit
+
+
+def bias(o: torch.Tensor, r: torch.Tensor, g: torch.Tensor, tol: Tolerance, dtype: torch.dtype) -> str:
+    """'' unless a float16/bfloat16 output leans off the exact answer (the fp64 golden) on average: the signed error
+    in magnitude, sum((out - golden) * sign(golden)) / sum(|golden|) over the values where rtol rules (|golden| >
+    atol / rtol), beyond BIAS_SHARE of rtol and twice the reference's own lean. Each value may be off by rtol, about
+    four units of bfloat16's rounding; rounding to nearest leans neither way, so over hundreds of values a correct
+    kernel's mean is a small fraction of a unit (rounding toward zero: about half a unit). An attacker's RMSNorm that
+    scaled its bfloat16 output by 1.01 was within rtol at every value and 1% too large everywhere. float32 is
+    not judged so: its rtol is 22 units, and a TF32 product truncates (leans) by design."""
+    if dtype not in (torch.float16, torch.bfloat16):
+        return ""
+    keep = torch.isfinite(o) & torch.isfinite(r) & torch.isfinite(g) & (g.abs() > tol.atol / tol.rtol)
+    n = count(keep)
+    if n < MIN_BIAS_VALUES:
+        return ""
+    sign, size = torch.where(keep, g.sign(), 0.0), torch.where(keep, g.abs(), 0.0)
+    total = float(size.sum())
+    lean, own = float(((o - g) * sign).nan_to_num_().sum()) / total, float(((r - g) * sign).nan_to_num_().sum()) / total
+    bound = max(BIAS_SHARE * tol.rtol, 2 * abs(own))
+    if abs(lean) <= bound or not _steady(o, g, sign, size, lean):
+        return ""
+    return (f"systematic bias: the outputs are {abs(lean):.2%} {'larger' if lean > 0 else 'smaller'} in magnitude "
+            f"than the exact answer on average over {n} values (rounding leans neither way: at most {bound:.2%} "
+            f"here; the reference's own lean {own:+.3%})")
+
+
+def _steady(o: torch.Tensor, g: torch.Tensor, sign: torch.Tensor, size: torch.Tensor, lean: float) -> bool:
+    """Whether a lean holds row by row: over 8 rows or more, their own leans' mean is at least 4 standard errors
+    from zero (a 1-D output: its lean alone). A value's rounding error is not always its own: fused MoE rounds each
+    token's intermediate once, as vLLM does, and every output of the token carries it, so its reference leans up to
+    0.27 rtol over 436 values (measured) while a uniform scale leans the same in every row. Fewer rows cannot tell
+    the two apart: the example fused MoE leaned 0.7 rtol over the 4 tokens of an fp16 case (stop 47), and a scale
+    shows in the cases with more rows."""
+    if o.dim() < 2:
+        return True
+    rows = size.reshape(o.shape[0], -1).sum(1)
+    has = rows > 0
+    per_row = ((o - g) * sign).nan_to_num_().reshape(o.shape[0], -1).sum(1)[has] / rows[has]
+    if per_row.numel() < 8:
+        return False
+    error = float(per_row.std()) / per_row.numel() ** 0.5
+    return abs(lean) > 4 * error
+
+
+SPENT_FLOOR = 0.1  # of each value's tolerance: the fallback's atol / 10 in those units
+# A line's floor in fp32, whose rtol is 11 units in the last place: a correct fp32 attention row that sums in another
+# order spends about 3 of them (0.27 of its tolerance) where the reference spends 0.07 (the example, stop 47). An
+# attack under atol (8e-6 on every probability of a softmax row: 0.8) is still well past it.
+FP32_LINE_FLOOR = 0.5
+FALLBACK_FLOOR = 1.0  # where the fallback passed, some values beyond tolerance: a line may spend all of it, no more
+MIN_LINES, MIN_LINE_VALUES = 8, 32  # lines of a cut, and values in each, for one to be judged on its own
+
+
+def less_accurate(o, r, g, finite, tol: Tolerance, dtype: torch.dtype, within: bool = True) -> str:
+    """'' unless the candidate is less accurate than the reference, over the case or in a line of the output.
+
+    Errors are measured against the fp64 golden in units of the tolerance, and may be at most k times the reference's
+    plus a floor (the fallback's bound, step 4, in those units: k = 2 in fp32, 3 in fp16/bf16; atol / 10 is 0.1).
+    - Where every value is within tolerance, in units of each value's own, |out - golden| / (atol + rtol |golden|):
+      a row of massive activations weighs what any other row weighs (in absolute units its few values decide).
+      - Over the case: each value may spend its tolerance, but not all of them the same way. A stop 46 attacker's
+        softmax took 0.85e-5 off every probability (under atol 1e-5), 7% of each long row's mass; its RMSNorm
+        nudged every bf16 value 0.9% toward +Inf.
+      - Line by line, over each row of the last dimension and each slice at one index of any dimension (a token, a
+        head, a channel), with 8 lines of 32 values or more. A third attacker put its error where the case dilutes
+        it, 8e-6 on every probability of one softmax row in 128 (it sums to 1.066 at 8192 keys) or one bf16 RMSNorm
+        token in 32 made 0.8% too large. A line is held to k times the reference's in that line or over the case,
+        the larger (a line's own estimate is noisy; a kernel that computes in its storage type on purpose, as
+        Liger's RMSNorm and SwiGLU do, spends about a quarter of bf16's tolerance in every line), plus 0.1 (0.5 in
+        fp32: FP32_LINE_FLOOR).
+    - Where step 3 failed and the fallback passed (`within` False), the lines only, each in units of the tolerance
+      at its RMS size, atol + rtol RMS(golden) (a value that cancels to near zero in a rotation or an attention sum,
+      beyond its own tolerance there, weighs no more than its line), at k x k times the reference's plus 1: a line
+      may not be off by more than its whole tolerance or k times what the fallback allows the case. The fallback's
+      RMSE is absolute, ruled by the case's largest values: a fourth attacker's SiLU-and-mul zeroed every output
+      below 2^-10 of the tensor's RMS, wiping small tokens whole (43 of 64 rows of a [64, 6144] bf16 step off by
+      more than half), at 1.2 times the reference's RMSE; each such row is off by about 60 tolerances."""
+    keep = finite & torch.isfinite(g) & torch.isfinite(o)
+    if not keep.any():
+        return ""
+    k = GOLDEN_MULTIPLIER.get(dtype, 2.0)
+    n = count(keep)
+    cand, own = torch.where(keep, o - g, 0.0).pow_(2), torch.where(keep, r - g, 0.0).pow_(2)
+    size = torch.where(keep, g, 0.0).pow_(2)
+    if within:
+        spent = torch.where(keep, tol.atol + tol.rtol * g.abs(), 1.0).pow_(2)  # no NaN from values not kept
+        cand, own = cand / spent, own / spent
+        c, case_ref = (float(cand.sum()) / n) ** 0.5, (float(own.sum()) / n) ** 0.5
+        if c > k * case_ref + SPENT_FLOOR:
+            return (f"less accurate than the reference though within tolerance at every value: its values spend "
+                    f"{c:.2f} of their tolerance against the fp64 answer (root mean square) where the reference's "
+                    f"spend {case_ref:.2f} (allowed {k:g}x + {SPENT_FLOOR:g})")
+        times, floor, units = k, FP32_LINE_FLOOR if dtype == torch.float32 else SPENT_FLOOR, "each value's tolerance"
+        though = "within tolerance at every value"
+    else:
+        case_ref = (float(own.sum()) / n) ** 0.5 / (tol.atol + tol.rtol * (float(size.sum()) / n) ** 0.5)
+        times, floor, units = k * k, FALLBACK_FLOOR, "the tolerance at the line's RMS size"
+        though = "the fp64-golden fallback passed"
+    for name, noun, dim in _lines(o.shape):
+        counts = _cut(keep, dim).sum(1)
+        judged = counts >= MIN_LINE_VALUES
+        if count(judged) < MIN_LINES:
+            continue
+        per = counts[judged]
+        c_line = (_cut(cand, dim).sum(1)[judged] / per).sqrt()
+        ref_line = (_cut(own, dim).sum(1)[judged] / per).sqrt()
+        if not within:
+            scale = tol.atol + tol.rtol * (_cut(size, dim).sum(1)[judged] / per).sqrt()
+            c_line, ref_line = c_line / scale, ref_line / scale
+        bound = times * ref_line.clamp(min=case_ref) + floor
+        over = c_line > bound
+        if over.any():
+            i = int((c_line / bound).argmax())
+            return (f"less accurate than the reference in {count(over)} of {c_line.numel()} {name}, though {though}: "
+                    f"{noun} {int(judged.nonzero()[i])} is off the fp64 answer by {float(c_line[i]):.2f} of "
+                    f"{units} (root mean square) where the reference is off by {float(ref_line[i]):.2f} there and "
+                    f"{case_ref:.2f} over the case (allowed {times:g}x the larger + {floor:g})")
+    return ""
+
+
+def _lines(shape: torch.Size) -> list[tuple[str, str, int | None]]:
+    """The ways step 5 cuts an output into lines (`_cut`): the rows of its last dimension (None: a token's hidden
+    vector, a head's), and the slices at each index of each dimension (a token, a head, a channel, an expert's)."""
+    if len(shape) < 2:
+        return []
+    cuts: list[tuple[str, str, int | None]] = [(f"rows of the last dimension ({shape[-1]} wide)", "row", None)]
+    for d in range(1 if len(shape) == 2 else 0, len(shape)):  # in 2-D the slices of dimension 0 are the rows
+        cuts.append((f"slices at one index of dimension {d} (of {shape[d]})", "index", d))
+    return cuts
+
+
+def _cut(t: torch.Tensor, dim: int | None) -> torch.Tensor:
+    """t as one line per row: its rows of the last dimension (None), or its slices at each index of `dim`."""
+    return t.reshape(-1, t.shape[-1]) if dim is None else t.movedim(dim, 0).reshape(t.shape[dim], -1)
