@@ -101,7 +101,7 @@ def less_accurate(o, r, g, finite, tol: Tolerance, dtype: torch.dtype, within: b
     k = GOLDEN_MULTIPLIER.get(dtype, 2.0)
     n = count(keep)
     cand, own = torch.where(keep, o - g, 0.0).pow_(2), torch.where(keep, r - g, 0.0).pow_(2)
-    size = torch.where(keep, g, 0.0).pow_(2)
+    size = None if within else torch.where(keep, g, 0.0).pow_(2)  # the lines' RMS sizes, on the fallback's path
     if within:
         spent = torch.where(keep, tol.atol + tol.rtol * g.abs(), 1.0).pow_(2)  # no NaN from values not kept
         cand, own = cand / spent, own / spent
@@ -113,19 +113,20 @@ def less_accurate(o, r, g, finite, tol: Tolerance, dtype: torch.dtype, within: b
         times, floor, units = k, FP32_LINE_FLOOR if dtype == torch.float32 else SPENT_FLOOR, "each value's tolerance"
         though = "within tolerance at every value"
     else:
+        assert size is not None
         case_ref = (float(own.sum()) / n) ** 0.5 / (tol.atol + tol.rtol * (float(size.sum()) / n) ** 0.5)
         times, floor, units = k * k, FALLBACK_FLOOR, "the tolerance at the line's RMS size"
         though = "the fp64-golden fallback passed"
     for name, noun, dim in _lines(o.shape):
-        counts = _cut(keep, dim).sum(1)
+        counts = _sums(keep, dim)
         judged = counts >= MIN_LINE_VALUES
         if count(judged) < MIN_LINES:
             continue
         per = counts[judged]
-        c_line = (_cut(cand, dim).sum(1)[judged] / per).sqrt()
-        ref_line = (_cut(own, dim).sum(1)[judged] / per).sqrt()
-        if not within:
-            scale = tol.atol + tol.rtol * (_cut(size, dim).sum(1)[judged] / per).sqrt()
+        c_line = (_sums(cand, dim)[judged] / per).sqrt()
+        ref_line = (_sums(own, dim)[judged] / per).sqrt()
+        if size is not None:
+            scale = tol.atol + tol.rtol * (_sums(size, dim)[judged] / per).sqrt()
             c_line, ref_line = c_line / scale, ref_line / scale
         bound = times * ref_line.clamp(min=case_ref) + floor
         over = c_line > bound
@@ -139,7 +140,7 @@ def less_accurate(o, r, g, finite, tol: Tolerance, dtype: torch.dtype, within: b
 
 
 def _lines(shape: torch.Size) -> list[tuple[str, str, int | None]]:
-    """The ways step 5 cuts an output into lines (`_cut`): the rows of its last dimension (None: a token's hidden
+    """The ways step 5 cuts an output into lines (`_sums`): the rows of its last dimension (None: a token's hidden
     vector, a head's), and the slices at each index of each dimension (a token, a head, a channel, an expert's)."""
     if len(shape) < 2:
         return []
@@ -149,6 +150,7 @@ def _lines(shape: torch.Size) -> list[tuple[str, str, int | None]]:
     return cuts
 
 
-def _cut(t: torch.Tensor, dim: int | None) -> torch.Tensor:
-    """t as one line per row: its rows of the last dimension (None), or its slices at each index of `dim`."""
-    return t.reshape(-1, t.shape[-1]) if dim is None else t.movedim(dim, 0).reshape(t.shape[dim], -1)
+def _sums(t: torch.Tensor, dim: int | None) -> torch.Tensor:
+    """t summed over each line, with no copy of t: each row of its last dimension (None), or each slice at one index
+    of `dim`."""
+    return t.sum(-1).reshape(-1) if dim is None else t.sum([d for d in range(t.dim()) if d != dim])
