@@ -60,6 +60,7 @@ class Tolerance:
     rtol: float
     atol: float
     int_off_by_one: float = 0.0
+    rows_share_rounding: bool = False  # each output row carries one rounding of an intermediate (judge.accuracy)
 
 
 # torch.testing.assert_close's per-dtype defaults (torch/testing/_comparison.py, _DTYPE_PRECISIONS).
@@ -69,6 +70,11 @@ DEFAULT_TOLERANCES: Mapping[torch.dtype, Tolerance] = {
     torch.bfloat16: Tolerance(rtol=1.6e-2, atol=1e-5),
     torch.float16: Tolerance(rtol=1e-3, atol=1e-5),
 }
+
+# For an op that rounds an intermediate once per output row to the storage type, as the engines' kernels do (fused
+# MoE's activation per token, attention's probabilities before P @ V): the row's outputs all carry that rounding
+ROWS_SHARE_ROUNDING: Mapping[torch.dtype, Tolerance] = {
+    d: dataclasses.replace(t, rows_share_rounding=True) for d, t in DEFAULT_TOLERANCES.items()}
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 

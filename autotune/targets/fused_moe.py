@@ -32,7 +32,16 @@ another order or keep the intermediates in fp32.
 import torch
 import torch.nn.functional as F
 
-from autotune.targets.base import ATOMIC_REDUCTIONS, ForeignOp, OpClass, Target, activations, layer_scaled, upcast
+from autotune.targets.base import (
+    ATOMIC_REDUCTIONS,
+    ROWS_SHARE_ROUNDING,
+    ForeignOp,
+    OpClass,
+    Target,
+    activations,
+    layer_scaled,
+    upcast,
+)
 from autotune.targets.space import Knob, SearchSpace, configs
 
 
@@ -208,6 +217,7 @@ SEARCH = SearchSpace(
 TARGET = Target(
     name="fused_moe",
     atomic_tolerance=ATOMIC_REDUCTIONS,  # split-K / the top-k combine by tl.atomic_add: repeats may differ
+    tolerances=ROWS_SHARE_ROUNDING,  # each token's activation rounded once, as vLLM does, in all its outputs
     summary="the routed experts of a MoE layer: top-k expert SwiGLU MLPs per token, weighted and summed",
     reference=fused_moe,
     make_inputs=make_inputs,

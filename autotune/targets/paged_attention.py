@@ -35,6 +35,7 @@ import torch
 from autotune.targets.base import (
     ATTENTION_SCALES,
     RANGE_ELEMENTS,
+    ROWS_SHARE_ROUNDING,
     ForeignOp,
     OpClass,
     Target,
@@ -355,6 +356,7 @@ SEARCH = SearchSpace(
 TARGET = Target(
     name="paged_attention",
     layouts=("contiguous", "offset0", "kv_cache_vllm"),  # the cache views autotune's vLLM plugin passes
+    tolerances=ROWS_SHARE_ROUNDING,  # a row's probabilities rounded to the storage type before P @ V, as vLLM's are
     scalar_values={"scale": ATTENTION_SCALES, "window": CASE_WINDOWS},  # scale off head_dim ** -0.5 too (Gemma 2)
     summary="vLLM's unified attention: varlen prefill and decode rows over a paged KV cache (block table), "
             "causal, optional sliding window, GQA",

@@ -360,6 +360,42 @@ def test_errors_put_in_a_few_rows_heads_or_channels_are_less_accurate_than_the_r
     assert "index 5 is off" in check.note, check.note
 
 
+def test_an_fp32_line_of_small_values_spends_no_more_than_a_few_units_in_their_last_place():
+    """A stop 48 attacker added 4.4e-6 to every fp32 probability of one softmax row in 32 (the row sums to 1.009 at
+    2048 keys): under half of atol at every value, which was the line's floor. A line's floor is now at most
+    16 units in the last place of its RMS size; a correct kernel that sums in another order (a few units) passes."""
+    gen = torch.Generator().manual_seed(5)
+    gold = torch.softmax(torch.randn(64, 2048, dtype=torch.float64, generator=gen), -1)
+    ref = gold.float()
+    leak = gold.clone()
+    leak[30::32] += 4.4e-6
+    check = compare(leak.float(), ref, gold, FP32)
+    assert not check.passed and "2 of 64 rows of the last dimension" in check.note, check.note
+    ulp = torch.finfo(torch.float32).eps
+    reordered = (gold * (1 + 4 * ulp * torch.randn(gold.shape, dtype=torch.float64, generator=gen))).float()
+    check = compare(reordered, ref, gold, FP32)
+    assert check.passed, check.note
+
+
+def test_a_lean_in_a_step_of_few_tokens_is_a_systematic_bias_unless_each_token_carries_its_own_rounding():
+    """A stop 48 attacker's RMSNorm scaled bf16 outputs by 1.005 only in steps of fewer than 8 tokens, where the
+    lean was not judged (too few rows to tell a scale from a token's shared rounding). A scale leans alike in every
+    piece of even one token. Where each row shares one rounding of an intermediate (fused MoE's activation), rows
+    that lean apart pass and a scale over 3 rows or more still fails."""
+    gen = torch.Generator().manual_seed(6)
+    for rows in (1, 2, 4):
+        gold = torch.randn(rows, 4096, dtype=torch.float64, generator=gen)
+        check = compare((gold * 1.005).to(torch.bfloat16), gold.to(torch.bfloat16), gold, BF16)
+        assert not check.passed and "systematic bias" in check.note, (rows, check.note)
+        assert compare(gold.to(torch.bfloat16), gold.to(torch.bfloat16), gold, BF16).passed
+    shared = replace(BF16, rows_share_rounding=True)
+    gold = torch.randn(4, 2048, dtype=torch.float64, generator=gen)
+    apart = gold * torch.tensor([1.009, 1.002, 1.008, 1.001], dtype=torch.float64)[:, None]  # 0.5% on average
+    assert compare(apart.to(torch.bfloat16), gold.to(torch.bfloat16), gold, shared).passed
+    assert not compare((gold * 1.005).to(torch.bfloat16), gold.to(torch.bfloat16), gold, shared).passed
+    assert compare((gold[:1] * 1.005).to(torch.bfloat16), gold[:1].to(torch.bfloat16), gold[:1], shared).passed
+
+
 def test_small_tokens_wiped_behind_the_fallback_are_less_accurate_but_a_rotation_in_bf16_passes():
     """A fourth stop 46 attacker's SiLU-and-mul zeroed every bf16 output below 2^-10 of the tensor's RMS: the zeros
     fail step 3, and the fallback's absolute RMSE, ruled by the largest tokens, passed them at 1.2x the reference's.

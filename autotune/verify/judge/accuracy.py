@@ -37,36 +37,54 @@ def bias(o: torch.Tensor, r: torch.Tensor, g: torch.Tensor, tol: Tolerance, dtyp
     total = float(size.sum())
     lean, own = float(((o - g) * sign).nan_to_num_().sum()) / total, float(((r - g) * sign).nan_to_num_().sum()) / total
     bound = max(BIAS_SHARE * tol.rtol, 2 * abs(own))
-    if abs(lean) <= bound or not _steady(o, g, sign, size, lean):
+    if abs(lean) <= bound or not _steady(o, g, sign, size, lean, tol):
         return ""
     return (f"systematic bias: the outputs are {abs(lean):.2%} {'larger' if lean > 0 else 'smaller'} in magnitude "
             f"than the exact answer on average over {n} values (rounding leans neither way: at most {bound:.2%} "
             f"here; the reference's own lean {own:+.3%})")
 
 
-def _steady(o: torch.Tensor, g: torch.Tensor, sign: torch.Tensor, size: torch.Tensor, lean: float) -> bool:
-    """Whether a lean holds row by row: over 8 rows or more, their own leans' mean is at least 4 standard errors
-    from zero (a 1-D output: its lean alone). A value's rounding error is not always its own: fused MoE rounds each
-    token's intermediate once, as vLLM does, and every output of the token carries it, so its reference leans up to
-    0.27 rtol over 436 values (measured) while a uniform scale leans the same in every row. Fewer rows cannot tell
-    the two apart: the example fused MoE leaned 0.7 rtol over the 4 tokens of an fp16 case (stop 47), and a scale
-    shows in the cases with more rows."""
-    if o.dim() < 2:
-        return True
-    rows = size.reshape(o.shape[0], -1).sum(1)
-    has = rows > 0
-    per_row = ((o - g) * sign).nan_to_num_().reshape(o.shape[0], -1).sum(1)[has] / rows[has]
-    if per_row.numel() < 8:
+def _steady(o: torch.Tensor, g: torch.Tensor, sign: torch.Tensor, size: torch.Tensor, lean: float,
+            tol: Tolerance) -> bool:
+    """Whether a lean holds across the output: the leans of its pieces (up to 64, of MIN_LINE_VALUES values or
+    more, in memory order) have a mean past Student's t for their count (LEAN_T) in standard errors from zero. A
+    value's rounding error is not always its own: fused MoE rounds each token's intermediate once, as vLLM does,
+    and every output of the token carries it, so its reference leans up to 0.27 rtol over 436 values (measured); the
+    example fused MoE leaned 0.7 rtol over the 4 tokens of an fp16 case (stop 47). Where a row shares one rounding
+    so (`Tolerance.rows_share_rounding`), the pieces are the rows of the last dimension, 3 at least: a uniform scale
+    leans alike in every row, and those 4 tokens leaned apart. A stop 48 attacker's RMSNorm scaled bf16 outputs by
+    1.005 only in steps of fewer than 8 tokens, whose rows were too few to be judged then."""
+    err = ((o - g) * sign).nan_to_num_()
+    if tol.rows_share_rounding:
+        width = o.shape[-1] if o.dim() else 1
+        err, size = err.reshape(-1, width).sum(1), size.reshape(-1, width).sum(1)
+    else:
+        pieces = max(1, min(64, o.numel() // MIN_LINE_VALUES))
+        err, size = (torch.stack([p.sum() for p in t.reshape(-1).tensor_split(pieces)]) for t in (err, size))
+    has = size > 0
+    leans = err[has] / size[has]
+    n = leans.numel()
+    if n < 3:
         return False
-    error = float(per_row.std()) / per_row.numel() ** 0.5
-    return abs(lean) > 4 * error
+    t = next(t for dof, t in LEAN_T if n - 1 >= dof)
+    return abs(lean) > t * float(leans.std()) / n ** 0.5
+
+
+# Student's t that leaves the tail a normal leaves past 4 standard deviations (6.3e-5, both sides) for n - 1 degrees
+# of freedom, from the largest count down (mpmath's incomplete beta): 3 rows need their mean 126 standard errors out
+LEAN_T = ((30, 4.65), (20, 5.04), (15, 5.48), (12, 5.99), (10, 6.57), (9, 7.0), (8, 7.6), (7, 8.47), (6, 9.84),
+          (5, 12.28), (4, 17.45), (3, 32.62), (2, 125.64))
 
 
 SPENT_FLOOR = 0.1  # of each value's tolerance: the fallback's atol / 10 in those units
 # A line's floor in fp32, whose rtol is 11 units in the last place: a correct fp32 attention row that sums in another
-# order spends about 3 of them (0.27 of its tolerance) where the reference spends 0.07 (the example, stop 47). An
-# attack under atol (8e-6 on every probability of a softmax row: 0.8) is still well past it.
+# order spent 3.6 of them beyond twice the reference's (0.27 of its tolerance where the reference spent 0.07: the
+# example, stop 47); the 10 examples and 20 production ports spend at most 1.3 (stop 48, every line logged). Where
+# atol rules, a line of small values (a softmax row's probabilities, 1e-4 each at 8192 keys) would have half of atol
+# to spend: so the floor is at most LINE_FLOOR_ULPS units in the last place of the line's RMS size. A stop 48
+# attacker added 4.4e-6 to every fp32 probability of one softmax row in 32 (0.44 of atol; the row summed to 1.009).
 FP32_LINE_FLOOR = 0.5
+LINE_FLOOR_ULPS = 16
 FALLBACK_FLOOR = 1.0  # where the fallback passed, some values beyond tolerance: a line may spend all of it, no more
 MIN_LINES, MIN_LINE_VALUES = 8, 32  # lines of a cut, and values in each, for one to be judged on its own
 
@@ -101,7 +119,7 @@ def less_accurate(o, r, g, finite, tol: Tolerance, dtype: torch.dtype, within: b
     k = GOLDEN_MULTIPLIER.get(dtype, 2.0)
     n = count(keep)
     cand, own = torch.where(keep, o - g, 0.0).pow_(2), torch.where(keep, r - g, 0.0).pow_(2)
-    size = None if within else torch.where(keep, g, 0.0).pow_(2)  # the lines' RMS sizes, on the fallback's path
+    size = torch.where(keep, g, 0.0).pow_(2)  # for the lines' RMS sizes
     if within:
         spent = torch.where(keep, tol.atol + tol.rtol * g.abs(), 1.0).pow_(2)  # no NaN from values not kept
         cand, own = cand / spent, own / spent
@@ -113,7 +131,6 @@ def less_accurate(o, r, g, finite, tol: Tolerance, dtype: torch.dtype, within: b
         times, floor, units = k, FP32_LINE_FLOOR if dtype == torch.float32 else SPENT_FLOOR, "each value's tolerance"
         though = "within tolerance at every value"
     else:
-        assert size is not None
         case_ref = (float(own.sum()) / n) ** 0.5 / (tol.atol + tol.rtol * (float(size.sum()) / n) ** 0.5)
         times, floor, units = k * k, FALLBACK_FLOOR, "the tolerance at the line's RMS size"
         though = "the fp64-golden fallback passed"
@@ -125,17 +142,20 @@ def less_accurate(o, r, g, finite, tol: Tolerance, dtype: torch.dtype, within: b
         per = counts[judged]
         c_line = (_sums(cand, dim)[judged] / per).sqrt()
         ref_line = (_sums(own, dim)[judged] / per).sqrt()
-        if size is not None:
-            scale = tol.atol + tol.rtol * (_sums(size, dim)[judged] / per).sqrt()
-            c_line, ref_line = c_line / scale, ref_line / scale
-        bound = times * ref_line.clamp(min=case_ref) + floor
+        rms = (_sums(size, dim)[judged] / per).sqrt()
+        at_rms = tol.atol + tol.rtol * rms  # the tolerance at the line's RMS size
+        if within:  # the floor: at most LINE_FLOOR_ULPS of the line's RMS size
+            line_floor = (LINE_FLOOR_ULPS * torch.finfo(dtype).eps * rms / at_rms).clamp_(max=floor)
+        else:
+            c_line, ref_line, line_floor = c_line / at_rms, ref_line / at_rms, torch.full_like(rms, floor)
+        bound = times * ref_line.clamp(min=case_ref) + line_floor
         over = c_line > bound
         if over.any():
             i = int((c_line / bound).argmax())
             return (f"less accurate than the reference in {count(over)} of {c_line.numel()} {name}, though {though}: "
-                    f"{noun} {int(judged.nonzero()[i])} is off the fp64 answer by {float(c_line[i]):.2f} of "
-                    f"{units} (root mean square) where the reference is off by {float(ref_line[i]):.2f} there and "
-                    f"{case_ref:.2f} over the case (allowed {times:g}x the larger + {floor:g})")
+                    f"{noun} {int(judged.nonzero()[i])} is off the fp64 answer by {float(c_line[i]):.3g} of "
+                    f"{units} (root mean square) where the reference is off by {float(ref_line[i]):.2g} there and "
+                    f"{case_ref:.2g} over the case (allowed {times:g}x the larger + {float(line_floor[i]):.2g})")
     return ""
 
 
