@@ -137,7 +137,8 @@ SERVED_WINDOWS = (4096, 1024, 512)
 
 def _lengths(shape) -> tuple[torch.Tensor, torch.Tensor, int]:
     """(query rows, context lengths, window) from the shape alone: the checker's refill keeps q's shape and the
-    scalar arguments, and refills only the tensors.
+    scalar arguments, and refills only the tensors; a decode's context but the longest's is at most its length here
+    (make_inputs draws it per call, up to the blocks this length gives it).
     One sequence is a prefill chunk of max_query_len rows over a short prefix (a new prompt's chunk; in a decode-only
     step a decode at a drawn context), one reaches max_context, about half of the others are decodes, the rest
     drawn; about 4 in 10 prefills are fresh prompts (no prefix); in half of the shapes the decodes come first, in
@@ -150,8 +151,10 @@ def _lengths(shape) -> tuple[torch.Tensor, torch.Tensor, int]:
     rows[0] = longest
     spare = (torch.rand(seqs, generator=by_shape) * (max_context - rows + 1)).long()
     ctx = torch.minimum(rows + spare, torch.tensor(max_context))
-    if max_query_len > 1:  # a decode-only step's first sequence keeps its drawn context, as the others
+    if max_query_len > 1:
         ctx[0] = min(max_context, longest + int(torch.randint(0, 2 * longest + 17, (1,), generator=by_shape)))
+    elif seqs > 1:  # a decode-only step's first decode may run up to a key short of the longest (make_inputs)
+        ctx[0] = max(1, max_context - 1)
     ctx[-1] = max_context
     # new prompts (no cached prefix: the context is the chunk), about 4 in 10 of the prefills but the longest context:
     # an attacker's kernel took the causal limit at a fresh prompt's end, and a context was almost never its chunk
@@ -218,6 +221,11 @@ def make_inputs(shape, dtype, gen, kind):
     k_cache = activations(cache_shape, dtype, gen, "large" if kind == "large" else "normal", spread=None,
                           massive=False)
     v_cache = activations(cache_shape, dtype, gen, "normal", spread=Q_SPREAD, massive=False)
+    # a decode's context but the longest's, drawn per call: a stop 48 attacker's split-context path was right only
+    # for the longest sequence, and a context fixed by the shape tells a kernel which sequences run long
+    decode = rows == 1
+    decode[-1] = False
+    ctx = torch.where(decode, 1 + (torch.rand(seqs, generator=gen) * ctx).long().clamp(max=ctx - 1), ctx)
     return (q, k_cache, v_cache, cu.to(torch.int32), ctx.to(torch.int32), table.to(torch.int32), head_dim ** -0.5,
             window, int(rows.max()), int(ctx.max()))
 

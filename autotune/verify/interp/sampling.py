@@ -50,6 +50,9 @@ INVALID, INPUT, WRITTEN = 0, 1, 2  # a state byte: not (validly) written yet; as
 # judge's, or a zero fill), but not a kernel's answer; written in this call by a sampled, untainted program
 
 
+EDGES = 2  # programs a sample draws from the edges of power-of-two chunks (Sample._draw)
+
+
 class UnwrittenRead(Exception):
     """A program read bytes of a storage the call allocated that nothing had written before its launch (no earlier
     launch was given it, no fill or copy wrote it): an output or scratch read before it is written, which on a GPU
@@ -234,10 +237,15 @@ class Sample:
     # programs ---------------------------------------------------------------------------------------
     def _draw(self, n: int) -> np.ndarray:
         """`programs` indices of an axis of length n drawn afresh per call, and the last besides (where a grid's tail
-        lives: a ragged last tile, the stream-K remainder, rows a rounded-down grid leaves). The last alone would be
-        a sample a kernel could predict."""
+        lives: a ragged last tile, the stream-K remainder, rows a rounded-down grid leaves), and EDGES drawn from the
+        edges of power-of-two chunks, 2^k - 1 and 2^k from 32 up: a kernel that walks its rows, sequences or tiles
+        in chunks of a power of two is wrong first at a chunk's last or the next one's first (a stop 48 attacker's
+        search of cu_seqlens_q by chunks of 512 sequences lost the last of each: 1 program in 1024, and 1 in 5 of
+        a call's samples run it). The last alone would be a sample a kernel could predict."""
         others = self.rng.choice(n - 1, self.programs, replace=False)
-        return np.sort(np.concatenate([others, [n - 1]]).astype(np.int64))
+        edges = [e for k in range(5, n.bit_length()) for e in (2 ** k - 1, 2 ** k) if e < n - 1]
+        edge = self.rng.choice(edges, min(EDGES, len(edges)), replace=False) if edges else np.zeros(0, np.int64)
+        return np.unique(np.concatenate([others, [n - 1], edge]).astype(np.int64))
 
     def order(self, grid: tuple[int, int, int], args=()) -> np.ndarray | None:
         """The linear ids of the programs to run, in a random order; None to run the whole grid (a grid no
