@@ -174,7 +174,7 @@ def _planned(target: Target, shapes, config: PlanConfig, salt: bytes) -> list[_P
     found: list[_Planned] = []
     for n, (requested, source, calls, profile_dtype) in enumerate(primary_shapes(target, shapes, config, salt)):
         for d, dtype in enumerate(t for t in dict.fromkeys([profile_dtype, *dtypes]) if t is not None):
-            contract = source in CONTRACT_SOURCES and not config.whole
+            contract = (source in CONTRACT_SOURCES or source == "edge" and not config.edge_kinds) and not config.whole
             small = cut(requested, *extra)
 
             def add(shape: Shape, kind: str, seed: int = 0, checks: bool = False) -> None:

@@ -24,6 +24,7 @@ class PlanConfig:
     served_whole_work: int = 0  # the largest served call runs uncut with every program when it takes at most this
     whole_within_s: float = 0.0  # a sampled call runs again whole when its skipped programs take at most this
     concurrency_whole: bool = False  # the concurrency and span cuts run every program (else sampled as range cases)
+    edge_kinds: bool = True  # the edge shapes run large and NaN/Inf inputs too (else as the presets' shapes do)
     presets: tuple[Mapping[str, Any], ...] = ()  # every model preset's sizes (conf/model/*.yaml), as plain dicts
     served_rows: int = 0  # the most tokens served in one step: the rows of the presets' served shapes
     whole: bool = False  # the GPU's plan: shapes whole, no range cases, no sampling, no dry calls
@@ -55,4 +56,5 @@ class PlanConfig:
                    served_whole_work=int(cfg_verify.served_whole_work),
                    whole_within_s=float(cfg_verify.whole_within_s),
                    concurrency_whole=bool(cfg_verify.concurrency_whole),
+                   edge_kinds=bool(cfg_verify.edge_kinds),
                    presets=tuple(presets), served_rows=int(served_rows), whole=whole)
