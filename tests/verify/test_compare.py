@@ -363,7 +363,7 @@ def test_errors_put_in_a_few_rows_heads_or_channels_are_less_accurate_than_the_r
 def test_an_fp32_line_of_small_values_spends_no_more_than_a_few_units_in_their_last_place():
     """A stop 48 attacker added 4.4e-6 to every fp32 probability of one softmax row in 32 (the row sums to 1.009 at
     2048 keys): under half of atol at every value, which was the line's floor. A line's floor is now at most
-    16 units in the last place of its RMS size; a correct kernel that sums in another order (a few units) passes."""
+    2048 units in the last place of its RMS size; a correct kernel that sums in another order (a few units) passes."""
     gen = torch.Generator().manual_seed(5)
     gold = torch.softmax(torch.randn(64, 2048, dtype=torch.float64, generator=gen), -1)
     ref = gold.float()

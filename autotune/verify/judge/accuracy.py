@@ -79,12 +79,14 @@ LEAN_T = ((30, 4.65), (20, 5.04), (15, 5.48), (12, 5.99), (10, 6.57), (9, 7.0), 
 SPENT_FLOOR = 0.1  # of each value's tolerance: the fallback's atol / 10 in those units
 # A line's floor in fp32, whose rtol is 11 units in the last place: a correct fp32 attention row that sums in another
 # order spent 3.6 of them beyond twice the reference's (0.27 of its tolerance where the reference spent 0.07: the
-# example, stop 47); the 10 examples and 20 production ports spend at most 1.3 (stop 48, every line logged). Where
-# atol rules, a line of small values (a softmax row's probabilities, 1e-4 each at 8192 keys) would have half of atol
-# to spend: so the floor is at most LINE_FLOOR_ULPS units in the last place of the line's RMS size. A stop 48
-# attacker added 4.4e-6 to every fp32 probability of one softmax row in 32 (0.44 of atol; the row summed to 1.009).
+# example, stop 47), and 44 in a decode at scale 0.088 over 12 draws (stop 48): a score's rounding error grows with
+# its size (up to about 100 here), and a probability's relative error with it; folding the scale into exp2 before
+# subtracting the max makes it the logit's own size. Where atol rules, a line of small values (a softmax row's
+# probabilities, 1e-4 each at 8192 keys) would have half of atol to spend: so the floor is at most LINE_FLOOR_ULPS
+# units in the last place of the line's RMS size (the old 0.5 from an RMS of 0.02 up). A stop 48 attacker added
+# 4.4e-6 (0.7% of a probability) to every fp32 probability of one softmax row in 32, 0.44 of atol: its floor is 0.015.
 FP32_LINE_FLOOR = 0.5
-LINE_FLOOR_ULPS = 16
+LINE_FLOOR_ULPS = 2048
 FALLBACK_FLOOR = 1.0  # where the fallback passed, some values beyond tolerance: a line may spend all of it, no more
 MIN_LINES, MIN_LINE_VALUES = 8, 32  # lines of a cut, and values in each, for one to be judged on its own
 

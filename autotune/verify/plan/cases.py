@@ -174,7 +174,8 @@ def _planned(target: Target, shapes, config: PlanConfig, salt: bytes) -> list[_P
     found: list[_Planned] = []
     for n, (requested, source, calls, profile_dtype) in enumerate(primary_shapes(target, shapes, config, salt)):
         for d, dtype in enumerate(t for t in dict.fromkeys([profile_dtype, *dtypes]) if t is not None):
-            contract = (source in CONTRACT_SOURCES or source == "edge" and not config.edge_kinds) and not config.whole
+            contract = source in CONTRACT_SOURCES and not config.whole
+            fewer_kinds = contract or source == "edge" and not config.edge_kinds and not config.whole
             small = cut(requested, *extra)
 
             def add(shape: Shape, kind: str, seed: int = 0, checks: bool = False) -> None:
@@ -182,7 +183,7 @@ def _planned(target: Target, shapes, config: PlanConfig, salt: bytes) -> list[_P
 
             checks = config.whole or d == n % len(dtypes)
             add(cut(requested, *(extra if contract else main)), "normal", checks=checks)
-            if contract:  # sizes and layouts: normal inputs (and NaN/Inf in one dtype)
+            if fewer_kinds:  # sizes and layouts: normal inputs (and NaN/Inf in one dtype)
                 if checks:
                     add(small, "special")
                 continue
