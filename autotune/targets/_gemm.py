@@ -94,9 +94,12 @@ def range_cuts(shape):
     """Two: M whole (many row blocks, the large-M code paths) with N and K to two of the largest tiles of the
     search space (256) plus their remainders modulo 64; and K whole, the dimension a kernel sums over and splits,
     with M and N to a tile plus their remainders (a split-K share rounded down is exact at K = 4096 and drops 64
-    input channels at Qwen2.5-0.5B's K = 4864). Each a sample of programs where it is large."""
+    input channels at Qwen2.5-0.5B's K = 4864). And M and K whole together, N to a tile plus its remainder: a stop
+    48 attacker's GEMM stopped its weight pointer after 1024 of K only at M of 128 or more, which no case had
+    with K past 575. Each a sample of programs where it is large."""
     m, n, k = shape
-    return ((m, min(n, 512 + n % 64), min(k, 512 + k % 64)), (min(m, 8 + m % 64), min(n, 64 + n % 64), k))
+    return ((m, min(n, 512 + n % 64), min(k, 512 + k % 64)), (min(m, 8 + m % 64), min(n, 64 + n % 64), k),
+            (m, min(n, 64 + n % 64), k))
 
 
 def concurrency_cuts(shape):

@@ -232,9 +232,21 @@ def make_inputs(shape, dtype, gen, kind):
     # for the longest sequence, and a context fixed by the shape tells a kernel which sequences run long
     decode = rows == 1
     decode[-1] = False
-    ctx = torch.where(decode, 1 + (torch.rand(seqs, generator=gen) * ctx).long().clamp(max=ctx - 1), ctx)
+    ctx = torch.where(decode, _decode_contexts(ctx, gen), ctx)
     return (q, k_cache, v_cache, cu.to(torch.int32), ctx.to(torch.int32), table.to(torch.int32), head_dim ** -0.5,
             window, int(rows.max()), int(ctx.max()))
+
+
+def _decode_contexts(most: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """A context per sequence from 1 to `most`, uniform, half of them moved to a key tile's edge (a multiple of 16
+    to 256, or one key either side), where a key loop that stops one key short or one tile early goes wrong: a stop
+    48 attacker's decode dropped its own newest key at contexts of 1 mod 128, 1 decode in 128."""
+    n = most.numel()
+    drawn = 1 + (torch.rand(n, generator=gen) * most).long().clamp(max=most - 1)
+    tile = 2 ** torch.randint(4, 9, (n,), generator=gen)
+    edge = (drawn + tile // 2) // tile * tile + torch.randint(-1, 2, (n,), generator=gen)
+    moved = torch.rand(n, generator=gen) < 0.5
+    return torch.where(moved, edge.clamp(min=1).minimum(most), drawn)
 
 
 def _work(shape) -> tuple[int, int]:
@@ -278,15 +290,17 @@ def cut_shape(shape, max_rows, max_elements):
 def range_cuts(shape):
     """Every sequence, every head, kv head, head_dim and block size, and a prefill's every query row up to 512 (the
     query blocks after a chunk's first, the sequences a grid over them reaches late); the context to at least the
-    query rows, else to 512 (a ragged last block kept) or fewer where the sequences' keys would pass RANGE_ELEMENTS
-    (64 decodes over 64 keys). And a served step of more than 8 sequences whole, its longest query and longest
+    query rows, else to 512 (a ragged last block kept) or fewer where the sequences' keys would pass RANGE_ELEMENTS,
+    but never within two key tiles of 128 (a stop 48 attacker's kernel read keys past the first tile from kv head 0
+    in steps of 32 sequences or more: many sequences, a second tile and a kv head past 0 had never met; the cache
+    is shared past CACHE_ELEMENTS). And a served step of more than 8 sequences whole, its longest query and longest
     context together, on one kv head and its query group: a kernel's scratch or split count sized by sequences x
     context, or a path taken past a chunk length, goes wrong only there (sampled: 1024 decodes over up to 512 keys
     are 33M cached values a tensor; a 2048-row chunk over 4096 keys is the reference's 34M scores a head group). The
     ordinary cases keep each preset's longest context."""
     seqs, heads, kv_heads, head_dim, block_size, max_query_len, max_context = shape
     rows = min(max_query_len, 512)
-    keys = min(512 + max_context % block_size, RANGE_ELEMENTS // (seqs * kv_heads * head_dim))
+    keys = min(512 + max_context % block_size, max(RANGE_ELEMENTS // (seqs * kv_heads * head_dim), 2 * 128 + 3))
     cuts: tuple[tuple[int, ...], ...] = (
         (seqs, heads, kv_heads, head_dim, block_size, rows, min(max_context, max(rows, keys, block_size + 1))),)
     if seqs > 8 or max_query_len > rows:

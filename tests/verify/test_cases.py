@@ -111,6 +111,39 @@ def test_values_and_weights_reach_the_magnitudes_a_clamp_would_cut():
     assert (w.abs() > 8 * k ** -0.5).sum() > 100 and w.std() < 2 * k ** -0.5
 
 
+def test_served_sizes_run_large_together_where_a_kernel_may_branch_on_both():
+    """A stop 48 attacker's kernels went wrong only where two sizes met, each large in some case and never together:
+    a GEMM at M >= 128 with K past 1024, a paged attention in steps of 32 sequences or more past one key tile on kv
+    heads other than 0, a fused MoE with more than 128 pairs on one expert (no case had more than 62)."""
+    cases = plan(get("linear"), None, PLAN, salt=SALT)
+    assert any(c.shape[0] >= 512 and c.shape[2] >= 4096 for c in cases)
+    paged = [c.shape for c in plan(get("paged_attention"), None, PLAN, salt=SALT)]
+    assert any(s[0] >= 1024 and s[2] > 1 and s[6] > 256 for s in paged), paged
+    moe = get("fused_moe")
+    big = [c for c in plan(moe, None, PLAN, salt=SALT) if c.shape[0] >= 512]
+    assert big
+    ids = moe.make_inputs(big[0].shape, torch.float32, torch.Generator().manual_seed(0), "normal")[4]
+    assert int(torch.bincount(ids.reshape(-1).long()).max()) > 256
+
+
+def test_decode_contexts_are_drawn_per_call_and_often_at_a_key_tiles_edge():
+    """A stop 48 attacker's split-context path was right only for the longest sequence, and another's decode dropped
+    its own newest key at contexts of 1 mod 128: a decode's context (but the longest's) is drawn per call, up to the
+    blocks the shape gives it, half of them at a tile's edge; a decode-only step's first reaches past half the
+    longest."""
+    paged = get("paged_attention")
+    shape = (64, 4, 2, 32, 16, 1, 600)
+    lens = [paged.make_inputs(shape, torch.float32, torch.Generator().manual_seed(i), "normal")[4] for i in range(4)]
+    assert all(int(c[-1]) == 600 and int(c.max()) == 600 for c in lens)
+    assert not torch.equal(lens[0], lens[1])
+    every = torch.cat([c[:-1] for c in lens]).long()
+    near = ((every + 1) % 16 <= 2).float().mean()  # within a key of a multiple of 16: 3 in 16 drawn uniformly
+    assert near > 0.4 and bool((every % 128 == 1).any()), near
+    first = [int(paged.make_inputs((2, 2, 1, 32, 16, 1, 8190), torch.float32, torch.Generator().manual_seed(i),
+                                   "normal")[4][0]) for i in range(16)]
+    assert max(first) > 4096 and len(set(first)) > 8
+
+
 def test_random_sizes_are_drawn_per_run_and_avoid_round_numbers():
     draws = [contract_shapes(RMS, PLAN, bytes([i]) * 16) for i in range(8)]
     assert len({tuple(d) for d in draws}) > 1  # the salt decides them
