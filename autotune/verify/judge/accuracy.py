@@ -107,7 +107,7 @@ def less_accurate(o, r, g, finite, tol: Tolerance, dtype: torch.dtype, within: b
         token in 32 made 0.8% too large. A line is held to k times the reference's in that line or over the case,
         the larger (a line's own estimate is noisy; a kernel that computes in its storage type on purpose, as
         Liger's RMSNorm and SwiGLU do, spends about a quarter of bf16's tolerance in every line), plus 0.1 (0.5 in
-        fp32: FP32_LINE_FLOOR).
+        fp32: FP32_LINE_FLOOR), and no more than LINE_FLOOR_ULPS units in the last place of the line's RMS size.
     - Where step 3 failed and the fallback passed (`within` False), the lines only, each in units of the tolerance
       at its RMS size, atol + rtol RMS(golden) (a value that cancels to near zero in a rotation or an attention sum,
       beyond its own tolerance there, weighs no more than its line), at k x k times the reference's plus 1: a line
