@@ -219,9 +219,9 @@ def make_inputs(shape, dtype, gen, kind):
     num_blocks = min(own, max(width + 3, CACHE_ELEMENTS // (block_size * kv_heads * head_dim)))
     pool = torch.randperm(num_blocks, generator=gen)
     table = pool[torch.randint(0, num_blocks, (seqs, width), generator=gen)]  # unused entries: others' blocks
-    start, shared = 0, num_blocks < own  # shared: each sequence's blocks drawn from the pool
+    start, shared = 0, num_blocks < own  # shared: each sequence's blocks drawn from all of them
     for s, n in enumerate(per_seq.tolist()):
-        table[s, :n] = pool[torch.randperm(num_blocks, generator=gen)[:n]] if shared else pool[start:start + n]
+        table[s, :n] = torch.randperm(num_blocks, generator=gen)[:n] if shared else pool[start:start + n]
         start += n
     cache_shape = (num_blocks, block_size, kv_heads, head_dim)
     # "large" scales the keys too: logits in the tens of thousands overflow exp without the max subtraction

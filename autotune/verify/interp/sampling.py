@@ -257,7 +257,9 @@ class Sample:
         if n <= self.programs + 1:
             self.launch_sampled = False
             return None
-        chosen = self.indices.setdefault(n, self._draw(n))
+        if n not in self.indices:  # drawn once per call for each axis length
+            self.indices[n] = self._draw(n)
+        chosen = self.indices[n]
         coords = np.meshgrid(*[chosen if a == axis else np.arange(grid[a]) for a in range(3)], indexing="ij")
         ids = (coords[0] * grid[1] + coords[1]) * grid[2] + coords[2]
         self.launch_sampled = True

@@ -34,19 +34,19 @@ def bias(o: torch.Tensor, r: torch.Tensor, g: torch.Tensor, tol: Tolerance, dtyp
     if n < MIN_BIAS_VALUES:
         return ""
     sign, size = torch.where(keep, g.sign(), 0.0), torch.where(keep, g.abs(), 0.0)
-    total = float(size.sum())
-    lean, own = float(((o - g) * sign).nan_to_num_().sum()) / total, float(((r - g) * sign).nan_to_num_().sum()) / total
+    total, err = float(size.sum()), ((o - g) * sign).nan_to_num_()  # each value's signed error in magnitude
+    lean, own = float(err.sum()) / total, float(((r - g) * sign).nan_to_num_().sum()) / total
     bound = max(BIAS_SHARE * tol.rtol, 2 * abs(own))
-    if abs(lean) <= bound or not _steady(o, g, sign, size, lean, tol):
+    if abs(lean) <= bound or not _steady(err, size, lean, tol):
         return ""
     return (f"systematic bias: the outputs are {abs(lean):.2%} {'larger' if lean > 0 else 'smaller'} in magnitude "
             f"than the exact answer on average over {n} values (rounding leans neither way: at most {bound:.2%} "
             f"here; the reference's own lean {own:+.3%})")
 
 
-def _steady(o: torch.Tensor, g: torch.Tensor, sign: torch.Tensor, size: torch.Tensor, lean: float,
-            tol: Tolerance) -> bool:
-    """Whether a lean holds across the output: the leans of its pieces (up to 64, of MIN_LINE_VALUES values or
+def _steady(err: torch.Tensor, size: torch.Tensor, lean: float, tol: Tolerance) -> bool:
+    """Whether a lean holds across the output (`err`, each value's signed error in magnitude; `size`, |golden|
+    where judged): the leans of its pieces (up to 64, of MIN_LINE_VALUES values or
     more, in memory order) have a mean past Student's t for their count (LEAN_T) in standard errors from zero. A
     value's rounding error is not always its own: fused MoE rounds each token's intermediate once, as vLLM does,
     and every output of the token carries it, so its reference leans up to 0.27 rtol over 436 values (measured); the
@@ -54,12 +54,11 @@ def _steady(o: torch.Tensor, g: torch.Tensor, sign: torch.Tensor, size: torch.Te
     so (`Tolerance.rows_share_rounding`), the pieces are the rows of the last dimension, 3 at least: a uniform scale
     leans alike in every row, and those 4 tokens leaned apart. A stop 48 attacker's RMSNorm scaled bf16 outputs by
     1.005 only in steps of fewer than 8 tokens, whose rows were too few to be judged then."""
-    err = ((o - g) * sign).nan_to_num_()
     if tol.rows_share_rounding:
-        width = o.shape[-1] if o.dim() else 1
+        width = err.shape[-1] if err.dim() else 1
         err, size = err.reshape(-1, width).sum(1), size.reshape(-1, width).sum(1)
     else:
-        pieces = max(1, min(64, o.numel() // MIN_LINE_VALUES))
+        pieces = max(1, min(64, err.numel() // MIN_LINE_VALUES))
         err, size = (torch.stack([p.sum() for p in t.reshape(-1).tensor_split(pieces)]) for t in (err, size))
     has = size > 0
     leans = err[has] / size[has]
@@ -91,7 +90,7 @@ FALLBACK_FLOOR = 1.0  # where the fallback passed, some values beyond tolerance:
 MIN_LINES, MIN_LINE_VALUES = 8, 32  # lines of a cut, and values in each, for one to be judged on its own
 
 
-def less_accurate(o, r, g, finite, tol: Tolerance, dtype: torch.dtype, within: bool = True) -> str:
+def less_accurate(o, r, g, keep, tol: Tolerance, dtype: torch.dtype, within: bool = True) -> str:
     """'' unless the candidate is less accurate than the reference, over the case or in a line of the output.
 
     Errors are measured against the fp64 golden in units of the tolerance, and may be at most k times the reference's
@@ -114,8 +113,8 @@ def less_accurate(o, r, g, finite, tol: Tolerance, dtype: torch.dtype, within: b
       may not be off by more than its whole tolerance or k times what the fallback allows the case. The fallback's
       RMSE is absolute, ruled by the case's largest values: a fourth attacker's SiLU-and-mul zeroed every output
       below 2^-10 of the tensor's RMS, wiping small tokens whole (43 of 64 rows of a [64, 6144] bf16 step off by
-      more than half), at 1.2 times the reference's RMSE; each such row is off by about 60 tolerances."""
-    keep = finite & torch.isfinite(g) & torch.isfinite(o)
+      more than half), at 1.2 times the reference's RMSE; each such row is off by about 60 tolerances.
+    `keep`: the values judged, where the reference, the golden and the output are all finite."""
     if not keep.any():
         return ""
     k = GOLDEN_MULTIPLIER.get(dtype, 2.0)

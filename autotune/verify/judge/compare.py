@@ -80,12 +80,13 @@ def compare(out, ref: torch.Tensor, golden: torch.Tensor, tol: Tolerance) -> Che
     max_rel = float(torch.where(mag > 0, diff / mag, 0.0).max())
     bad = diff > tol.atol + tol.rtol * mag
     g = golden.double()
+    keep = finite & torch.isfinite(g) & torch.isfinite(o)  # the values steps 4 and 5 judge against the golden
     if not bad.any():
-        worse = less_accurate(o, r, g, finite, tol, ref.dtype) or bias(o, r, g, tol, ref.dtype)
+        worse = less_accurate(o, r, g, keep, tol, ref.dtype) or bias(o, r, g, tol, ref.dtype)
         return Check(not worse, max_abs, max_rel, note=worse)
-    golden_ok, golden_note = _golden_fallback(o, r, g, finite, tol, ref.dtype)
+    golden_ok, golden_note = _golden_fallback(o, r, g, keep, tol, ref.dtype)
     if golden_ok:
-        worse = less_accurate(o, r, g, finite, tol, ref.dtype, within=False) or bias(o, r, g, tol, ref.dtype)
+        worse = less_accurate(o, r, g, keep, tol, ref.dtype, within=False) or bias(o, r, g, tol, ref.dtype)
         return Check(not worse, max_abs, max_rel, note=worse or golden_note)
     i = int(bad.nonzero()[0])
     first = f"e.g. {float(of[i]):.6g} where the reference has {float(rf[i]):.6g}"
@@ -129,8 +130,7 @@ def _special_values(o: torch.Tensor, r: torch.Tensor) -> str:
     return ""
 
 
-def _golden_fallback(o, r, g, finite, tol: Tolerance, dtype: torch.dtype) -> tuple[bool, str]:
-    mask = finite & torch.isfinite(g) & torch.isfinite(o)
+def _golden_fallback(o, r, g, mask, tol: Tolerance, dtype: torch.dtype) -> tuple[bool, str]:
     if not mask.any():
         return False, "no finite fp64 golden to fall back on"
     cand, own = (o - g)[mask], (r - g)[mask]
