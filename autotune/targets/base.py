@@ -184,6 +184,9 @@ class Target:
     # along it with a rounded-down share shows at each size it is served at (a GEMM's N: a cap of 128 column
     # programs is exact at N = 4096 and leaves 64 tiles of Llama 3 8B's qkv N = 6144 unwritten). None: no such case.
     span_cuts: Callable[[Shape], tuple[Shape, ...]] | None = None
+    # A shape whose dims were set one by one (plan.cases.together_shapes) -> one the op can be called with (paged
+    # attention: no more query rows than the context)
+    coherent: Callable[[Shape], Shape] = lambda shape: tuple(shape)
     # shape -> an upper bound on the elements of all inputs / all outputs of one call (the judge sizes the
     # largest result frame it accepts from these); None: each input, and at most two outputs, no larger than
     # the case shape, which holds for the row-wise ops

@@ -142,7 +142,7 @@ def range_cuts(shape):
     (the others small: experts as in the second, hidden and intermediate a tile plus their remainders): a grid that
     serves tokens past the first 64 in whole blocks (a persistent kernel's rounded-down share) drops the 65th. The
     default plan runs it whole, in 12 s of CPU a dtype for the example at Qwen3-30B-A3B's top-8; larger counts
-    (512 served) only as a sample, and the verdict says so (cases.whole_note)."""
+    (512 served) only as a sample, and the verdict says so (plan.notes.whole_note)."""
     tokens, experts, top_k, hidden, inter = shape
     few = min(experts, max(8, 2 * top_k))
     cuts: tuple[tuple[int, ...], ...] = (

@@ -287,6 +287,12 @@ def cut_shape(shape, max_rows, max_elements):
             min(max_query_len, max(4, max_rows // 32), max_context), max_context)
 
 
+def coherent(shape):
+    """No more query rows than the context."""
+    *rest, max_query_len, max_context = shape
+    return (*rest, min(max_query_len, max_context), max_context)
+
+
 def range_cuts(shape):
     """Every sequence, every head, kv head, head_dim and block size, and a prefill's every query row up to 512 (the
     query blocks after a chunk's first, the sequences a grid over them reaches late); the context to at least the
@@ -443,6 +449,7 @@ TARGET = Target(
     example="paged_attention.py",
     cut_shape=cut_shape,
     range_cuts=range_cuts,
+    coherent=coherent,
     rows_problem=rows_problem,
     input_elements=input_elements,
     output_elements=output_elements,

@@ -2,6 +2,7 @@
 sizes, every dtype, the target's layouts and scalar values, inputs keyed by a secret salt, cuts on CPU only."""
 
 import dataclasses
+import itertools
 
 import pytest
 import torch
@@ -13,7 +14,9 @@ from autotune.targets import all_targets, get
 from autotune.targets.base import OpClass
 from autotune.verify.plan import cases as case_plan
 from autotune.verify.plan import dry
-from autotune.verify.plan.cases import CONTRACT_SOURCES, PlanConfig, contract_shapes, cut_note, cut_rows, numel, plan
+from autotune.verify.plan import notes
+from autotune.verify.plan.cases import CONTRACT_SOURCES, PlanConfig, contract_shapes, cut_rows, numel, plan
+from autotune.verify.plan.notes import cut_note
 from autotune.verify.plan.data import answers, make_data
 
 CFG = compose([]).verify
@@ -124,6 +127,39 @@ def test_served_sizes_run_large_together_where_a_kernel_may_branch_on_both():
     assert big
     ids = moe.make_inputs(big[0].shape, torch.float32, torch.Generator().manual_seed(0), "normal")[4]
     assert int(torch.bincount(ids.reshape(-1).long()).max()) > 256
+
+
+def test_every_pair_of_cut_dims_runs_large_together():
+    """A stop 48 attacker's kernels went wrong only where two sizes the CPU cut shrinks were large together, each
+    large alone in some case: a softmax past 4M values, an int8 weight past 1024 x 1024, a fused MoE past 2 tokens
+    with a hidden size of 1024 or more, a paged attention on kv heads past the first at contexts of 1536 or more.
+    For every target, each pair of dims the cut shrinks in a served shape runs with both above the cut."""
+    for target in all_targets():
+        runs = [c.shape for c in plan(target, None, PLAN, salt=SALT) if c.source in ("together", "range")]
+        for served in case_plan.served_shapes(target, None, PLAN):
+            base = target.cut_shape(served, PLAN.max_interpreter_rows_extra, PLAN.max_interpreter_elements // 4)
+            shrunk = [d for d, (b, s) in enumerate(zip(base, served)) if b < s]
+            for i, j in itertools.combinations(shrunk, 2):
+                assert any(r[i] > base[i] and r[j] > base[j] for r in runs), (target.name, served, i, j)
+    assert any(numel(s) > 4 * 2 ** 20 and s[-1] >= 8192 for s in _together("softmax"))
+    assert any(n >= 4096 and k >= 4096 for _, n, k in _together("int8_linear"))
+    assert any(t >= 256 and h >= 2048 for t, _, _, h, _ in _together("fused_moe"))
+    paged = _together("paged_attention")
+    assert any(s[2] > 1 and s[5] >= 64 and s[6] >= 2048 for s in paged), paged
+    assert any(s[0] >= 16 and s[2] > 1 and s[5] == 1 and s[6] >= 512 for s in paged), paged
+    assert any(s[0] >= 2048 and s[1] >= 32 for s in _together("rotary_embedding"))
+
+
+def _together(name: str) -> list[tuple[int, ...]]:
+    cases = plan(get(name), None, PLAN, salt=SALT)
+    assert all(c.dtype == torch.bfloat16 for c in cases if c.source == "together"), name  # the served dtype
+    return [c.shape for c in cases if c.source in ("together", "range")]
+
+
+def test_the_quick_plan_runs_no_sizes_together():
+    quick = plan_config(compose(["verify=quick"]).verify)
+    assert not case_plan.together_shapes(get("linear"), None, quick)
+    assert all(c.source != "together" for c in plan(get("linear"), None, quick, salt=SALT))
 
 
 def test_decode_contexts_are_drawn_per_call_and_often_at_a_key_tiles_edge():
@@ -253,7 +289,8 @@ def test_every_target_makes_data_for_every_planned_case_kind():
 
 def test_profile_shapes_are_capped_to_the_extremes_and_the_most_called():
     from autotune.records import ProfiledShape
-    from autotune.verify.plan.cases import select_profile_shapes, selection_note
+    from autotune.verify.plan.cases import select_profile_shapes
+    from autotune.verify.plan.notes import selection_note
 
     calls = {1: 50, 2: 40, 3: 30, 7: 9, 9: 8, 11: 7, 13: 6, 17: 1, 64: 5, 100: 2}
     shapes = [ProfiledShape((rows, 128), "float32", c) for rows, c in calls.items()]
@@ -353,13 +390,13 @@ def test_the_largest_served_call_runs_uncut_with_every_program_where_it_fits():
     assert numel(largest) >= 2048 * 4096
     ranged = [c for c in plan(RMS, None, PLAN, salt=SALT) if c.source == "range" and c.shape == largest]
     assert {c.dtype for c in ranged} == {torch.bfloat16} and all(c.sample == 0 for c in ranged)
-    assert "the largest call" not in case_plan.whole_note(RMS, plan(RMS, None, PLAN, salt=SALT),
+    assert "the largest call" not in notes.whole_note(RMS, plan(RMS, None, PLAN, salt=SALT),
                                                          case_plan.served_shapes(RMS, None, PLAN))
     off = dataclasses.replace(PLAN, served_whole_work=0)
     assert not any(c.shape == largest and c.source == "range" for c in plan(RMS, None, off, salt=SALT))
     linear = get("linear")  # 2048 x 28672 x 4096 is past any CPU budget: the verdict names it instead
     assert case_plan.served_whole(linear, None, PLAN) is None
-    assert "the largest call" in case_plan.whole_note(linear, plan(linear, None, PLAN, salt=SALT),
+    assert "the largest call" in notes.whole_note(linear, plan(linear, None, PLAN, salt=SALT),
                                                       case_plan.served_shapes(linear, None, PLAN))
 
 

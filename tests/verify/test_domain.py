@@ -15,7 +15,8 @@ from autotune.config import compose
 from autotune.targets import get
 from autotune.targets.base import ATTENTION_SCALES
 from autotune.verify import verify
-from autotune.verify.plan.cases import PlanConfig, plan, range_shapes, served_shapes, whole_note
+from autotune.verify.plan.cases import PlanConfig, plan, range_shapes, served_shapes
+from autotune.verify.plan.notes import whole_note
 from autotune.verify.verdict import Status
 from tests.verify.reasons import WRONG_VALUES, says
 from tests.verify.variants import example_variant
@@ -318,6 +319,18 @@ def test_a_served_steps_sizes_run_large_together(tmp_path, old, new, failing):
                compose(["verify=quick", *TINY_FP32]))
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
     assert failing(v.failing_case().shape), v.reason
+
+
+def test_two_sizes_the_cut_shrinks_run_large_together(tmp_path):
+    """A GEMM right wherever N or K is below 1024 and off by 0.1% where both reach it (a stop 48 attacker's int8
+    weight path): every case keeps one of them at a tile but the one that sets both at served sizes together."""
+    path = example_variant(tmp_path, "linear", "acc.to(y_ptr.dtype.element_ty)",
+                           "(acc * tl.where((N >= 1024) & (K >= 1024), 1.001, 1.0)).to(y_ptr.dtype.element_ty)")
+    v = verify("linear", path, compose(["verify=quick", *TINY_FP32, "verify.together_values=33554432",
+                                        "verify.together_flops=2147483648"]))
+    assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
+    shape = v.failing_case().shape
+    assert shape[1] >= 1024 and shape[2] >= 1024, v.reason
 
 
 def test_a_grid_past_cudas_limit_on_axis_one_fails_as_on_a_gpu():

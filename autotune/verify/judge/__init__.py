@@ -31,6 +31,7 @@ from autotune.verify.judge.session import Session
 from autotune.verify.judge.status import Ended, conclude
 from autotune.verify.plan import cases as case_plan
 from autotune.verify.plan import dry as dry_plan
+from autotune.verify.plan import notes as case_notes
 from autotune.verify.plan.config import PlanConfig
 from autotune.verify.plan.data import make_data
 from autotune.verify.protocol import Placement
@@ -132,10 +133,11 @@ def _judge(target: Target, source: str, path: str, cfg_verify, verdict: Verdict,
     narrowed = "" if len(presets) == len(config.model_presets()) else (
         f"model presets covered: {', '.join(p['name'] for p in presets)} of {len(config.model_presets())} "
         "(verify.models); other models' shapes and scalars were not checked")
-    plan_notes = [narrowed, case_plan.beyond_note(target), case_plan.cut_note(target, shapes, plan_config, salt),
-                  case_plan.probe_note(plan),
-                  "" if plan_config.whole else case_plan.whole_note(target, session.as_run(), case_plan.served_shapes(
-                      target, shapes, plan_config))]
+    plan_notes = [narrowed, case_notes.beyond_note(target), case_notes.cut_note(target, shapes, plan_config, salt),
+                  case_notes.probe_note(plan),
+                  "" if plan_config.whole else case_notes.whole_note(target, session.as_run(), case_plan.served_shapes(
+                      target, shapes, plan_config)),
+                  "" if plan_config.whole else case_notes.together_note(target, shapes, plan_config)]
     _record(verdict, session, run, [n for n in plan_notes if n], bool(cfg_verify.nsight))
     if status is Status.UNMEASURED and plan_config.whole:  # the GPU's plan: time it (on the CPU, a stand-in)
         stage[0] = "timing it"

@@ -9,7 +9,8 @@ half dtypes, NaN/Inf and further seeds in every dtype; the target's layouts and 
 On the interpreter (not `PlanConfig.whole`) rows are cut, never a width: the interpreter runs about 0.8 ms per
 program in fp32 (measured, one row per program: [64, 4096] 54 ms, [1024, 64] 0.76 s). Range cases then keep
 every dim a kernel indexes whole at served shapes (`Target.range_cuts`), run whole where cheap and on a sample
-of each launch's programs otherwise (autotune.verify.interp.sampling); `coverage_cases` adds a case at each
+of each launch's programs otherwise (autotune.verify.interp.sampling); `together_shapes` sets each pair of the
+dims the cut shrinks at their served sizes together (a sample, within a budget); `coverage_cases` adds a case at each
 served shape whose launches no case ran. With the defaults the example RMSNorm runs 146 cases for 21 s.
 """
 
@@ -18,6 +19,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import hashlib
+import itertools
+import math
 import random
 
 import torch
@@ -44,7 +47,7 @@ class Case:
     dtype: torch.dtype
     kind: str  # normal | large | special
     seed: int
-    source: str  # profile | default | edge | model | random | range | coverage | probe
+    source: str  # profile | default | edge | model | random | range | together | coverage | probe
     requested_shape: Shape  # before the cut
     calls: int = 0
     repeat: bool = False  # call twice on the same inputs: outputs must agree bitwise
@@ -86,18 +89,6 @@ def select_profile_shapes(shapes, limit: int) -> list:
         if s not in chosen:
             chosen.append(s)
     return [s for s in shapes if s in chosen]
-
-
-def selection_note(shapes, limit: int) -> str:
-    """One line saying which profile shapes were checked, when not all of them were."""
-    shapes = [ProfiledShape.of(s) for s in shapes or []]
-    chosen = select_profile_shapes(shapes, limit)
-    if len(chosen) == len(shapes):
-        return ""
-    total = sum(s.calls for s in shapes) or 1
-    covered = sum(s.calls for s in chosen) / total
-    return (f"profile shapes: {len(chosen)} of {len(shapes)} checked (the smallest, the largest and the most "
-            f"called; {covered:.0%} of the profiled calls; verify.max_profile_shapes={limit})")
 
 
 def run_rng(target: Target, salt: bytes) -> random.Random:
@@ -201,9 +192,61 @@ def _planned(target: Target, shapes, config: PlanConfig, salt: bytes) -> list[_P
         found += [_Planned(requested, shape, served_dtype, "normal", 0, "range",
                            sample=0 if config.concurrency_whole else range_sample(target, shape, config))
                   for shape, requested in across.items()]
-        largest = served_whole(target, shapes, config)
+        largest = served_whole(target, shapes, config)  # run whole, where a case together would be a sample
+        found += [_Planned(requested, shape, served_dtype, "normal", 0, "together",
+                           sample=range_sample(target, shape, config))
+                  for requested, shape in together_shapes(target, shapes, config) if shape != largest]
         found += [_Planned(largest, largest, served_dtype, "normal", 0, "range")] if largest else []
     return found
+
+
+def together_shapes(target: Target, shapes, config: PlanConfig) -> list[tuple[Shape, Shape]]:
+    """(served shape, shape run) with two dims at their served sizes together: each pair of dims that the extra
+    cases' cut shrinks in a served shape (the one dim where it shrinks one), the others as that cut leaves them,
+    halved toward the cut (the dim furthest above it first) until the case holds `verify.together_values` values
+    and its reference takes `verify.together_flops`; for each pair the largest such shape. The range cases keep one
+    dim served with the others small: a kernel that goes wrong only where two are large (a weight of more than 1024
+    x 1024, a tensor past 4M values, a kv head past the first at a long context) meets them here, in a sample of
+    its programs. What had to be halved, the verdict names (together_note)."""
+    return list(dict.fromkeys((served, run) for served, run, _ in together_runs(target, shapes, config)))
+
+
+def together_runs(target: Target, shapes, config: PlanConfig) -> list[tuple[Shape, Shape, tuple[int, ...]]]:
+    """(served, run, pair) for each pair of shrunk dims: the largest run of each (together_shapes)."""
+    if config.together_values <= 0:
+        return []
+    pairs: dict[tuple[int, ...], dict[Shape, Shape]] = {}
+    for served in served_shapes(target, shapes, config):
+        base = tuple(target.cut_shape(served, config.max_interpreter_rows_extra,
+                                      config.max_interpreter_elements // 4))
+        shrunk = [d for d, (b, s) in enumerate(zip(base, served)) if b < s]
+        for pair in itertools.combinations(shrunk, 2) if len(shrunk) > 1 else [tuple(shrunk)] if shrunk else []:
+            run = _together(target, base, served, pair, config)
+            if run is not None:
+                pairs.setdefault(pair, {}).setdefault(run, served)
+    found = []
+    for pair, runs in pairs.items():
+        run = max(runs, key=lambda r: (numel(r), math.prod(r[d] for d in pair)))
+        found.append((runs[run], run, pair))
+    return found
+
+
+def _together(target: Target, base: Shape, served: Shape, pair: tuple[int, ...], config: PlanConfig) -> Shape | None:
+    """`base` with the dims of `pair` at their served sizes, halved toward the base until the case fits (None:
+    not even the base's do)."""
+    run = list(base)
+    for d in pair:
+        run[d] = served[d]
+    while True:
+        shape = tuple(target.coherent(tuple(run)))
+        if (sum(target.io_elements(shape)) <= config.together_values
+                and target.flops(shape, torch.float32) <= config.together_flops):
+            return shape if shape != base else None
+        over = [d for d in pair if run[d] > base[d]]
+        if not over:
+            return None
+        d = max(over, key=lambda d: run[d] / max(1, base[d]))
+        run[d] = max(base[d], run[d] // 2)
 
 
 def served_whole(target: Target, shapes, config: PlanConfig) -> Shape | None:
@@ -357,14 +400,6 @@ def probe_cases(target: Target, made, config: PlanConfig, start: int) -> list[Ca
             for i, (shape, dtype) in enumerate(chosen)]
 
 
-def probe_note(cases: list[Case]) -> str:
-    """The probe cases that ran as a sample: '' when there were none."""
-    sampled = [f"{list(c.shape)} {dtype_name(c.dtype)}" for c in cases if c.source == "probe" and c.sample]
-    return ("launches only served sizes make ran as a sample of their programs at " + ", ".join(sampled)
-            + " (too dear to run whole on the CPU): what those programs computed is compared; outputs the grid "
-              "leaves unwritten at served sizes would not show") if sampled else ""
-
-
 def _work(target: Target, shape: Shape) -> int:
     return max(sum(target.io_elements(shape)), target.flops(shape, torch.float32))
 
@@ -387,56 +422,3 @@ def target_dtypes(target: Target, config) -> list[torch.dtype]:
         raise UserError(f"verify.dtypes={list(wanted)} leaves no dtype of {target.name}, which runs in "
                         f"{', '.join(dtype_name(d) for d in target.dtypes)}: name one of those, or verify.dtypes=null")
     return narrowed
-
-
-def cut_note(target: Target, shapes, config: PlanConfig, salt: bytes = b"") -> str:
-    """What was left out of the plan: profile shapes not checked, shapes cut for the interpreter; or ''."""
-    notes = [selection_note(shapes, config.max_profile_shapes)]
-    limits = (config.max_interpreter_rows, config.max_interpreter_elements)
-    cut = [(s, target.cut_shape(s, *limits)) for s, *_ in primary_shapes(target, shapes, config, salt)]
-    cut = list(dict.fromkeys((a, b) for a, b in cut if a != b))
-    if cut and not config.whole:
-        pairs = ", ".join(f"{list(a)} -> {list(b)}" for a, b in cut)
-        notes.append(f"shapes cut for the CPU interpreter (at most {limits[0]} rows, {limits[1]} elements; extra "
-                     f"cases {config.max_interpreter_rows_extra} rows and a quarter of the elements): {pairs}")
-    return "; ".join(n for n in notes if n)
-
-
-def beyond_note(target: Target) -> str:
-    """The served values the target declares no plan runs (Target.beyond_domain), '' when none."""
-    return ("served values no case runs (on a GPU either): " + "; ".join(target.beyond_domain)
-            if target.beyond_domain else "")
-
-
-def whole_note(target: Target, cases: list[Case], served: list[Shape]) -> str:
-    """What the CPU plan never ran with every program: each dim's served values that no case ran whole (each named),
-    with the largest value any case ran whole and the largest a sample of programs met; '' when every served value
-    runs whole. A kernel that changes at a served value no whole case ran (a grid capped along a dim with its share
-    rounded down, a size it switches at) is checked there only as far as the sample's programs reach; the verdict
-    says so instead of implying more."""
-    values: dict[str, set[int]] = {}
-    for shape in served:
-        for name, value in target.named_dims(shape).items():
-            values.setdefault(name, set()).add(value)
-    whole: dict[str, set[int]] = {}
-    sampled: dict[str, int] = {}
-    for case in cases:
-        for name, value in target.named_dims(case.shape).items():
-            if case.sample:
-                sampled[name] = max(sampled.get(name, 0), value)
-            else:
-                whole.setdefault(name, set()).add(value)
-    gaps = []
-    for name, served_values in values.items():
-        missing = sorted(served_values - whole.get(name, set()))
-        if missing:
-            most, reach = max(whole.get(name, ()), default=0), sampled.get(name, 0)
-            gaps.append(f"{name} {', '.join(map(str, missing))} ("
-                        + (f"every program up to {most}" if most else "no case sets it whole")
-                        + (f", a sample of programs at {reach}" if reach > most else "") + ")")
-    largest = max(served, key=numel, default=None)  # sizes together: a kernel may switch at a product of them
-    most = max((numel(c.shape) for c in cases if not c.sample), default=0)
-    if largest is not None and most < numel(largest):
-        gaps.append(f"the largest call {list(largest)} (a product of sizes of {numel(largest)}; every program up to "
-                    f"{most})")
-    return ("served values the CPU plan never ran with every program: " + ", ".join(gaps)) if gaps else ""

@@ -25,6 +25,8 @@ class PlanConfig:
     whole_within_s: float = 0.0  # a sampled call runs again whole when its skipped programs take at most this
     concurrency_whole: bool = False  # the concurrency and span cuts run every program (else sampled as range cases)
     edge_kinds: bool = True  # the edge shapes run large and NaN/Inf inputs too (else as the presets' shapes do)
+    together_values: int = 0  # the most values of a case with two cut dims at their served sizes together (0: none)
+    together_flops: int = 0  # and the most FLOPs of its reference
     presets: tuple[Mapping[str, Any], ...] = ()  # every model preset's sizes (conf/model/*.yaml), as plain dicts
     served_rows: int = 0  # the most tokens served in one step: the rows of the presets' served shapes
     whole: bool = False  # the GPU's plan: shapes whole, no range cases, no sampling, no dry calls
@@ -34,7 +36,7 @@ class PlanConfig:
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"verify.{name} must be at least 1, not {getattr(self, name)}")
         for name in ("max_profile_shapes", "max_range_shapes", "range_whole_work", "range_programs", "long_calls",
-                     "probe_whole_work", "served_whole_work"):
+                     "probe_whole_work", "served_whole_work", "together_values", "together_flops"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"verify.{name} must be 0 or more, not {getattr(self, name)}")
         if not self.whole_within_s >= 0:
@@ -57,4 +59,6 @@ class PlanConfig:
                    whole_within_s=float(cfg_verify.whole_within_s),
                    concurrency_whole=bool(cfg_verify.concurrency_whole),
                    edge_kinds=bool(cfg_verify.edge_kinds),
+                   together_values=int(cfg_verify.together_values),
+                   together_flops=int(cfg_verify.together_flops),
                    presets=tuple(presets), served_rows=int(served_rows), whole=whole)

@@ -9,16 +9,8 @@ from __future__ import annotations
 import collections
 
 from autotune.targets.base import Target, dtype_name
-from autotune.verify.plan.cases import (
-    PlanConfig,
-    beyond_note,
-    cut_note,
-    plan,
-    scalar_values,
-    served_shapes,
-    target_dtypes,
-    whole_note,
-)
+from autotune.verify.plan.cases import PlanConfig, plan, scalar_values, served_shapes, target_dtypes
+from autotune.verify.plan.notes import beyond_note, cut_note, together_note, whole_note
 
 
 def describe(target: Target, shapes, config: PlanConfig, salt: bytes = b"plan") -> list[str]:
@@ -45,4 +37,5 @@ def describe(target: Target, shapes, config: PlanConfig, salt: bytes = b"plan") 
              f"plan: {len(cases)} cases over {len({c.shape for c in cases})} shapes ("
              + ", ".join(f"{n} {s}" for s, n in by_source.items()) + f"); {sampled} run a drawn sample of programs"]
     return lines + [note for note in (beyond_note(target), cut_note(target, shapes, config, salt),
-                                      whole_note(target, cases, served)) if note]
+                                      whole_note(target, cases, served), together_note(target, shapes, config))
+                     if note]
