@@ -5,7 +5,8 @@ failing case gives, never one case's text (a kernel caught by another case first
 # A wrong answer, in any of the forms autotune/verify/judge/compare.py words it.
 WRONG_VALUES = ("values differ beyond rtol", "NaN at ", "(NaN swallowed)", "overflow: +-Inf at",
                 "where the reference is +-Inf differ", "fp64-golden fallback failed", "no finite fp64 golden",
-                "integers differ by more than one", "integers off by one, more than")
+                "integers differ by more than one", "integers off by one, more than",
+                "less accurate than the reference", "systematic bias: ")
 
 
 def says(reason: str, fragment: str | tuple[str, ...]) -> bool:
