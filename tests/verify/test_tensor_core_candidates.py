@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 
 from autotune import config
 from autotune.config import compose
@@ -34,6 +35,11 @@ SMALL_STEPS = compose(["verify=quick", "serve.max_batched_tokens=256", "verify.m
 # contexts and the default steps' 1024 decodes and 2048-row chunk were 50 of its 60 s (test_correct.py and
 # test_domain.py judge those)
 TINY = compose(["verify=quick", "verify.models=[tiny]"])
+# the atomics and autotuning idioms on linear, in fp32: their point is the programs' order and the tuner's runs, not
+# the served domain (atomics make every range case run whole: 30-40 s a kernel over every preset at 2048 rows, 2-3 s
+# over the tiny model's and one profiled projection, Qwen2.5-0.5B's down at 43 tokens, whose K of 4864 is split)
+IDIOMS = compose(["verify=quick", "verify.dtypes=[float32]", "serve.max_batched_tokens=256", "verify.models=[tiny]"])
+DOWN = [((43, 896, 4864), "float32", 1)]
 
 CORRECT = [
     ("linear", "linear_tutorial_style.py", SMALL_STEPS),  # @triton.autotune + key, grouped program ids, bf16 tiles
@@ -137,7 +143,7 @@ def test_an_attackers_kernels_that_told_the_interpreter_from_a_gpu_are_incorrect
 def test_an_autotuned_accumulator_the_tuner_resets_is_accepted():
     """linear_autotune_accumulates.py's kernel with `reset_to_zero`: the run before the chosen one (a GPU's benchmark
     runs) is followed by the tuner's reset, as on a GPU, so the answer is right."""
-    v = verify("linear", CANDIDATES / "linear_autotune_reset.py", compose(["verify=quick", "verify.dtypes=[float32]"]))
+    v = verify("linear", CANDIDATES / "linear_autotune_reset.py", IDIOMS, shapes=DOWN)
     assert v.status is Status.UNMEASURED, v.reason
 
 
@@ -145,12 +151,12 @@ def test_split_k_with_atomics_is_accepted_as_non_deterministic_unless_bitwise_re
     """Issue 27: the standard split-K idiom (tl.atomic_add of partial sums, in whatever order the programs run) is
     correct; two calls differ in the last bits. linear declares atomic reductions, so repeats may differ within its
     tolerance, and the verdict says so; verify.bitwise_repeats=true refuses it (batch-invariant serving)."""
-    quick = ["verify=quick", "verify.dtypes=[float32]"]
-    v = verify("linear", CANDIDATES / "linear_splitk_atomic.py", compose(quick))
+    v = verify("linear", CANDIDATES / "linear_splitk_atomic.py", IDIOMS, shapes=DOWN)
     assert v.status is Status.UNMEASURED, v.reason
     assert v.nondeterministic and any("non-deterministic (atomics)" in n for n in v.notes), v.notes
     assert v.fp32_dots == []  # input_precision="ieee": held to the IEEE reference
-    strict = verify("linear", CANDIDATES / "linear_splitk_atomic.py", compose([*quick, "verify.bitwise_repeats=true"]))
+    strict = verify("linear", CANDIDATES / "linear_splitk_atomic.py", OmegaConf.merge(IDIOMS, {"verify": {
+        "bitwise_repeats": True}}), shapes=DOWN)
     assert strict.status is Status.INCORRECT and "differ bitwise" in strict.reason, strict.reason
 
 
@@ -237,7 +243,7 @@ def test_programs_that_cooperate_through_atomics_meet_the_schedules_a_gpu_may_ru
     per round, so a program may be overtaken between two of its atomics as on a GPU."""
     right, changes = ATOMIC_COOPERATION[name]
     path = file_variant(tmp_path, CANDIDATES / "linear_splitk_atomic.py", *changes, name=f"{name}.py")
-    v = verify("linear", path, compose(["verify=quick", "verify.dtypes=[float32]"]))
+    v = verify("linear", path, IDIOMS, shapes=DOWN)
     if right:
         assert v.status is Status.UNMEASURED, v.reason
     else:
