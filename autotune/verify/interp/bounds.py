@@ -38,8 +38,13 @@ def _check(ptrs: np.ndarray, mask: np.ndarray | None, width: int, what: str) -> 
         p = p[np.asarray(mask, dtype=bool).reshape(-1)]
     if p.size == 0:
         return
+    lo, hi = p.min(), p.max()
+    j = int(np.searchsorted(starts, lo, side="right")) - 1
+    if j >= 0 and hi < ends[j] and hi + np.uint64(width) <= ends[j]:  # all in the storage the lowest lies in
+        return
     i = np.searchsorted(starts, p, side="right") - 1
-    ok = (i >= 0) & (p + np.uint64(width) <= ends[np.clip(i, 0, None)])
+    end = ends[np.clip(i, 0, None)]
+    ok = (i >= 0) & (p < end) & (p + np.uint64(width) <= end)  # p < end: an address near 2**64 wraps past + width
     if not ok.all():
         bad = int(p[~ok][0])
         if program_tainted():  # an address made from a sample's garbage: the call runs whole instead
