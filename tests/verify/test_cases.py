@@ -156,6 +156,16 @@ def _together(name: str) -> list[tuple[int, ...]]:
     return [c.shape for c in cases if c.source in ("together", "range")]
 
 
+def test_the_verdict_names_the_largest_served_sizes_that_ran_together_only_smaller():
+    """Within the budget an 8192-token step of 32 query heads runs together at 4096 tokens and fewer heads at most:
+    the note names the served step and what ran, so a pass is not read as covering it."""
+    step = dataclasses.replace(PLAN, served_rows=8192)
+    note = notes.together_note(get("rotary_embedding"), None, step)
+    assert "[tokens=8192, heads=32, kv_heads=8, head_dim=128" in note and " as [tokens=4096" in note, note
+    assert "[M_tokens=2048, N_out=28672, K_in=4096] as [" in notes.together_note(get("linear"), None, PLAN)
+    assert notes.together_note(get("rms_norm"), None, PLAN) == ""  # its largest call runs whole
+
+
 def test_the_quick_plan_runs_no_sizes_together():
     quick = plan_config(compose(["verify=quick"]).verify)
     assert not case_plan.together_shapes(get("linear"), None, quick)

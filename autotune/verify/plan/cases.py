@@ -208,26 +208,31 @@ def together_shapes(target: Target, shapes, config: PlanConfig) -> list[tuple[Sh
     dim served with the others small: a kernel that goes wrong only where two are large (a weight of more than 1024
     x 1024, a tensor past 4M values, a kv head past the first at a long context) meets them here, in a sample of
     its programs. What had to be halved, the verdict names (together_note)."""
-    return list(dict.fromkeys((served, run) for served, run, _ in together_runs(target, shapes, config)))
+    return list(dict.fromkeys((served, run) for served, run, _ in together_runs(target, shapes, config) if run))
 
 
-def together_runs(target: Target, shapes, config: PlanConfig) -> list[tuple[Shape, Shape, tuple[int, ...]]]:
-    """(served, run, pair) for each pair of shrunk dims: the largest run of each (together_shapes)."""
+def together_runs(target: Target, shapes, config: PlanConfig) -> list[tuple[Shape, Shape | None, Shape]]:
+    """(served, run, largest) for each pair of shrunk dims: its largest run (None: none fits), the served shape it
+    was made from, and the largest served shape the pair is shrunk in (together_shapes; the note names a run smaller
+    than that)."""
     if config.together_values <= 0:
         return []
     pairs: dict[tuple[int, ...], dict[Shape, Shape]] = {}
+    largest: dict[tuple[int, ...], Shape] = {}
     for served in served_shapes(target, shapes, config):
         base = tuple(target.cut_shape(served, config.max_interpreter_rows_extra,
                                       config.max_interpreter_elements // 4))
         shrunk = [d for d, (b, s) in enumerate(zip(base, served)) if b < s]
         for pair in itertools.combinations(shrunk, 2) if len(shrunk) > 1 else [tuple(shrunk)] if shrunk else []:
+            largest[pair] = max(largest.get(pair, served), served, key=numel)
             run = _together(target, base, served, pair, config)
             if run is not None:
                 pairs.setdefault(pair, {}).setdefault(run, served)
-    found = []
-    for pair, runs in pairs.items():
-        run = max(runs, key=lambda r: (numel(r), math.prod(r[d] for d in pair)))
-        found.append((runs[run], run, pair))
+    found: list[tuple[Shape, Shape | None, Shape]] = []
+    for pair, served in largest.items():
+        runs = pairs.get(pair, {})
+        run = max(runs, key=lambda r: (numel(r), math.prod(r[d] for d in pair)), default=None)
+        found.append((runs[run] if run else served, run, served))
     return found
 
 

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 from autotune.records import ProfiledShape
 from autotune.targets.base import Shape, Target, dtype_name, numel
-from autotune.verify.plan.cases import Case, PlanConfig, primary_shapes, select_profile_shapes, together_runs
+from autotune.verify.plan.cases import (
+    Case,
+    PlanConfig,
+    primary_shapes,
+    select_profile_shapes,
+    served_whole,
+    together_runs,
+)
 
 
 def selection_note(shapes, limit: int) -> str:
@@ -22,9 +29,11 @@ def selection_note(shapes, limit: int) -> str:
 
 
 def together_note(target: Target, shapes, config: PlanConfig) -> str:
-    """The served sizes that ran together only halved (too large for the CPU budget): '' when none were."""
-    halved = [f"[{target.label_shape(served)}] as [{target.label_shape(run)}]"
-              for served, run, pair in together_runs(target, shapes, config) if any(run[d] < served[d] for d in pair)]
+    """For each pair of shrunk dims whose largest served shape ran together only smaller (too large for the CPU
+    budget), that shape and what ran: '' when every pair ran at its largest."""
+    whole = served_whole(target, shapes, config)  # the largest served call, run whole
+    halved = [f"[{target.label_shape(largest)}] " + (f"as [{target.label_shape(run)}]" if run else "not at all")
+              for _, run, largest in together_runs(target, shapes, config) if run != largest and largest != whole]
     return ("sizes served together that ran together only smaller (verify.together_values and together_flops; a "
             "sample of programs): " + "; ".join(halved)) if halved else ""
 
