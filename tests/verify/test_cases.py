@@ -148,6 +148,17 @@ def test_every_pair_of_cut_dims_runs_large_together():
     assert any(s[2] > 1 and s[5] >= 64 and s[6] >= 2048 for s in paged), paged
     assert any(s[0] >= 16 and s[2] > 1 and s[5] == 1 and s[6] >= 512 for s in paged), paged
     assert any(s[0] >= 2048 and s[1] >= 32 for s in _together("rotary_embedding"))
+    assert any(s[2] == 8 and s[6] >= 4096 for s in paged), paged  # a stop 49 attacker's: kv head 0 past 2048 keys
+
+
+def test_layouts_and_scalar_values_take_turns_at_served_sizes_too():
+    """A stop 49 attacker's RMSNorm ignored the row stride and its fused add-RMSNorm the eps argument only past 256
+    rows: the layouts and eps values ran on the cut cases alone, every range case contiguous at the default eps."""
+    big = [c for c in plan(RMS, None, PLAN, salt=SALT) if c.shape[0] >= 2048]
+    assert {c.layout for c in big} == set(RMS.layouts), {c.layout for c in big}
+    fused = get("fused_add_rms_norm")
+    eps = {dict(c.scalars)["eps"] for c in plan(fused, None, PLAN, salt=SALT) if c.shape[0] >= 2048}
+    assert eps == set(case_plan.scalar_values(fused, PLAN)["eps"]), eps
 
 
 def _together(name: str) -> list[tuple[int, ...]]:

@@ -201,10 +201,11 @@ def _planned(target: Target, shapes, config: PlanConfig, salt: bytes) -> list[_P
 
 
 def together_shapes(target: Target, shapes, config: PlanConfig) -> list[tuple[Shape, Shape]]:
-    """(served shape, shape run) with two dims at their served sizes together: each pair of dims that the extra
-    cases' cut shrinks in a served shape (the one dim where it shrinks one), the others as that cut leaves them,
+    """(served shape, shape run) with dims at their served sizes together: each dim and each pair of dims that the
+    extra cases' cut shrinks in a served shape, the others as that cut leaves them (the target's own, kv heads say),
     halved toward the cut (the dim furthest above it first) until the case holds `verify.together_values` values
-    and its reference takes `verify.together_flops`; for each pair the largest such shape. The range cases keep one
+    and its reference takes `verify.together_flops`; for each dim and each pair the shape that reaches furthest in
+    them and the one of most values (a tensor past a size: softmax's rows x width). The range cases keep one
     dim served with the others small: a kernel that goes wrong only where two are large (a weight of more than 1024
     x 1024, a tensor past 4M values, a kv head past the first at a long context) meets them here, in a sample of
     its programs. What had to be halved, the verdict names (together_note)."""
@@ -212,9 +213,9 @@ def together_shapes(target: Target, shapes, config: PlanConfig) -> list[tuple[Sh
 
 
 def together_runs(target: Target, shapes, config: PlanConfig) -> list[tuple[Shape, Shape | None, Shape]]:
-    """(served, run, largest) for each pair of shrunk dims: its largest run (None: none fits), the served shape it
-    was made from, and the largest served shape the pair is shrunk in (together_shapes; the note names a run smaller
-    than that)."""
+    """(served, run, largest) for each dim and pair of shrunk dims: its furthest and its largest run (None: none
+    fits), the served shape each was made from, and the largest served shape the pair is shrunk in (together_shapes;
+    the note names a run smaller than that)."""
     if config.together_values <= 0:
         return []
     pairs: dict[tuple[int, ...], dict[Shape, Shape]] = {}
@@ -223,7 +224,7 @@ def together_runs(target: Target, shapes, config: PlanConfig) -> list[tuple[Shap
         base = tuple(target.cut_shape(served, config.max_interpreter_rows_extra,
                                       config.max_interpreter_elements // 4))
         shrunk = [d for d, (b, s) in enumerate(zip(base, served)) if b < s]
-        for pair in itertools.combinations(shrunk, 2) if len(shrunk) > 1 else [tuple(shrunk)] if shrunk else []:
+        for pair in [*itertools.combinations(shrunk, 1), *itertools.combinations(shrunk, 2)]:
             largest[pair] = max(largest.get(pair, served), served, key=numel)
             run = _together(target, base, served, pair, config)
             if run is not None:
@@ -231,8 +232,9 @@ def together_runs(target: Target, shapes, config: PlanConfig) -> list[tuple[Shap
     found: list[tuple[Shape, Shape | None, Shape]] = []
     for pair, served in largest.items():
         runs = pairs.get(pair, {})
-        run = max(runs, key=lambda r: (numel(r), math.prod(r[d] for d in pair)), default=None)
-        found.append((runs[run] if run else served, run, served))
+        furthest = max(runs, key=lambda r: (math.prod(r[d] for d in pair), numel(r)), default=None)
+        biggest = max(runs, key=lambda r: (numel(r), math.prod(r[d] for d in pair)), default=None)
+        found += [(runs[run] if run else served, run, served) for run in dict.fromkeys((furthest, biggest))]
     return found
 
 
@@ -267,28 +269,31 @@ def served_whole(target: Target, shapes, config: PlanConfig) -> Shape | None:
 
 def plan(target: Target, shapes, config: PlanConfig, salt: bytes = b"") -> list[Case]:
     """Every case to run, cheapest shapes first (a candidate that crashes, crashes early), then the long run. The
-    layouts the target declares take turns over the cases and its scalar values over each shape's cases, so each is
-    met many times."""
+    layouts the target declares take turns over the cases (over the range and together cases on their own: a
+    kernel that ignores a stride only past the ordinary cases' rows meets each layout there) and its scalar values
+    over each shape's cases, so each is met many times, at served sizes too."""
     cases: list[Case] = []
     seen: set = set()
     layouts, scalars = target.layouts, scalar_values(target, config)
     shape_order: dict[Shape, int] = {}
     taken: collections.Counter[Shape] = collections.Counter()
+    turns = collections.Counter({True: 0, False: 0})  # layouts' turns: the ordinary cases, the range cases
     for p in sorted(_planned(target, shapes, config, salt), key=lambda p: numel(p.shape)):
         key = (p.shape, p.dtype, p.kind, p.seed, p.sample)
         if key in seen:
             continue
         seen.add(key)
         i = len(cases)
-        ranged = p.source == "range"
-        layout = "contiguous" if ranged else layouts[i % len(layouts)]
+        ranged = p.source in ("range", "together")
+        layout = layouts[turns[ranged] % len(layouts)]
+        turns[ranged] += 1
         if layout == "padded" and len(p.shape) < 2:  # a 1-D input has no rows to pad
             layout = "contiguous"
         # each scalar takes its values in turn over a shape's cases, from a place of the shape's own: a shape of n
         # cases meets n of each scalar's values (paged attention's windows and scales, eps)
         j, start = taken[p.requested], shape_order.setdefault(p.requested, len(shape_order))
         taken[p.requested] += 1
-        chosen = () if ranged else tuple((name, v[(start + j) % len(v)]) for name, v in scalars.items())
+        chosen = tuple((name, v[(start + j) % len(v)]) for name, v in scalars.items())
         cases.append(Case(index=i, shape=p.shape, dtype=p.dtype, kind=p.kind, seed=p.seed, source=p.source,
                           requested_shape=p.requested, calls=p.calls, repeat=p.checks, refill=p.checks, layout=layout,
                           scalars=chosen, sample=p.sample))
