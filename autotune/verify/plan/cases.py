@@ -269,15 +269,16 @@ def served_whole(target: Target, shapes, config: PlanConfig) -> Shape | None:
 
 def plan(target: Target, shapes, config: PlanConfig, salt: bytes = b"") -> list[Case]:
     """Every case to run, cheapest shapes first (a candidate that crashes, crashes early), then the long run. The
-    layouts the target declares take turns over the cases (over the range and together cases on their own: a
-    kernel that ignores a stride only past the ordinary cases' rows meets each layout there) and its scalar values
-    over each shape's cases, so each is met many times, at served sizes too."""
+    layouts the target declares take turns over the cases (over the range and together cases on their own, but a
+    range shape's first: a kernel that ignores a stride only past the ordinary cases' rows meets each layout there)
+    and its scalar values over each shape's cases, so each is met many times, at served sizes too."""
     cases: list[Case] = []
     seen: set = set()
     layouts, scalars = target.layouts, scalar_values(target, config)
     shape_order: dict[Shape, int] = {}
     taken: collections.Counter[Shape] = collections.Counter()
     turns = collections.Counter({True: 0, False: 0})  # layouts' turns: the ordinary cases, the range cases
+    ranged_shapes: set[Shape] = set()
     for p in sorted(_planned(target, shapes, config, salt), key=lambda p: numel(p.shape)):
         key = (p.shape, p.dtype, p.kind, p.seed, p.sample)
         if key in seen:
@@ -285,15 +286,21 @@ def plan(target: Target, shapes, config: PlanConfig, salt: bytes = b"") -> list[
         seen.add(key)
         i = len(cases)
         ranged = p.source in ("range", "together")
-        layout = layouts[turns[ranged] % len(layouts)]
-        turns[ranged] += 1
+        # a range shape's first case runs as the served call is made (contiguous, make_inputs' own scalars: the
+        # launches a dry call makes, vLLM's window a constexpr); its others take the turns too (a stride or an eps
+        # ignored only past 256 rows)
+        first = ranged and p.shape not in ranged_shapes
+        if ranged:
+            ranged_shapes.add(p.shape)
+        layout = "contiguous" if first else layouts[turns[ranged] % len(layouts)]
+        turns[ranged] += not first
         if layout == "padded" and len(p.shape) < 2:  # a 1-D input has no rows to pad
             layout = "contiguous"
         # each scalar takes its values in turn over a shape's cases, from a place of the shape's own: a shape of n
         # cases meets n of each scalar's values (paged attention's windows and scales, eps)
         j, start = taken[p.requested], shape_order.setdefault(p.requested, len(shape_order))
         taken[p.requested] += 1
-        chosen = tuple((name, v[(start + j) % len(v)]) for name, v in scalars.items())
+        chosen = () if first else tuple((name, v[(start + j) % len(v)]) for name, v in scalars.items())
         cases.append(Case(index=i, shape=p.shape, dtype=p.dtype, kind=p.kind, seed=p.seed, source=p.source,
                           requested_shape=p.requested, calls=p.calls, repeat=p.checks, refill=p.checks, layout=layout,
                           scalars=chosen, sample=p.sample))
