@@ -186,6 +186,8 @@ def test_the_quick_plan_runs_no_sizes_together():
     quick = plan_config(compose(["verify=quick"]).verify)
     assert not case_plan.together_shapes(get("linear"), None, quick)
     assert all(c.source != "together" for c in plan(get("linear"), None, quick, salt=SALT))
+    ranged = [c for c in plan(RMS, None, quick, salt=SALT) if c.source == "range"]  # nor layouts' turns there
+    assert ranged and all(c.layout == "contiguous" and c.scalars == () for c in ranged)
 
 
 def test_decode_contexts_are_drawn_per_call_and_often_at_a_key_tiles_edge():

@@ -289,7 +289,7 @@ def plan(target: Target, shapes, config: PlanConfig, salt: bytes = b"") -> list[
         # a range shape's first case runs as the served call is made (contiguous, make_inputs' own scalars: the
         # launches a dry call makes, vLLM's window a constexpr); its others take the turns too (a stride or an eps
         # ignored only past 256 rows)
-        first = ranged and p.shape not in ranged_shapes
+        first = ranged and (p.shape not in ranged_shapes or not config.served_turns)
         if ranged:
             ranged_shapes.add(p.shape)
         layout = "contiguous" if first else layouts[turns[ranged] % len(layouts)]

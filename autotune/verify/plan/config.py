@@ -27,6 +27,7 @@ class PlanConfig:
     edge_kinds: bool = True  # the edge shapes run large and NaN/Inf inputs too (else as the presets' shapes do)
     together_values: int = 0  # the most values of a case with two cut dims at their served sizes together (0: none)
     together_flops: int = 0  # and the most FLOPs of its reference
+    served_turns: bool = True  # range cases but a shape's first take the layouts' and scalars' turns
     presets: tuple[Mapping[str, Any], ...] = ()  # every model preset's sizes (conf/model/*.yaml), as plain dicts
     served_rows: int = 0  # the most tokens served in one step: the rows of the presets' served shapes
     whole: bool = False  # the GPU's plan: shapes whole, no range cases, no sampling, no dry calls
@@ -61,4 +62,5 @@ class PlanConfig:
                    edge_kinds=bool(cfg_verify.edge_kinds),
                    together_values=int(cfg_verify.together_values),
                    together_flops=int(cfg_verify.together_flops),
+                   served_turns=bool(cfg_verify.served_turns),
                    presets=tuple(presets), served_rows=int(served_rows), whole=whole)
