@@ -9,8 +9,8 @@ half dtypes, NaN/Inf and further seeds in every dtype; the target's layouts and 
 On the interpreter (not `PlanConfig.whole`) rows are cut, never a width: the interpreter runs about 0.8 ms per
 program in fp32 (measured, one row per program: [64, 4096] 54 ms, [1024, 64] 0.76 s). Range cases then keep
 every dim a kernel indexes whole at served shapes (`Target.range_cuts`), run whole where cheap and on a sample
-of each launch's programs otherwise (autotune.verify.interp.sampling); `together_shapes` sets each pair of the
-dims the cut shrinks at their served sizes together (a sample, within a budget); `coverage_cases` adds a case at each
+of each launch's programs otherwise (autotune.verify.interp.sampling); `together_shapes` sets each dim and each pair
+of dims the cut shrinks at their served sizes together (a sample, within a budget); `coverage_cases` adds a case at each
 served shape whose launches no case ran. With the defaults the example RMSNorm runs 146 cases for 21 s.
 """
 
