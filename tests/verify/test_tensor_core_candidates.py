@@ -13,7 +13,6 @@ import re
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
 from autotune import config
 from autotune.config import compose
@@ -35,30 +34,32 @@ SMALL_STEPS = compose(["verify=quick", "serve.max_batched_tokens=256", "verify.m
 # contexts and the default steps' 1024 decodes and 2048-row chunk were 50 of its 60 s (test_correct.py and
 # test_domain.py judge those)
 TINY = compose(["verify=quick", "verify.models=[tiny]"])
-# the atomics and autotuning idioms on linear, in fp32: their point is the programs' order and the tuner's runs, not
-# the served domain (atomics make every range case run whole: 30-40 s a kernel over every preset at 2048 rows, 2-3 s
-# over the tiny model's and one profiled projection, Qwen2.5-0.5B's down at 43 tokens, whose K of 4864 is split)
-IDIOMS = compose(["verify=quick", "verify.dtypes=[float32]", "serve.max_batched_tokens=256", "verify.models=[tiny]"])
+# the tiny model's sizes and one profiled projection, Qwen2.5-0.5B's down (K 4864, split), for kernels whose point is
+# not the served domain: the split-K GEMM's range cases run whole (its second stage reads the first's partials: 18 s
+# against 46 s over Qwen's sizes), and so do the atomic idioms' (30-40 s a kernel over every preset at 2048 rows, 2-3 s
+# here); the atomics and autotuning idioms run in fp32 at 43 tokens (their point is the programs' order and the
+# tuner's runs)
+ONE_PROJECTION = ["verify=quick", "serve.max_batched_tokens=256", "verify.models=[tiny]"]
+IDIOMS = [*ONE_PROJECTION, "verify.dtypes=[float32]"]
 DOWN = [((43, 896, 4864), "float32", 1)]
 
-# the split-K GEMM's range cases run whole (its second stage reads the first's partials): over the tiny model's sizes
-# and one profiled 512-token chunk of Qwen2.5-0.5B's down projection (K 4864 split), 18 s against 46 s over Qwen's
-SPLIT_K = compose(["verify=quick", "serve.max_batched_tokens=256", "verify.models=[tiny]"])
-
-CORRECT = [
-    ("linear", "linear_tutorial_style.py", SMALL_STEPS),  # @triton.autotune + key, grouped program ids, bf16 tiles
-    ("int8_linear", "int8_linear_splitk.py", SPLIT_K),  # W8A16 split-K, int8 -> activation dtype, fixed-order sum
-    ("paged_attention", "paged_attention_vllm_style.py", TINY),  # 16-bit tiles into tl.dot, P cast to V's
+CORRECT = [  # (target, file, config, profiled shapes or None)
+    # @triton.autotune + key, grouped program ids, bf16 tiles
+    ("linear", "linear_tutorial_style.py", SMALL_STEPS, None),
+    # W8A16 split-K, int8 -> activation dtype, fixed-order sum
+    ("int8_linear", "int8_linear_splitk.py", compose(ONE_PROJECTION), [((512, 896, 4864), "bfloat16", 1)]),
+    # 16-bit tiles into tl.dot, P cast to V's
+    ("paged_attention", "paged_attention_vllm_style.py", TINY,
+     [(shape, "bfloat16", 1) for shape in get("paged_attention").edge_shapes]),
 ]
 
 
 # the whole judging: the split-K kernels' range cases run whole (their second stage reads the first's partials),
 # 84-134 s on 2 busy cores after the interpreter's speed-ups; pyproject's 300 s is too close on a slower CI machine
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("target, name, cfg", CORRECT, ids=[c[1] for c in CORRECT])
-def test_tensor_core_kernels_in_the_styles_people_write_them_are_accepted(target, name, cfg):
-    edges = [(shape, "bfloat16", 1) for shape in get(target).edge_shapes] if cfg is TINY else None
-    v = verify(target, CANDIDATES / name, cfg, shapes=[((512, 896, 4864), "bfloat16", 1)] if cfg is SPLIT_K else edges)
+@pytest.mark.parametrize("target, name, cfg, shapes", CORRECT, ids=[c[1] for c in CORRECT])
+def test_tensor_core_kernels_in_the_styles_people_write_them_are_accepted(target, name, cfg, shapes):
+    v = verify(target, CANDIDATES / name, cfg, shapes=shapes)
     assert v.status is Status.UNMEASURED, v.reason
     presets, model = len(config.model_presets()), cfg.verify.models[0]
     assert f"model presets covered: {model} of {presets} (verify.models)" in " ".join(v.notes)  # said as such
@@ -147,7 +148,7 @@ def test_an_attackers_kernels_that_told_the_interpreter_from_a_gpu_are_incorrect
 def test_an_autotuned_accumulator_the_tuner_resets_is_accepted():
     """linear_autotune_accumulates.py's kernel with `reset_to_zero`: the run before the chosen one (a GPU's benchmark
     runs) is followed by the tuner's reset, as on a GPU, so the answer is right."""
-    v = verify("linear", CANDIDATES / "linear_autotune_reset.py", IDIOMS, shapes=DOWN)
+    v = verify("linear", CANDIDATES / "linear_autotune_reset.py", compose(IDIOMS), shapes=DOWN)
     assert v.status is Status.UNMEASURED, v.reason
 
 
@@ -155,12 +156,12 @@ def test_split_k_with_atomics_is_accepted_as_non_deterministic_unless_bitwise_re
     """Issue 27: the standard split-K idiom (tl.atomic_add of partial sums, in whatever order the programs run) is
     correct; two calls differ in the last bits. linear declares atomic reductions, so repeats may differ within its
     tolerance, and the verdict says so; verify.bitwise_repeats=true refuses it (batch-invariant serving)."""
-    v = verify("linear", CANDIDATES / "linear_splitk_atomic.py", IDIOMS, shapes=DOWN)
+    v = verify("linear", CANDIDATES / "linear_splitk_atomic.py", compose(IDIOMS), shapes=DOWN)
     assert v.status is Status.UNMEASURED, v.reason
     assert v.nondeterministic and any("non-deterministic (atomics)" in n for n in v.notes), v.notes
     assert v.fp32_dots == []  # input_precision="ieee": held to the IEEE reference
-    strict = verify("linear", CANDIDATES / "linear_splitk_atomic.py", OmegaConf.merge(IDIOMS, {"verify": {
-        "bitwise_repeats": True}}), shapes=DOWN)
+    strict = verify("linear", CANDIDATES / "linear_splitk_atomic.py", compose([*IDIOMS, "verify.bitwise_repeats=true"]),
+                    shapes=DOWN)
     assert strict.status is Status.INCORRECT and "differ bitwise" in strict.reason, strict.reason
 
 
@@ -247,7 +248,7 @@ def test_programs_that_cooperate_through_atomics_meet_the_schedules_a_gpu_may_ru
     per round, so a program may be overtaken between two of its atomics as on a GPU."""
     right, changes = ATOMIC_COOPERATION[name]
     path = file_variant(tmp_path, CANDIDATES / "linear_splitk_atomic.py", *changes, name=f"{name}.py")
-    v = verify("linear", path, IDIOMS, shapes=DOWN)
+    v = verify("linear", path, compose(IDIOMS), shapes=DOWN)
     if right:
         assert v.status is Status.UNMEASURED, v.reason
     else:
