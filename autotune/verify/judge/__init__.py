@@ -134,10 +134,11 @@ def _judge(target: Target, source: str, path: str, cfg_verify, verdict: Verdict,
         f"model presets covered: {', '.join(p['name'] for p in presets)} of {len(config.model_presets())} "
         "(verify.models); other models' shapes and scalars were not checked")
     plan_notes = [narrowed, case_notes.beyond_note(target), case_notes.cut_note(target, shapes, plan_config, salt),
-                  case_notes.probe_note(plan),
-                  "" if plan_config.whole else case_notes.whole_note(target, session.as_run(), case_plan.served_shapes(
-                      target, shapes, plan_config)),
-                  "" if plan_config.whole else case_notes.together_note(target, shapes, plan_config)]
+                  case_notes.probe_note(plan)]
+    if not plan_config.whole:  # what the CPU plan never ran whole, or together
+        plan_notes += [case_notes.whole_note(target, session.as_run(), case_plan.served_shapes(target, shapes,
+                                                                                                plan_config)),
+                       case_notes.together_note(target, shapes, plan_config)]
     _record(verdict, session, run, [n for n in plan_notes if n], bool(cfg_verify.nsight))
     if status is Status.UNMEASURED and plan_config.whole:  # the GPU's plan: time it (on the CPU, a stand-in)
         stage[0] = "timing it"
