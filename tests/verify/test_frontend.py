@@ -124,6 +124,35 @@ def test_the_interpreter_rounds_fp32_to_bf16_to_nearest_even_as_a_gpu_does():
     assert patched == 0  # torch's rounding, specials and the tie (to even: 1.0) included
 
 
+WIDEN_PROBE = textwrap.dedent('''
+    import torch, triton, triton.language as tl
+    from autotune.verify.interp import numerics
+
+    @triton.jit
+    def _widen(x_ptr, y_ptr, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs).to(tl.float32))
+
+    x = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)  # every bf16
+    expected = x.float().view(torch.int32)  # its bits as an fp32's upper half
+    counts = []
+    for patched in (False, True):
+        if patched:
+            numerics.round_bf16_like_gpu()
+        y = torch.empty(65536, dtype=torch.float32)
+        _widen[(16,)](x, y, BLOCK=4096)
+        counts.append(int((y.view(torch.int32) != expected).sum()))
+    print(counts)
+''')
+
+
+def test_the_interpreter_widens_every_bf16_to_fp32_exactly_as_a_gpu_does():
+    unpatched, patched = _interpreted(WIDEN_PROBE)
+    # Triton 3.9's general conversion loses the subnormals (0x0001 becomes 0; if this turns 0, Triton fixed it)
+    assert unpatched > 0
+    assert patched == 0  # subnormals, infinities and NaN payloads included
+
+
 def test_a_kernel_that_needs_more_shared_memory_than_an_sm90_block_has_is_refused_with_the_figure():
     v = verify("linear", CANDIDATES / "linear_tiles_past_shared_memory.py", compose(["verify=quick"]))
     assert v.status is Status.COMPILE_ERROR, v.reason
