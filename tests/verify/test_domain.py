@@ -214,9 +214,9 @@ def test_a_rotary_kernel_in_vllms_own_precision_is_correct(tmp_path):
              "x1 = tl.load(src + first, mask=mask, other=0.0)", "x2 = tl.load(src + second, mask=mask, other=0.0)")
     first, *more = ((f"{load}.to(tl.float32)", load) for load in loads)
     v = verify("rotary_embedding", example_variant(tmp_path, "rotary_embedding", *first, *more),
-               compose(["verify=quick"]))
+               compose(["verify=quick", "verify.dtypes=[bfloat16,float16]"]))  # in fp32 the variant is the example
     assert v.status is Status.UNMEASURED and all(c.passed for c in v.cases), v.reason
-    assert {c.dtype for c in v.cases} == {"float32", "bfloat16", "float16"}
+    assert {c.dtype for c in v.cases} == {"bfloat16", "float16"}
 
 
 def test_rotary_reads_the_cache_it_is_given(tmp_path):
