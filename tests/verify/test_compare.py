@@ -438,6 +438,27 @@ def test_small_tokens_wiped_behind_the_fallback_are_less_accurate_but_a_rotation
     assert "fp64-golden fallback passed" in check.note, check.note  # beyond tolerance where it cancels
 
 
+def test_ordinary_tokens_wiped_beside_a_massive_one_in_a_step_of_few_tokens_are_less_accurate():
+    """A round-9 attacker's SiLU-and-mul zeroed every token of a step of fewer than 8 whose energy was negligible
+    next to the step's largest: beside a token of massive activations (2000) the other three of [4, 28672] were all
+    zeros, and the fallback's bounds, absolute and set by that token's rounding, passed them; 4 rows were too few to
+    be judged as lines. Behind the fallback every line is judged: a wiped token is off by its whole size."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(4, 28672, dtype=torch.float64, generator=gen) * 0.3
+    x[3] *= 2000 / 0.3 / x[3].abs().max()  # one token of massive activations
+    ref = x.to(torch.bfloat16)
+    wiped = ref.clone()
+    wiped[:3] = 0
+    check = compare(wiped, ref, x, BF16)
+    assert not check.passed and "fp64-golden fallback passed" in check.note and "rows of the last" in check.note, \
+        check.note
+    check = compare(ref, ref, x, BF16)
+    assert check.passed, check.note
+    blurred = (x * (1 + 2.0 ** -9 * torch.randn(x.shape, dtype=torch.float64, generator=gen))).to(torch.bfloat16)
+    check = compare(blurred, ref, x, BF16)  # twice bf16's rounding everywhere: less accurate, yet within a line's
+    assert check.passed, check.note         # tolerance, as a kernel rounding once more in bf16 is
+
+
 def test_a_nan_the_reference_has_does_not_switch_off_the_accuracy_check():
     """Where the golden is NaN or Inf (a case with special values in its inputs) the values are left out of step 5;
     they once made its sums NaN, and a NaN bound passes everything."""
