@@ -22,7 +22,7 @@ import jinja2
 from omegaconf import OmegaConf
 
 from autotune.config import PROMPTS_DIR
-from autotune.targets.base import FIRST_DIRECTION, INPUT_KINDS, LAYOUTS, Target, dtype_name, parse_dtype
+from autotune.targets.base import DENSE_LAYOUTS, FIRST_DIRECTION, INPUT_KINDS, LAYOUTS, Target, dtype_name, parse_dtype
 from autotune.text import fence, pct, size, us
 from autotune.verify.verdict import Verdict, is_passed
 
@@ -326,7 +326,7 @@ def layout_in_words(target: Target | None, case) -> str:
 
         x = lay_out((torch.empty(tuple(case.shape), dtype=parse_dtype(case.dtype)),), case.layout)[0]
         where = (f"; the first argument had strides {tuple(x.stride())} (elements) at storage offset "
-                 f"{x.storage_offset()} of its buffer" if case.layout not in ("contiguous", "offset0") else "")
+                 f"{x.storage_offset()} of its buffer" if case.layout not in DENSE_LAYOUTS else "")
     except (ValueError, TypeError, RuntimeError):  # a shape the layout does not apply to
         where = ""
     return f"`{case.layout}`: {words}{where}"

@@ -101,6 +101,7 @@ LAYOUTS = {
     "kv_cache_vllm": "k_cache and v_cache [NB, BS, KVH, D] as autotune's vLLM plugin hands them: the two halves of "
                      "one [NB, KVH, BS, 2*D] cache tensor, transposed (strides (KVH*BS*2D, 2D, BS*2D, 1))",
 }
+DENSE_LAYOUTS = ("contiguous", "offset0")  # a dense tensor's strides: the others are views with strides of their own
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from autotune import config
 from autotune.config import compose, conf_dir
 from autotune.targets import all_targets, get
-from autotune.targets.base import OpClass
+from autotune.targets.base import DENSE_LAYOUTS, OpClass
 from autotune.verify.plan import cases as case_plan
 from autotune.verify.plan import dry
 from autotune.verify.plan import notes
@@ -44,7 +44,8 @@ def test_cut_rows_shrinks_leading_dims_only():
 def test_cpu_plan_covers_every_shape_dtype_and_kind():
     every = plan(RMS, None, PLAN, salt=SALT)
     assert [c.index for c in every] == list(range(len(every)))
-    ranged, cases = [c for c in every if c.source == "range"], [c for c in every if c.source != "range"]
+    ranged = [c for c in every if c.source in ("range", "together")]
+    cases = [c for c in every if c not in ranged]
     # the range cases: a served step's 2048 rows (a persistent grid loops over them) with every program run (cheap
     # enough: every output compared), and the served widths whole at up to 4M values (sampled), in every dtype, and
     # the largest served call uncut and whole; the quick plan samples them all
@@ -54,7 +55,7 @@ def test_cpu_plan_covers_every_shape_dtype_and_kind():
     quick = plan(RMS, None, plan_config(compose(["verify=quick"]).verify), salt=SALT)
     assert all(c.sample == 1 for c in quick if c.source == "range") and any(c.source == "range" for c in quick)
     assert {c.dtype for c in ranged} == {torch.float32, torch.bfloat16, torch.float16}
-    assert all(c.source == "range" and c.kind == "normal" for c in ranged)
+    assert all(c.kind == "normal" for c in ranged)
     wanted = {cut_rows(s, 256, 262144) for s in RMS.default_shapes + RMS.edge_shapes}
     wanted |= {cut_rows(s, 64, 262144 // 4) for s, _ in contract_shapes(RMS, PLAN, SALT)}
     assert {c.shape for c in cases if c.kind == "normal" and c.seed == 0} == wanted  # [256, 4096] became [64, 4096]
@@ -164,6 +165,24 @@ def test_layouts_and_scalar_values_take_turns_at_served_sizes_too():
         if c.source in ("range", "together"):
             first.setdefault(c.shape, c)
     assert all(c.layout == "contiguous" and c.scalars == () for c in first.values())
+
+
+@pytest.mark.parametrize("target", all_targets(), ids=lambda t: t.name)
+def test_the_largest_sizes_meet_every_layout_in_the_served_dtype(target):
+    """Two round-9 attackers ignored a stride only in bf16 at served sizes: a fused add-RMSNorm's padded rows past
+    256 rows of 2048 wide, a paged attention's vLLM cache view past 2048 keys. The turns had left bf16 dense at
+    every range shape (its first case, run as served) and every together case. Now each together shape and the
+    served call run whole meet every view the target declares (its strided layouts), in bf16."""
+    cases = plan(target, None, PLAN, salt=SALT)
+    largest = {c.shape for c in cases if c.source == "together"} | {
+        s for s in [case_plan.served_whole(target, None, PLAN)] if s is not None}
+    assert largest, target.name
+    for shape in largest:
+        met = {c.layout for c in cases if c.shape == shape and c.dtype == torch.bfloat16}
+        views = set(target.layouts) - set(DENSE_LAYOUTS) - ({"padded"} if len(shape) < 2 else set())
+        assert "contiguous" in met and views <= met, (shape, met)
+        first = next(c for c in cases if c.shape == shape)
+        assert first.layout == "contiguous" and first.scalars == ()  # the served call first, as a dry call made it
 
 
 def _together(name: str) -> list[tuple[int, ...]]:

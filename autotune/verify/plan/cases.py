@@ -27,7 +27,7 @@ import torch
 
 from autotune.errors import UserError
 from autotune.records import ProfiledShape
-from autotune.targets.base import Shape, Target, cut_rows, dtype_name, numel, parse_dtype, random_rows
+from autotune.targets.base import DENSE_LAYOUTS, Shape, Target, cut_rows, dtype_name, numel, parse_dtype, random_rows
 from autotune.verify.plan.config import PlanConfig
 
 __all__ = ["Case", "PlanConfig", "cut_rows", "plan"]  # cut_rows: the default cut, from base
@@ -151,6 +151,7 @@ class _Planned:
     calls: int = 0
     checks: bool = False  # a repeat and a refill
     sample: int = 0
+    layout: str | None = None  # None: its turn in the layouts
 
 
 def _planned(target: Target, shapes, config: PlanConfig, salt: bytes) -> list[_Planned]:
@@ -184,19 +185,26 @@ def _planned(target: Target, shapes, config: PlanConfig, salt: bytes) -> list[_P
             for seed in range(1, config.seeds):
                 add(small, "normal", seed)
     if not config.whole:
-        found += [_Planned(requested, shape, dtype, "normal", 0, "range", sample=range_sample(target, shape, config))
-                  for requested, shape in range_shapes(target, shapes, config) for dtype in dtypes]
         served_dtype = next((d for d in dtypes if d == torch.bfloat16), dtypes[0])
+        found += [_Planned(requested, shape, dtype, "normal", 0, "range", sample=range_sample(target, shape, config))
+                  for requested, shape in range_shapes(target, shapes, config)
+                  for dtype in sorted(dtypes, key=lambda d: d != served_dtype)]  # the served call first
         across = {shape: requested for kind in ("span", "concurrency")  # each shape once: a decode's are both
                   for requested, shape in range_shapes(target, shapes, config, kind)}
         found += [_Planned(requested, shape, served_dtype, "normal", 0, "range",
                            sample=0 if config.concurrency_whole else range_sample(target, shape, config))
                   for shape, requested in across.items()]
         largest = served_whole(target, shapes, config)  # run whole, where a case together would be a sample
-        found += [_Planned(requested, shape, served_dtype, "normal", 0, "together",
-                           sample=range_sample(target, shape, config))
-                  for requested, shape in together_shapes(target, shapes, config) if shape != largest]
-        found += [_Planned(largest, largest, served_dtype, "normal", 0, "range")] if largest else []
+        together = [(requested, shape, "together", range_sample(target, shape, config))
+                    for requested, shape in together_shapes(target, shapes, config) if shape != largest]
+        # the largest sizes meet every view the target declares (strided layouts) in the served dtype, after the
+        # served call (contiguous, first); the turns alone left bf16 dense there, where a kernel ignored a padded
+        # row stride or vLLM's cache view
+        found += [_Planned(requested, shape, served_dtype, "normal", 0, source, sample=sample, layout=layout)
+                  for requested, shape, source, sample in [*together, *([(largest, largest, "range", 0)] if largest
+                                                                        else [])]
+                  for layout in (None, *(layout for layout in target.layouts if layout not in DENSE_LAYOUTS
+                                         and (layout != "padded" or len(shape) > 1)))]
     return found
 
 
@@ -280,7 +288,7 @@ def plan(target: Target, shapes, config: PlanConfig, salt: bytes = b"") -> list[
     turns = collections.Counter({True: 0, False: 0})  # layouts' turns: the ordinary cases, the range cases
     ranged_shapes: set[Shape] = set()
     for p in sorted(_planned(target, shapes, config, salt), key=lambda p: numel(p.shape)):
-        key = (p.shape, p.dtype, p.kind, p.seed, p.sample)
+        key = (p.shape, p.dtype, p.kind, p.seed, p.sample, p.layout)
         if key in seen:
             continue
         seen.add(key)
@@ -292,8 +300,8 @@ def plan(target: Target, shapes, config: PlanConfig, salt: bytes = b"") -> list[
         first = ranged and (p.shape not in ranged_shapes or not config.served_turns)
         if ranged:
             ranged_shapes.add(p.shape)
-        layout = "contiguous" if first else layouts[turns[ranged] % len(layouts)]
-        turns[ranged] += not first
+        layout = "contiguous" if first else p.layout or layouts[turns[ranged] % len(layouts)]
+        turns[ranged] += not first and not p.layout
         if layout == "padded" and len(p.shape) < 2:  # a 1-D input has no rows to pad
             layout = "contiguous"
         # each scalar takes its values in turn over a shape's cases, from a place of the shape's own: a shape of n
