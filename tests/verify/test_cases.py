@@ -152,6 +152,32 @@ def test_every_pair_of_cut_dims_runs_large_together():
     assert any(s[2] == 8 and s[6] >= 4096 for s in paged), paged  # a stop 49 attacker's: kv head 0 past 2048 keys
 
 
+def test_a_pair_also_runs_with_its_longest_dim_served_and_the_other_as_large_as_fits():
+    """A round-9 attacker's paged attention read kv head h - 1 for sequences past the second at keys past 2048: the
+    (sequences, context) pair was halved to 17 sequences at 512 keys, and 4096 keys ran with 2 sequences. The pair
+    now also runs at its longest dim's served size with the other as large as the budget takes, not halved to a
+    power of two: 3 sequences at 4096 keys (4 do not fit), a weight of 4096 x 8185 (K is odd)."""
+    paged = _together("paged_attention")
+    assert any(s[0] >= 3 and s[2] == 8 and s[6] >= 4096 for s in paged), paged
+    assert any(n == 4096 and k > 8192 - 64 and k % 2 for _, n, k in _together("linear"))
+    for target in all_targets():  # the other dim is as large as fits: one more does not
+        for served in case_plan.served_shapes(target, None, PLAN):
+            base = target.cut_shape(served, PLAN.max_interpreter_rows_extra, PLAN.max_interpreter_elements // 4)
+            shrunk = [d for d, (b, s) in enumerate(zip(base, served)) if b < s]
+            for pair in itertools.combinations(shrunk, 2):
+                corner = case_plan._corner(target, tuple(base), served, pair, PLAN)
+                if corner is None:
+                    continue
+                (d, e), more = sorted(pair, key=lambda d: -served[d] / base[d]), list(corner)
+                if corner[d] != served[d]:  # made callable (Target.coherent: no more query rows than keys)
+                    assert target.coherent(corner) == corner and corner[d] < served[d], (target.name, corner)
+                    continue
+                more[e] += 1
+                assert corner[e] == served[e] or (
+                    sum(target.io_elements(tuple(more))) > PLAN.together_values
+                    or target.flops(tuple(more), torch.float32) > PLAN.together_flops), (target.name, corner)
+
+
 def test_layouts_and_scalar_values_take_turns_at_served_sizes_too():
     """A stop 49 attacker's RMSNorm ignored the row stride and its fused add-RMSNorm the eps argument only past 256
     rows: the layouts and eps values ran on the cut cases alone, every range case contiguous at the default eps."""

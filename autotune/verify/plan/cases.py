@@ -213,7 +213,8 @@ def together_shapes(target: Target, shapes, config: PlanConfig) -> list[tuple[Sh
     extra cases' cut shrinks in a served shape, the others as that cut leaves them (the target's own, kv heads say),
     halved toward the cut (the dim furthest above it first) until the case holds `verify.together_values` values
     and its reference takes `verify.together_flops`; for each dim and each pair the shape that reaches furthest in
-    them and the one of most values (a tensor past a size: softmax's rows x width). The range cases keep one
+    them and the one of most values (a tensor past a size: softmax's rows x width), and for a pair the one at the
+    served size of its dim furthest above the cut with the other as large as fits. The range cases keep one
     dim served with the others small: a kernel that goes wrong only where two are large (a weight of more than 1024
     x 1024, a tensor past 4M values, a kv head past the first at a long context) meets them here, in a sample of
     its programs. What had to be halved, the verdict names (together_note)."""
@@ -221,12 +222,13 @@ def together_shapes(target: Target, shapes, config: PlanConfig) -> list[tuple[Sh
 
 
 def together_runs(target: Target, shapes, config: PlanConfig) -> list[tuple[Shape, Shape | None, Shape]]:
-    """(served, run, largest) for each dim and pair of shrunk dims: its furthest and its largest run (None: none
-    fits), the served shape each was made from, and the largest served shape the pair is shrunk in (together_shapes;
-    the note names a run smaller than that)."""
+    """(served, run, largest) for each dim and pair of shrunk dims: its furthest and its largest run, and a pair's
+    furthest corner (_corner) (None: none fits), the served shape each was made from, and the largest served shape
+    the pair is shrunk in (together_shapes; the note names a run smaller than that)."""
     if config.together_values <= 0:
         return []
     pairs: dict[tuple[int, ...], dict[Shape, Shape]] = {}
+    corners: dict[tuple[int, ...], dict[Shape, Shape]] = {}
     largest: dict[tuple[int, ...], Shape] = {}
     for served in served_shapes(target, shapes, config):
         base = tuple(target.cut_shape(served, config.max_interpreter_rows_extra,
@@ -237,12 +239,21 @@ def together_runs(target: Target, shapes, config: PlanConfig) -> list[tuple[Shap
             run = _together(target, base, served, pair, config)
             if run is not None:
                 pairs.setdefault(pair, {}).setdefault(run, served)
+            run = _corner(target, base, served, pair, config)
+            if run is not None:
+                corners.setdefault(pair, {}).setdefault(run, served)
     found: list[tuple[Shape, Shape | None, Shape]] = []
     for pair, served in largest.items():
         runs = pairs.get(pair, {})
         furthest = max(runs, key=lambda r: (math.prod(r[d] for d in pair), numel(r)), default=None)
         biggest = max(runs, key=lambda r: (numel(r), math.prod(r[d] for d in pair)), default=None)
-        found += [(runs[run] if run else served, run, served) for run in dict.fromkeys((furthest, biggest))]
+        # and for a pair, the run at the served size of its dim furthest above the cut with the other as large as
+        # fits, the furthest such (a kernel wrong past 2048 keys in any sequence but the first two)
+        ends = corners.get(pair, {})
+        corner = max(ends, key=lambda r: (math.prod(r[d] for d in pair), numel(r)), default=None)
+        runs = {**runs, **ends}
+        found += [(runs[run] if run else served, run, served) for run in dict.fromkeys((furthest, biggest, corner))
+                  if run is not None or not (furthest or biggest or corner)]
     return found
 
 
@@ -262,6 +273,30 @@ def _together(target: Target, base: Shape, served: Shape, pair: tuple[int, ...],
             return None
         d = max(over, key=lambda d: run[d] / max(1, base[d]))
         run[d] = max(base[d], run[d] // 2)
+
+
+def _corner(target: Target, base: Shape, served: Shape, pair: tuple[int, ...], config: PlanConfig) -> Shape | None:
+    """For a pair: `base` with its dim furthest above the cut at its served size and the other at the largest size
+    that fits (not a halving: 3 sequences at 4096 keys where 4 do not fit); None for one dim, or where not even the
+    other's base size fits."""
+    if len(pair) != 2:
+        return None
+    d, e = sorted(pair, key=lambda d: -served[d] / max(1, base[d]))
+
+    def fits(v: int) -> Shape | None:
+        run = list(base)
+        run[d], run[e] = served[d], v
+        shape = tuple(target.coherent(tuple(run)))
+        return shape if (sum(target.io_elements(shape)) <= config.together_values
+                         and target.flops(shape, torch.float32) <= config.together_flops) else None
+
+    low, high = base[e], served[e]
+    if fits(low) is None:
+        return None
+    while low < high:  # the largest v in [base, served] that fits: the case's size grows with each dim
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if fits(mid) is not None else (low, mid - 1)
+    return fits(low)
 
 
 def served_whole(target: Target, shapes, config: PlanConfig) -> Shape | None:
