@@ -197,14 +197,13 @@ def _planned(target: Target, shapes, config: PlanConfig, salt: bytes) -> list[_P
         largest = served_whole(target, shapes, config)  # run whole, where a case together would be a sample
         together = [(requested, shape, "together", range_sample(target, shape, config))
                     for requested, shape in together_shapes(target, shapes, config) if shape != largest]
-        # the largest sizes meet every view the target declares (strided layouts) in the served dtype, after the
-        # served call (contiguous, first); the turns alone left bf16 dense there, where a kernel ignored a padded
-        # row stride or vLLM's cache view
-        found += [_Planned(requested, shape, served_dtype, "normal", 0, source, sample=sample, layout=layout)
-                  for requested, shape, source, sample in [*together, *([(largest, largest, "range", 0)] if largest
-                                                                        else [])]
-                  for layout in (None, *(layout for layout in target.layouts if layout not in DENSE_LAYOUTS
-                                         and (layout != "padded" or len(shape) > 1)))]
+        for requested, shape, source, sample in [*together, *([(largest, largest, "range", 0)] if largest else [])]:
+            # the largest sizes meet every view the target declares (its strided layouts) in the served dtype, after
+            # the served call (contiguous, first); the turns alone left bf16 dense there, where a kernel ignored a
+            # padded row stride or vLLM's cache view
+            views = [v for v in target.layouts if v not in DENSE_LAYOUTS and (v != "padded" or len(shape) > 1)]
+            found += [_Planned(requested, shape, served_dtype, "normal", 0, source, sample=sample, layout=layout)
+                      for layout in (None, *views)]
     return found
 
 
@@ -251,9 +250,9 @@ def together_runs(target: Target, shapes, config: PlanConfig) -> list[tuple[Shap
         # fits, the furthest such (a kernel wrong past 2048 keys in any sequence but the first two)
         ends = corners.get(pair, {})
         corner = max(ends, key=lambda r: (math.prod(r[d] for d in pair), numel(r)), default=None)
+        chosen: list[Shape | None] = [run for run in dict.fromkeys((furthest, biggest, corner)) if run is not None]
         runs = {**runs, **ends}
-        found += [(runs[run] if run else served, run, served) for run in dict.fromkeys((furthest, biggest, corner))
-                  if run is not None or not (furthest or biggest or corner)]
+        found += [(runs[run] if run else served, run, served) for run in chosen or [None]]
     return found
 
 
