@@ -257,45 +257,54 @@ def together_runs(target: Target, shapes, config: PlanConfig) -> list[tuple[Shap
 
 
 def _together(target: Target, base: Shape, served: Shape, pair: tuple[int, ...], config: PlanConfig) -> Shape | None:
-    """`base` with the dims of `pair` at their served sizes, halved toward the base until the case fits (None:
-    not even the base's do)."""
-    run = list(base)
+    """`base` with the dims of `pair` at their served sizes, halved toward the base until the case fits, the last
+    halved then as large as fits (not a power of two below the served size: 1820 of 2048 rows); None where not even
+    the base's fit."""
+    run, last = list(base), None
     for d in pair:
         run[d] = served[d]
-    while True:
-        shape = tuple(target.coherent(tuple(run)))
-        if (sum(target.io_elements(shape)) <= config.together_values
-                and target.flops(shape, torch.float32) <= config.together_flops):
-            return shape if shape != base else None
+    while _fits(target, run, config) is None:
         over = [d for d in pair if run[d] > base[d]]
         if not over:
             return None
         d = max(over, key=lambda d: run[d] / max(1, base[d]))
-        run[d] = max(base[d], run[d] // 2)
+        last, run[d] = (d, run[d] - 1), max(base[d], run[d] // 2)
+    shape = _fits(target, run, config) if last is None else _grown(target, run, last[0], last[1], config)
+    return shape if shape != base else None
 
 
 def _corner(target: Target, base: Shape, served: Shape, pair: tuple[int, ...], config: PlanConfig) -> Shape | None:
     """For a pair: `base` with its dim furthest above the cut at its served size and the other at the largest size
-    that fits (not a halving: 3 sequences at 4096 keys where 4 do not fit); None for one dim, or where not even the
-    other's base size fits."""
+    that fits (3 sequences at 4096 keys where 4 do not fit); None for one dim, or where not even the other's base
+    size fits."""
     if len(pair) != 2:
         return None
     d, e = sorted(pair, key=lambda d: -served[d] / max(1, base[d]))
+    run = list(base)
+    run[d], run[e] = served[d], base[e]
+    return _grown(target, run, e, served[e], config)
 
-    def fits(v: int) -> Shape | None:
-        run = list(base)
-        run[d], run[e] = served[d], v
-        shape = tuple(target.coherent(tuple(run)))
-        return shape if (sum(target.io_elements(shape)) <= config.together_values
-                         and target.flops(shape, torch.float32) <= config.together_flops) else None
 
-    low, high = base[e], served[e]
-    if fits(low) is None:
+def _fits(target: Target, run, config: PlanConfig) -> Shape | None:
+    """`run` made callable (Target.coherent), if it takes at most the together budget; else None."""
+    shape = tuple(target.coherent(tuple(run)))
+    return shape if (sum(target.io_elements(shape)) <= config.together_values
+                     and target.flops(shape, torch.float32) <= config.together_flops) else None
+
+
+def _grown(target: Target, run, d: int, high: int, config: PlanConfig) -> Shape | None:
+    """`run` with dim `d` at the largest size from its own up to `high` that fits (a case's size grows with each
+    dim); None where its own does not."""
+    def at(v: int) -> Shape | None:
+        return _fits(target, [*run[:d], v, *run[d + 1:]], config)
+
+    low = run[d]
+    if at(low) is None:
         return None
-    while low < high:  # the largest v in [base, served] that fits: the case's size grows with each dim
+    while low < high:
         mid = (low + high + 1) // 2
-        low, high = (mid, high) if fits(mid) is not None else (low, mid - 1)
-    return fits(low)
+        low, high = (mid, high) if at(mid) is not None else (low, mid - 1)
+    return at(low)
 
 
 def served_whole(target: Target, shapes, config: PlanConfig) -> Shape | None:
