@@ -178,6 +178,26 @@ def test_a_pair_also_runs_with_its_longest_dim_served_and_the_other_as_large_as_
                     or target.flops(tuple(more), torch.float32) > PLAN.together_flops), (target.name, corner)
 
 
+def test_a_dim_halved_to_fit_grows_back_to_the_largest_size_that_fits():
+    """A round-10 attacker's SiLU-and-mul went wrong past row 1024 at widths of 3000 or more: every wide served
+    step was halved to 1024 rows to fit the together budget. The last dim halved grows back as far as the budget
+    takes: 1820 of 2048 rows at 6144 wide. For every target and dim, a run short of the served size is at the
+    budget's edge (one more does not fit)."""
+    assert any(rows > 1024 and width >= 3000 for rows, width in _together("silu_and_mul"))
+    for target in all_targets():
+        for served in case_plan.served_shapes(target, None, PLAN):
+            base = tuple(target.cut_shape(served, PLAN.max_interpreter_rows_extra,
+                                          PLAN.max_interpreter_elements // 4))
+            for d in (d for d, (b, s) in enumerate(zip(base, served)) if b < s):
+                run = case_plan._together(target, base, served, (d,), PLAN)
+                if run is None or run[d] >= served[d]:
+                    continue
+                more = (*run[:d], run[d] + 1, *run[d + 1:])
+                assert tuple(target.coherent(more)) == run or (  # made callable: no more query rows than keys
+                    sum(target.io_elements(more)) > PLAN.together_values
+                    or target.flops(more, torch.float32) > PLAN.together_flops), (target.name, served, run)
+
+
 def test_layouts_and_scalar_values_take_turns_at_served_sizes_too():
     """A stop 49 attacker's RMSNorm ignored the row stride and its fused add-RMSNorm the eps argument only past 256
     rows: the layouts and eps values ran on the cut cases alone, every range case contiguous at the default eps."""
