@@ -229,7 +229,10 @@ def together_runs(target: Target, shapes, config: PlanConfig) -> list[tuple[Shap
     pairs: dict[tuple[int, ...], dict[Shape, Shape]] = {}
     corners: dict[tuple[int, ...], dict[Shape, Shape]] = {}
     largest: dict[tuple[int, ...], Shape] = {}
+    whole = served_whole(target, shapes, config)
     for served in served_shapes(target, shapes, config):
+        if served == whole:  # it runs uncut with every program
+            continue
         base = tuple(target.cut_shape(served, config.max_interpreter_rows_extra,
                                       config.max_interpreter_elements // 4))
         shrunk = [d for d, (b, s) in enumerate(zip(base, served)) if b < s]
