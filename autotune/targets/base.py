@@ -101,6 +101,9 @@ LAYOUTS = {
     "kv_cache_vllm": "k_cache and v_cache [NB, BS, KVH, D] as autotune's vLLM plugin hands them: the two halves of "
                      "one [NB, KVH, BS, 2*D] cache tensor, transposed (strides (KVH*BS*2D, 2D, BS*2D, 1))",
 }
+# The most tokens vLLM puts in one step on an H100/H200: its API server's default max_num_batched_tokens there (16384
+# offline; 2048 on smaller GPUs; vllm/engine/arg_utils.py). A plan served at fewer rows says so in the verdict.
+ENGINE_STEP_TOKENS = 8192
 DENSE_LAYOUTS = ("contiguous", "offset0")  # a dense tensor's strides: the others are views with strides of their own
 
 

@@ -29,7 +29,15 @@ fallback's 3x). Tolerances: torch.testing's per-dtype defaults (base.DEFAULT_TOL
 
 import torch
 
-from autotune.targets.base import RANGE_ELEMENTS, ForeignOp, Target, activations, primes, random_rows
+from autotune.targets.base import (
+    ENGINE_STEP_TOKENS,
+    RANGE_ELEMENTS,
+    ForeignOp,
+    Target,
+    activations,
+    primes,
+    random_rows,
+)
 from autotune.targets.space import POW2, WARPS, Knob, SearchSpace, configs
 
 
@@ -107,7 +115,7 @@ def cut_shape(shape, max_rows, max_elements):
 
 # The most tokens vLLM puts in one step on an H100/H200 (max_num_batched_tokens: 8192 for its API server): a prompt of
 # 4200 tokens is one step there
-STEP_TOKENS = 8192
+STEP_TOKENS = ENGINE_STEP_TOKENS
 # The most positions a served family's cache holds (vLLM's cos_sin_cache has max_position_embeddings rows): Llama 3.1
 # and 3.2's 131072 (Qwen3's 40960, Mistral's and Qwen2.5's 32768, Llama 3's 8192)
 LONGEST_POSITION = 131072

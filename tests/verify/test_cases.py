@@ -249,6 +249,17 @@ def test_the_verdict_names_the_largest_served_sizes_that_ran_together_only_small
     assert notes.together_note(get("rms_norm"), None, PLAN) == ""  # its largest call runs whole
 
 
+def test_the_verdict_says_that_vllms_larger_steps_are_not_judged_at_fewer_served_rows():
+    """vLLM on an H100/H200 puts up to 8192 tokens in a step (its API server's max_num_batched_tokens there); the
+    plan is served at serve.max_batched_tokens (2048, autotune's own engine): the verdict says so, and how to judge
+    those steps, on a GPU as on the CPU."""
+    note = notes.beyond_note(RMS, PLAN)
+    assert "steps of more than 2048 tokens" in note and "serve.max_batched_tokens=8192" in note, note
+    assert notes.beyond_note(RMS, dataclasses.replace(PLAN, served_rows=8192)) == ""
+    paged = notes.beyond_note(get("paged_attention"), PLAN)
+    assert get("paged_attention").beyond_domain[0] in paged and "steps of more than 2048" in paged
+
+
 def test_the_quick_plan_runs_no_sizes_together():
     quick = plan_config(compose(["verify=quick"]).verify)
     assert not case_plan.together_shapes(get("linear"), None, quick)

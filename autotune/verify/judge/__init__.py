@@ -133,8 +133,8 @@ def _judge(target: Target, source: str, path: str, cfg_verify, verdict: Verdict,
     narrowed = "" if len(presets) == len(config.model_presets()) else (
         f"model presets covered: {', '.join(p['name'] for p in presets)} of {len(config.model_presets())} "
         "(verify.models); other models' shapes and scalars were not checked")
-    plan_notes = [narrowed, case_notes.beyond_note(target), case_notes.cut_note(target, shapes, plan_config, salt),
-                  case_notes.probe_note(plan)]
+    plan_notes = [narrowed, case_notes.beyond_note(target, plan_config),
+                  case_notes.cut_note(target, shapes, plan_config, salt), case_notes.probe_note(plan)]
     if not plan_config.whole:  # what the CPU plan never ran whole, or together
         plan_notes += [case_notes.whole_note(target, session.as_run(), case_plan.served_shapes(target, shapes,
                                                                                                 plan_config)),

@@ -36,6 +36,6 @@ def describe(target: Target, shapes, config: PlanConfig, salt: bytes = b"plan") 
              "dtypes: " + ", ".join(dtype_name(d) for d in target_dtypes(target, config)),
              f"plan: {len(cases)} cases over {len({c.shape for c in cases})} shapes ("
              + ", ".join(f"{n} {s}" for s, n in by_source.items()) + f"); {sampled} run a drawn sample of programs"]
-    return lines + [note for note in (beyond_note(target), cut_note(target, shapes, config, salt),
+    return lines + [note for note in (beyond_note(target, config), cut_note(target, shapes, config, salt),
                                       whole_note(target, cases, served), together_note(target, shapes, config))
                      if note]

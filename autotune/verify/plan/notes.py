@@ -5,7 +5,7 @@ together that ran only smaller, the launches only a sample of programs proved.""
 from __future__ import annotations
 
 from autotune.records import ProfiledShape
-from autotune.targets.base import Shape, Target, dtype_name, numel
+from autotune.targets.base import ENGINE_STEP_TOKENS, Shape, Target, dtype_name, numel
 from autotune.verify.plan.cases import (
     Case,
     PlanConfig,
@@ -59,10 +59,16 @@ def cut_note(target: Target, shapes, config: PlanConfig, salt: bytes = b"") -> s
     return "; ".join(n for n in notes if n)
 
 
-def beyond_note(target: Target) -> str:
-    """The served values the target declares no plan runs (Target.beyond_domain), '' when none."""
-    return ("served values no case runs (on a GPU either): " + "; ".join(target.beyond_domain)
-            if target.beyond_domain else "")
+def beyond_note(target: Target, config: PlanConfig) -> str:
+    """The served values no plan runs: those the target declares (Target.beyond_domain), and vLLM's larger steps
+    where the plan's served rows (serve.max_batched_tokens) are fewer than it takes on the target GPU; '' when
+    none."""
+    beyond = list(target.beyond_domain)
+    if target.model_shapes is not None and config.served_rows < ENGINE_STEP_TOKENS:
+        beyond.append(f"steps of more than {config.served_rows} tokens at a model's full sizes "
+                      f"(serve.max_batched_tokens): vLLM on an H100/H200 serves up to {ENGINE_STEP_TOKENS} a step "
+                      f"(16384 offline), and serve.max_batched_tokens={ENGINE_STEP_TOKENS} judges those")
+    return "served values no case runs (on a GPU either): " + "; ".join(beyond) if beyond else ""
 
 
 def whole_note(target: Target, cases: list[Case], served: list[Shape]) -> str:
