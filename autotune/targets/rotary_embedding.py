@@ -17,8 +17,8 @@ stores them; a token drawn per case sits at the cache's last row.
 CPU plan (cut_shape): tokens are the independent work and are cut; heads, kv_heads, head_dim, rot_dim, the style and
 the cache's rows are never cut (positions reach its last row). Range cases run each served shape's tokens whole, and
 its sizes over the longest position range a family serves (LONGEST_POSITION: Llama 3.1 and 3.2's 131072-row cache),
-where a kernel that goes wrong past some position would show, and a step of vLLM's most tokens (STEP_TOKENS: 8192),
-sampled.
+where a kernel that goes wrong past some position would show, and a step of vLLM's most tokens
+(base.ENGINE_STEP_TOKENS: 8192), sampled.
 
 Precision: the math is in the input dtype, each product and each sum rounded to it, as vLLM computes rotary: its CUDA
 kernel in `scalar_t` and its `forward_native` in the tensors' dtype (transformers' too). A kernel computing in fp32
@@ -113,9 +113,6 @@ def cut_shape(shape, max_rows, max_elements):
     return (max(1, min(shape[0], max_rows, max_elements // width)), *shape[1:])
 
 
-# The most tokens vLLM puts in one step on an H100/H200 (max_num_batched_tokens: 8192 for its API server): a prompt of
-# 4200 tokens is one step there
-STEP_TOKENS = ENGINE_STEP_TOKENS
 # The most positions a served family's cache holds (vLLM's cos_sin_cache has max_position_embeddings rows): Llama 3.1
 # and 3.2's 131072 (Qwen3's 40960, Mistral's and Qwen2.5's 32768, Llama 3's 8192)
 LONGEST_POSITION = 131072
@@ -124,13 +121,14 @@ LONGEST_POSITION = 131072
 def range_cuts(shape):
     """The tokens whole up to RANGE_ELEMENTS values of q and k (819 tokens of Llama 3 8B's 40 heads of 128): a kernel
     whose grid or tile follows the token count meets a served step's. Then the shape's heads and dims at 64 tokens
-    over LONGEST_POSITION cache rows (every token's position drawn over them). Then a step of STEP_TOKENS tokens, one
-    kv head and RANGE_ELEMENTS values of query heads (4 of 128, 16 of 32): a kernel that goes wrong past some token
-    sees it, in a drawn sample of its programs and the last (never whole: more than verify.range_whole_work values)."""
+    over LONGEST_POSITION cache rows (every token's position drawn over them). Then a step of ENGINE_STEP_TOKENS
+    tokens (a prompt of 4200 tokens is one step on an H100/H200), one kv head and RANGE_ELEMENTS values of query
+    heads (4 of 128, 16 of 32): a kernel that goes wrong past some token sees it, in a drawn sample of its programs
+    and the last (never whole: more than verify.range_whole_work values)."""
     tokens, heads, kv_heads, *dims, max_position = shape
     return ((max(1, min(tokens, RANGE_ELEMENTS // (_heads(shape) * shape[3]))), *shape[1:]),
             (min(tokens, 64), heads, kv_heads, *dims, LONGEST_POSITION),
-            (STEP_TOKENS, max(1, RANGE_ELEMENTS // (STEP_TOKENS * shape[3])), 1, *dims, max_position))
+            (ENGINE_STEP_TOKENS, max(1, RANGE_ELEMENTS // (ENGINE_STEP_TOKENS * shape[3])), 1, *dims, max_position))
 
 
 # (heads, kv_heads, head_dim, rot_dim, neox) of the families vLLM serves beyond the presets, from their config.json:

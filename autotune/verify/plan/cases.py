@@ -194,9 +194,9 @@ def _planned(target: Target, shapes, config: PlanConfig, salt: bytes) -> list[_P
         found += [_Planned(requested, shape, served_dtype, "normal", 0, "range",
                            sample=0 if config.concurrency_whole else range_sample(target, shape, config))
                   for shape, requested in across.items()]
-        largest = served_whole(target, shapes, config)  # run whole, where a case together would be a sample
+        largest = served_whole(target, shapes, config)  # run whole (together_shapes makes no run of it)
         together = [(requested, shape, "together", range_sample(target, shape, config))
-                    for requested, shape in together_shapes(target, shapes, config) if shape != largest]
+                    for requested, shape in together_shapes(target, shapes, config)]
         for requested, shape, source, sample in [*together, *([(largest, largest, "range", 0)] if largest else [])]:
             # the largest sizes meet every view the target declares (its strided layouts) in the served dtype, after
             # the served call (contiguous, first); the turns alone left bf16 dense there, where a kernel ignored a

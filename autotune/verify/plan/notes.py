@@ -11,7 +11,6 @@ from autotune.verify.plan.cases import (
     PlanConfig,
     primary_shapes,
     select_profile_shapes,
-    served_whole,
     together_runs,
 )
 
@@ -30,10 +29,10 @@ def selection_note(shapes, limit: int) -> str:
 
 def together_note(target: Target, shapes, config: PlanConfig) -> str:
     """For each pair of shrunk dims whose largest served shape ran together only smaller (too large for the CPU
-    budget), that shape and what ran: '' when every pair ran at its largest."""
-    whole = served_whole(target, shapes, config)  # the largest served call, run whole
+    budget), that shape and what ran: '' when every pair ran at its largest. The served call run whole
+    (served_whole) is none of them: together_runs makes no run of it."""
     halved = [f"[{target.label_shape(largest)}] " + (f"as [{target.label_shape(run)}]" if run else "not at all")
-              for _, run, largest in together_runs(target, shapes, config) if run != largest and largest != whole]
+              for _, run, largest in together_runs(target, shapes, config) if run != largest]
     return ("sizes served together that ran together only smaller (verify.together_values and together_flops; a "
             "sample of programs): " + "; ".join(halved)) if halved else ""
 
