@@ -266,13 +266,14 @@ def _together(target: Target, base: Shape, served: Shape, pair: tuple[int, ...],
     run, last = list(base), None
     for d in pair:
         run[d] = served[d]
-    while _fits(target, run, config) is None:
+    while (shape := _fits(target, run, config)) is None:
         over = [d for d in pair if run[d] > base[d]]
         if not over:
             return None
         d = max(over, key=lambda d: run[d] / max(1, base[d]))
         last, run[d] = (d, run[d] - 1), max(base[d], run[d] // 2)
-    shape = _fits(target, run, config) if last is None else _grown(target, run, last[0], last[1], config)
+    if last is not None:
+        shape = _grown(target, run, *last, config)
     return shape if shape != base else None
 
 
