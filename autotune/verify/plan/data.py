@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 
@@ -114,6 +115,26 @@ def tf32_reference(target: Target, args: tuple) -> tuple[torch.Tensor, ...]:
     whose fp32 tl.dot runs at TF32 (its default on NVIDIA) is held to."""
     with _aten_gemms(), _TF32Products():
         return as_tuple(target.reference(*_own_copies(target, args)))
+
+
+def exact_reference(target: Target, args: tuple, tf32: bool = False) -> tuple[torch.Tensor, ...]:
+    """The reference's outputs with each fp32 matrix product summed exactly and rounded once, as an MMA sums (at
+    TF32 where `tf32`): the other order an fp32 product is validly computed in (ATen's CPU GEMM sums in blocks).
+    Where an output is ill-conditioned in its products' rounding, which of the two the reference happened to use
+    decides its error (judge.compare: the larger is the reference's)."""
+    with _aten_gemms(), _ExactProducts(), (_TF32Products() if tf32 else contextlib.nullcontext()):
+        return as_tuple(target.reference(*_own_copies(target, args)))
+
+
+class _ExactProducts(torch.utils._python_dispatch.TorchDispatchMode):
+    """Every fp32 matrix product of the reference computed in fp64 and rounded once to fp32."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ in _PRODUCTS and not (kwargs or {}).get("out") and any(
+                isinstance(a, torch.Tensor) and a.dtype == torch.float32 for a in args):
+            wide = tuple(a.double() if isinstance(a, torch.Tensor) and a.dtype == torch.float32 else a for a in args)
+            return func(*wide, **(kwargs or {})).float()
+        return func(*args, **(kwargs or {}))
 
 
 def answers(target: Target, args: tuple) -> tuple[tuple, tuple]:
