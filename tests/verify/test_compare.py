@@ -483,6 +483,28 @@ def test_ordinary_tokens_wiped_beside_a_massive_one_in_a_step_of_few_tokens_are_
     assert check.passed, check.note         # tolerance, as a kernel rounding once more in bf16 is
 
 
+def test_most_values_off_beside_a_massive_one_are_not_excused_by_the_fallback():
+    """A round-10 attacker's SiLU-and-mul moved every ordinary output of a decode token by +-42% beside one massive
+    activation: the fallback's bounds, and a line's RMS units, are set by that value's rounding, and it passed at
+    1.8 times the reference's RMSE. Most values of the case, or of a line, may not be beyond their own tolerance
+    where the reference's are not; the same token rounded once more in bf16, or a rotation that cancels, passes."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(4, 14336, dtype=torch.float64, generator=gen)
+    x[1, 1234] = 3000.0 * 11.3  # a massive activation's output
+    ref = x.to(torch.bfloat16)
+    sign = torch.where(torch.arange(14336) % 2 == 0, 1.0, -1.0).double()
+    ordinary = x.abs() < x.abs().max() / 256
+    moved = torch.where(ordinary, x * (1 + 0.42 * sign), x).to(torch.bfloat16)
+    check = compare(moved[1:2], ref[1:2], x[1:2], BF16)  # a decode step of that one token, the attacker's
+    assert not check.passed and "the case's median" in check.note, check.note
+    row = torch.where(ordinary & (torch.arange(4)[:, None] == 1), x * (1 + 0.42 * sign), x).to(torch.bfloat16)
+    check = compare(row, ref, x, BF16)  # only the massive activation's own token: a line
+    assert not check.passed and "row 1's median" in check.note, check.note
+    blurred = (x * (1 + 2.0 ** -9 * torch.randn(x.shape, dtype=torch.float64, generator=gen))).to(torch.bfloat16)
+    check = compare(blurred, ref, x, BF16)
+    assert check.passed, check.note
+
+
 def test_a_nan_the_reference_has_does_not_switch_off_the_accuracy_check():
     """Where the golden is NaN or Inf (a case with special values in its inputs) the values are left out of step 5;
     they once made its sums NaN, and a NaN bound passes everything."""

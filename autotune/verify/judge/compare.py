@@ -48,7 +48,7 @@ from collections.abc import Callable
 import torch
 
 from autotune.targets.base import Target, Tolerance, dtype_name
-from autotune.verify.judge.accuracy import GOLDEN_MULTIPLIER, bias, count, less_accurate
+from autotune.verify.judge.accuracy import GOLDEN_MULTIPLIER, bias, count, less_accurate, mostly_beyond
 from autotune.verify.plan.cases import Case
 from autotune.verify.plan.data import CaseData, answer_rows, exact_reference, tf32_reference
 from autotune.verify.protocol import CallOutcome, CaseEvidence, same_bits
@@ -99,7 +99,8 @@ def compare(out, ref: torch.Tensor, golden: torch.Tensor, tol: Tolerance,
             return Check(not worse, max_abs, max_rel, note=worse)
         golden_ok, golden_note = _golden_fallback(o, own, g, keep, tol, ref.dtype)
         if golden_ok:
-            worse = less_accurate(o, own, g, keep, tol, ref.dtype, within=False) or bias(o, own, g, tol, ref.dtype)
+            worse = (less_accurate(o, own, g, keep, tol, ref.dtype, within=False)
+                     or mostly_beyond(o, own, g, keep, tol, ref.dtype) or bias(o, own, g, tol, ref.dtype))
             return Check(not worse, max_abs, max_rel, note=worse or golden_note)
         i = int(bad.nonzero()[0])
         first = f"e.g. {float(of[i]):.6g} where the reference has {float(rf[i]):.6g}"
