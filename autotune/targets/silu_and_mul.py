@@ -30,7 +30,26 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
 
 
 def make_inputs(shape, dtype, gen, kind):
-    return (activations(shape, dtype, gen, kind),)
+    x = activations(shape, torch.float32, gen, kind)
+    return ((super_activations(x, gen) if kind == "normal" else x).to(dtype),)
+
+
+def super_activations(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """x with, in about one row in eight, one channel's gate at +2^u (u uniform in [3, 8]) and its up at +-2^v (v in
+    [2, 6]): an output of 32 to 16384 beside ordinary ones, the super activations of the down projection's input
+    (Yu et al. 2024: thousands, at a few channels of a few tokens). Massive inputs alone seldom made one (a massive
+    gate times an ordinary up), and a round-10 attacker's SiLU-and-mul moved every other output of a token by 42%
+    only beside an output of 1024 or more, where the fp64-golden fallback's bounds are set by its rounding."""
+    rows = x.reshape(-1, x.shape[-1])
+    n, width = rows.shape
+    d = width // 2
+    hit = torch.rand(n, generator=gen) < 0.125
+    channel = torch.randint(0, max(d, 1), (n,), generator=gen)
+    gate = 2.0 ** (3 + 5 * torch.rand(n, generator=gen))
+    up = torch.where(torch.rand(n, generator=gen) < 0.5, -1.0, 1.0) * 2.0 ** (2 + 4 * torch.rand(n, generator=gen))
+    col = torch.arange(width)[None, :]  # elementwise, as base.massive_values: the dry calls' stand-ins
+    at_gate, at_up = (col == channel[:, None]) & hit[:, None], (col == channel[:, None] + d) & hit[:, None]
+    return torch.where(at_gate, gate[:, None], torch.where(at_up, up[:, None], rows)).reshape(x.shape)
 
 
 def random_shapes(rng):
