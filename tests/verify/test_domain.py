@@ -262,6 +262,14 @@ def test_the_verdict_names_the_served_values_no_case_ran_whole():
     rms = get("rms_norm")  # every served width runs whole; rows are the only gap, and a row op's leading dims
     note = whole_note(rms, plan(rms, None, quick), served_shapes(rms, None, quick))
     assert note.startswith("served values the CPU plan never ran with every program: rows ") and "hidden" not in note
+    # and each served call no case ran whole at its sizes (a kernel wrong in 2 rows of 2048 is checked there as far
+    # as a sample of its programs reaches, or not at all)
+    cases = plan(rms, None, quick)
+    whole = {c.shape for c in cases if not c.sample}
+    sampled = {c.shape for c in cases if c.sample}
+    rest = [s for s in served_shapes(rms, None, quick) if s not in whole and s != (2048, 4096)]
+    assert rest and all(f"{list(s)}" in note.split("the served calls ")[1] for s in rest), note
+    assert all(f"{list(s)} (a sample of its programs)" in note for s in rest if s in sampled), note
     # sizes together: a kernel may switch at rows x width, which no case runs whole at the served 2048 x 4096
     whole_default = whole_note(rms, plan(rms, None, default), served_shapes(rms, None, default))
     assert "the largest call [2048, 4096] (a product of sizes of 8388608; every program up to " in whole_default
