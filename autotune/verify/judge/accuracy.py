@@ -168,10 +168,11 @@ def mostly_beyond(o, r, g, keep, tol: Tolerance, dtype: torch.dtype) -> str:
     or more), are beyond their own tolerance, |out - golden| > atol + rtol |golden|, where the reference's are not:
     the median value's error in those units past k times the reference's median, and past 1, where the reference's
     median is within 1. The fallback excuses the values the reference cannot get right either (a sum that cancels
-    to near zero), not most of a line; through TF32 the reference's median is far off too, and this says nothing. Its bounds are absolute and set by the case's largest
-    values, and so are a line's RMS units: a round-10 attacker's SiLU-and-mul, beside one massive activation
-    (3000 x 11.3) in a decode token of [1, 28672] bf16, moved every ordinary output by 42% (26 tolerances at the
-    median), at 1.8 times the reference's RMSE. Correct kernels measured: at most 0.3 tolerances at the median in
+    to near zero), not most of a line (through TF32 the reference's median is far off too: this says nothing
+    there). Its bounds are absolute and set by the case's largest values, and so are a line's RMS units: a round-10
+    attacker's SiLU-and-mul, beside one massive activation (3000 x 11.3) in a decode token of [1, 28672] bf16, moved
+    every ordinary output by 42% (26 tolerances at the median), at 1.8 times the reference's RMSE. Correct kernels
+    measured: at most 0.3 tolerances at the median in
     fp16/bf16."""
     if not keep.any():
         return ""

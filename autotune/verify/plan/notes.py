@@ -105,9 +105,9 @@ def whole_note(target: Target, cases: list[Case], served: list[Shape]) -> str:
     # (2 rows of 2048, behind a loop that makes every program dear on the interpreter) was checked as far as the
     # sample reached
     ran_whole = {tuple(c.shape) for c in cases if not c.sample}
-    sampled = {tuple(c.shape) for c in cases if c.sample}
+    ran_sampled = {tuple(c.shape) for c in cases if c.sample}
     rest = [s for s in served if tuple(s) not in ran_whole and s != largest]
     if rest:
         gaps.append("the served calls " + ", ".join(
-            f"{list(s)}" + (" (a sample of its programs)" if tuple(s) in sampled else "") for s in rest))
+            f"{list(s)}" + (" (a sample of its programs)" if tuple(s) in ran_sampled else "") for s in rest))
     return ("served values the CPU plan never ran with every program: " + ", ".join(gaps)) if gaps else ""
