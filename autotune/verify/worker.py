@@ -26,8 +26,11 @@ import triton.language.extra.libdevice
 from autotune.sandbox.runner import child_main
 from autotune.verify import protocol
 from autotune.verify.device import process as device
+from autotune.verify.heap import reuse_freed_memory
 from autotune.verify.host import process as host
 from autotune.verify.interp.install import install
+
+reuse_freed_memory()  # in the zygote, before its children fork
 
 if triton.knobs.runtime.interpret:  # the device's interpreter, made to behave as a GPU where it differs
     install()

@@ -27,6 +27,7 @@ from autotune.records import ProfiledShape
 from autotune.sandbox import Limits, SandboxResult, run_isolated
 from autotune.targets.base import Target, dtype_name
 from autotune.verify import protocol
+from autotune.verify.heap import reuse_freed_memory
 from autotune.verify.judge.session import Session
 from autotune.verify.judge.status import Ended, conclude
 from autotune.verify.plan import cases as case_plan
@@ -52,6 +53,7 @@ def judge(target: Target, source: str, path: str, cfg_verify, *, shapes=None, de
     whole: autotune.verify._source). `served_rows`: the most tokens the engine serves in a step (the run's
     `serve.max_batched_tokens`; None: conf/config.yaml's), the rows every preset's shapes are checked at."""
     started = time.monotonic()
+    reuse_freed_memory()
     verdict = Verdict(status=Status.RUNTIME_ERROR, reason="", target=target.name, candidate=str(path),
                       candidate_sha256=digest or hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest(),
                       environment=environment or {})
