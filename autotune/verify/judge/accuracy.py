@@ -19,7 +19,8 @@ BIAS_SHARE = 0.25  # of rtol: the most a half-precision output may lean off the 
 MIN_BIAS_VALUES = 256  # values the mean needs: rounding's own lean over 256 of them is about 0.05 of a unit
 
 
-def bias(o: torch.Tensor, r: torch.Tensor, g: torch.Tensor, tol: Tolerance, dtype: torch.dtype) -> str:
+def bias(o: torch.Tensor, r: torch.Tensor, g: torch.Tensor, tol: Tolerance, dtype: torch.dtype,
+         finite: torch.Tensor | None = None) -> str:
     """'' unless a float16/bfloat16 output leans off the exact answer (the fp64 golden) on average: the signed error
     in magnitude, sum((out - golden) * sign(golden)) / sum(|golden|) over the values where rtol rules (|golden| >
     atol / rtol), beyond BIAS_SHARE of rtol and twice the reference's own lean. Each value may be off by rtol, about
@@ -29,7 +30,9 @@ def bias(o: torch.Tensor, r: torch.Tensor, g: torch.Tensor, tol: Tolerance, dtyp
     not judged so: its rtol is 22 units, and a TF32 product truncates (leans) by design."""
     if dtype not in (torch.float16, torch.bfloat16):
         return ""
-    keep = torch.isfinite(o) & torch.isfinite(r) & torch.isfinite(g) & (g.abs() > tol.atol / tol.rtol)
+    if finite is None:  # where the output, the reference and the golden are all finite (compare has it)
+        finite = torch.isfinite(o) & torch.isfinite(r) & torch.isfinite(g)
+    keep = finite & (g.abs() > tol.atol / tol.rtol)
     n = count(keep)
     if n < MIN_BIAS_VALUES:
         return ""

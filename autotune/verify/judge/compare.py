@@ -95,12 +95,12 @@ def compare(out, ref: torch.Tensor, golden: torch.Tensor, tol: Tolerance,
 
     def against(own: torch.Tensor) -> Check:  # steps 4-6, the reference's error being `own`'s
         if not bad.any():
-            worse = less_accurate(o, own, g, keep, tol, ref.dtype) or bias(o, own, g, tol, ref.dtype)
+            worse = less_accurate(o, own, g, keep, tol, ref.dtype) or bias(o, own, g, tol, ref.dtype, keep)
             return Check(not worse, max_abs, max_rel, note=worse)
         golden_ok, golden_note = _golden_fallback(o, own, g, keep, tol, ref.dtype)
         if golden_ok:
             worse = (less_accurate(o, own, g, keep, tol, ref.dtype, within=False)
-                     or mostly_beyond(o, own, g, keep, tol, ref.dtype) or bias(o, own, g, tol, ref.dtype))
+                     or mostly_beyond(o, own, g, keep, tol, ref.dtype) or bias(o, own, g, tol, ref.dtype, keep))
             return Check(not worse, max_abs, max_rel, note=worse or golden_note)
         i = int(bad.nonzero()[0])
         first = f"e.g. {float(of[i]):.6g} where the reference has {float(rf[i]):.6g}"
