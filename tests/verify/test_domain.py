@@ -415,6 +415,19 @@ def test_a_gemm_that_skips_quiet_activation_tiles_is_caught(tmp_path):
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
 
 
+def test_a_path_past_2_24_values_is_run_at_the_largest_served_call_that_fits(tmp_path):
+    """A round-9 attacker's SiLU-and-mul took another path past 2^24 input values, reading the output's row stride
+    there: of the served calls only Llama 3's [2048, 28672] and Qwen2.5-0.5B's [2048, 9728] pass 2^24, and only the
+    largest served call ran whole, Llama's, which is past verify.served_whole_work. The largest that fits runs."""
+    path = example_variant(tmp_path, "silu_and_mul", "](x2, y, x2.stride(0), y.stride(0), d",
+                           "](x2, y, y.stride(0) if x2.numel() > 2 ** 24 else x2.stride(0), y.stride(0), d")
+    v = verify("silu_and_mul", path, compose(["verify=quick", "verify.dtypes=[bfloat16]",
+                                              "verify.models=[qwen2_5_0_5b,llama3_8b]",
+                                              "verify.served_whole_work=67108864"]))
+    assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
+    assert v.failing_case().shape == [2048, 9728], v.reason
+
+
 def test_a_launch_one_program_short_only_at_the_largest_steps_is_caught_on_the_default_plan():
     """The attacker's a1: rows - 1 programs past 4M values. The default plan runs the largest served call ([2048, 4096],
     within `verify.served_whole_work`) uncut with every program; the step's last row is unwritten there."""

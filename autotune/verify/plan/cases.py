@@ -312,14 +312,16 @@ def _grown(target: Target, run, d: int, high: int, config: PlanConfig) -> Shape 
 
 
 def served_whole(target: Target, shapes, config: PlanConfig) -> Shape | None:
-    """The largest served call (sizes together), uncut, when it takes at most `verify.served_whole_work` values and
-    FLOPs: a range case runs it with every program, in the dtype served at that size (bf16 where the target has it:
+    """The largest served call (sizes together) that takes at most `verify.served_whole_work` values and FLOPs,
+    uncut: a range case runs it with every program, in the dtype served at that size (bf16 where the target has it:
     every preset serves bf16, and only the presets reach it; 22 s of rotary's default plan in the two others). A
-    kernel that switches at a product of sizes (one program too few past a step's size) is wrong only there, and a
-    sample cannot show an output no program wrote; the row ops' largest calls (rms_norm [2048, 4096]) fit, the
-    GEMMs', attention's and MoE's do not (the verdict names them)."""
-    largest = max(served_shapes(target, shapes, config), key=numel, default=None)
-    return largest if largest is not None and _work(target, largest) <= config.served_whole_work else None
+    kernel that switches at a product of sizes (one program too few past a step's size, another path past 2^24
+    values) is wrong only there, and a sample cannot show an output no program wrote; the row ops' largest calls
+    (rms_norm [2048, 4096]) fit, silu_and_mul's [2048, 9728] of Qwen2.5-0.5B where Llama 3's [2048, 28672] does not
+    (a round-9 attacker's int64 path past 2^24 values read the output's row stride), the GEMMs', attention's and
+    MoE's only at small sizes (the verdict names the rest)."""
+    fits = [s for s in served_shapes(target, shapes, config) if _work(target, s) <= config.served_whole_work]
+    return max(fits, key=numel, default=None)
 
 
 def plan(target: Target, shapes, config: PlanConfig, salt: bytes = b"") -> list[Case]:
