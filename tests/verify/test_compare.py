@@ -505,6 +505,29 @@ def test_most_values_off_beside_a_massive_one_are_not_excused_by_the_fallback():
     assert check.passed, check.note
 
 
+def test_a_minority_of_a_tokens_values_moved_within_a_massive_ones_allowance_is_less_accurate():
+    """A round-11 attacker's SiLU-and-mul moved 40% of a decode token's ordinary outputs (alternate signs) by an
+    amount set from the token's own rounding error: the massive value's (64 at 16384 in bf16) spread thin enough
+    for the fallback's RMSE, fewer than half of the line for `mostly_beyond`, and the line's units at an RMS size the
+    massive value set. The values of ordinary size are judged again without it; a correct rounding still passes."""
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randn(1, 14336, dtype=torch.float64, generator=gen) * 0.2
+    x[0, 777] = 1056.0 + 0.37  # a super activation's output, off bf16's grid
+    ref = x.to(torch.bfloat16)
+    rounding = (ref.double() - x).pow(2).sum()
+    moved_share = 0.4
+    delta = float((6 * rounding / (moved_share * x.numel())).sqrt())
+    col = torch.arange(x.shape[-1])
+    sign = torch.where(col % 2 == 0, 1.0, -1.0).double()
+    moved = torch.where((col % 5 < 2) & (x.abs() < 100), x + delta * sign, x).to(torch.bfloat16)
+    old = compare(moved, ref, x, BF16)
+    assert not old.passed and "at the values of ordinary size" in old.note, old.note
+    assert (((moved.double() - x).abs() > 0.5 * x.abs()).sum()) > 500  # half again off, on hundreds of values
+    blurred = (x * (1 + 2.0 ** -9 * torch.randn(x.shape, dtype=torch.float64, generator=gen))).to(torch.bfloat16)
+    check = compare(blurred, ref, x, BF16)
+    assert check.passed, check.note
+
+
 def test_a_nan_the_reference_has_does_not_switch_off_the_accuracy_check():
     """Where the golden is NaN or Inf (a case with special values in its inputs) the values are left out of step 5;
     they once made its sums NaN, and a NaN bound passes everything."""

@@ -48,7 +48,15 @@ from collections.abc import Callable
 import torch
 
 from autotune.targets.base import Target, Tolerance, dtype_name
-from autotune.verify.judge.accuracy import GOLDEN_MULTIPLIER, bias, count, less_accurate, mostly_beyond
+from autotune.verify.judge.accuracy import (
+    GOLDEN_MULTIPLIER,
+    ORDINARY_SPAN,
+    bias,
+    count,
+    less_accurate,
+    mostly_beyond,
+    ordinary,
+)
 from autotune.verify.plan.cases import Case
 from autotune.verify.plan.data import CaseData, answer_rows, exact_reference, tf32_reference
 from autotune.verify.protocol import CallOutcome, CaseEvidence, same_bits
@@ -101,6 +109,12 @@ def compare(out, ref: torch.Tensor, golden: torch.Tensor, tol: Tolerance,
         if golden_ok:
             worse = (less_accurate(o, own, g, keep, tol, ref.dtype, within=False)
                      or mostly_beyond(o, own, g, keep, tol, ref.dtype) or bias(o, own, g, tol, ref.dtype, keep))
+            plain = ordinary(g, keep) if not worse else None
+            if plain is not None:  # again without the values far above their row's: they set the bounds above
+                plain_ok, plain_note = _golden_fallback(o, own, g, plain, tol, ref.dtype)
+                worse = (plain_note if not plain_ok else less_accurate(o, own, g, plain, tol, ref.dtype, within=False))
+                worse = worse and (f"at the values of ordinary size (within {ORDINARY_SPAN}x their row's median "
+                                   f"magnitude; the larger set the whole case's bounds): {worse}")
             return Check(not worse, max_abs, max_rel, note=worse or golden_note)
         i = int(bad.nonzero()[0])
         first = f"e.g. {float(of[i]):.6g} where the reference has {float(rf[i]):.6g}"
