@@ -496,10 +496,10 @@ def test_most_values_off_beside_a_massive_one_are_not_excused_by_the_fallback():
     ordinary = x.abs() < x.abs().max() / 256
     moved = torch.where(ordinary, x * (1 + 0.42 * sign), x).to(torch.bfloat16)
     check = compare(moved[1:2], ref[1:2], x[1:2], BF16)  # a decode step of that one token, the attacker's
-    assert not check.passed and "the case's median" in check.note, check.note
+    assert not check.passed and "in the case " in check.note, check.note
     row = torch.where(ordinary & (torch.arange(4)[:, None] == 1), x * (1 + 0.42 * sign), x).to(torch.bfloat16)
     check = compare(row, ref, x, BF16)  # only the massive activation's own token: a line
-    assert not check.passed and "row 1's median" in check.note, check.note
+    assert not check.passed and "in row 1 " in check.note, check.note
     blurred = (x * (1 + 2.0 ** -9 * torch.randn(x.shape, dtype=torch.float64, generator=gen))).to(torch.bfloat16)
     check = compare(blurred, ref, x, BF16)
     assert check.passed, check.note

@@ -168,69 +168,54 @@ def less_accurate(o, r, g, keep, tol: Tolerance, dtype: torch.dtype, within: boo
 
 def mostly_beyond(o, r, g, keep, tol: Tolerance, dtype: torch.dtype) -> str:
     """Behind the fp64-golden fallback: '' unless most values of the case, or of a line (`_lines`, MIN_LINE_VALUES
-    or more), are beyond their own tolerance, |out - golden| > atol + rtol |golden|, where the reference's are not:
-    the median value's error in those units past k times the reference's median, and past 1, where the reference's
-    median is within 1. The fallback excuses the values the reference cannot get right either (a sum that cancels
-    to near zero), not most of a line (through TF32 the reference's median is far off too: this says nothing
-    there). Its bounds are absolute and set by the case's largest values, and so are a line's RMS units: a round-10
-    attacker's SiLU-and-mul, beside one massive activation (3000 x 11.3) in a decode token of [1, 28672] bf16, moved
-    every ordinary output by 42% (26 tolerances at the median), at 1.8 times the reference's RMSE. Correct kernels
-    measured: at most 0.3 tolerances at the median in
-    fp16/bf16."""
+    or more), are beyond their own tolerance, |out - golden| > atol + rtol |golden|, where most of the reference's are
+    within 1/k of theirs (where most are within it but not within 1/k: unless most of the candidate's are beyond k
+    times it). The fallback excuses the values the reference cannot get right either (a sum that cancels to near
+    zero), not most of a line (through TF32 most of the reference's are far off too: this says nothing there). Its
+    bounds are absolute and set by the case's largest values, and so are a line's RMS units: a round-10 attacker's
+    SiLU-and-mul, beside one massive activation (3000 x 11.3) in a decode token of [1, 28672] bf16, moved every
+    ordinary output by 42% (26 tolerances at the median), at 1.8 times the reference's RMSE. Correct kernels
+    measured: at most 0.3 tolerances at the median in fp16/bf16. Counted, not sorted: medians of a served case
+    took 1.3 s."""
     if not keep.any():
         return ""
     k = GOLDEN_MULTIPLIER.get(dtype, 2.0)
     unit = tol.atol + tol.rtol * g.abs()
-    cand = torch.where(keep, (o - g).abs() / unit, float("nan"))
-    own = torch.where(keep, (r - g).abs() / unit, float("nan"))
+    cand, own = (o - g).abs_().div_(unit), (r - g).abs_().div_(unit)
+    masks = [keep, keep & (cand > 1), keep & (own > 1), keep & (own > 1 / k), keep & (cand > k)]
     for name, noun, dim in [("values of the case", "the case", -1), *_lines(o.shape)]:
-        c_med, r_med, counts = (_medians(t, dim) for t in (cand, own, keep))
-        # where the reference's median value is beyond its tolerance too (fp32 through TF32), the fallback excuses
-        # the whole line, and the other rules judge it
-        judged = (counts >= (1 if dim == -1 else MIN_LINE_VALUES)) & (r_med <= 1)
-        if not judged.any():
-            continue
-        bound = (k * r_med[judged]).clamp(min=1.0)
-        over = c_med[judged] > bound
+        n, beyond, own_beyond, own_off, far = (m.sum().reshape(1) if dim == -1 else _sums(m, dim) for m in masks)
+        judged, half = n >= (1 if dim == -1 else MIN_LINE_VALUES), n / 2
+        # the reference's median within 1/k of the tolerance, or only within it
+        over = judged & (own_beyond <= half) & ((far > half) | ((own_off <= half) & (beyond > half)))
         if over.any():
-            i = int((c_med[judged] / bound).argmax())
-            where = noun if dim == -1 else f"{noun} {int(judged.nonzero()[i])}"
-            return (f"most of its values beyond their own tolerance, though the fp64-golden fallback passed: {where}'s "
-                    f"median value is off the fp64 answer by {float(c_med[judged][i]):.3g} of its tolerance where the "
-                    f"reference's is off by {float(r_med[judged][i]):.2g} (allowed {k:g}x that, and at least 1; "
-                    f"{int(over.sum())} of {int(judged.sum())} {name} so): the fallback excuses the values a rounding "
-                    "cannot get right, not most of them")
+            i = int(over.nonzero()[0])
+            return (f"most of its values beyond their own tolerance, though the fp64-golden fallback passed: in "
+                    f"{noun if dim == -1 else f'{noun} {i}'} {int(beyond[i])} of {int(n[i])} values are off the fp64 "
+                    f"answer by more than their tolerance where {int(own_beyond[i])} of the reference's are "
+                    f"({int(over.sum())} of {int(judged.sum())} {name} so): the fallback excuses the values a "
+                    "rounding cannot get right, not most of them")
     return ""
 
 
-ORDINARY_SPAN = 64  # a value more than this many times its row's median magnitude is an outlier (ordinary)
+ORDINARY_SPAN = 64  # a value more than this many times its row's mean magnitude is an outlier (ordinary)
 
 
 def ordinary(g: torch.Tensor, keep: torch.Tensor) -> torch.Tensor | None:
-    """The kept values of ordinary size: within ORDINARY_SPAN times the median magnitude of their row of the last
-    dimension (a row of median 0: all of it); None where that is every kept value, or none. Behind the fallback the
+    """The kept values of ordinary size: within ORDINARY_SPAN times the mean magnitude of their row of the last
+    dimension (a row of mean 0: all of it); None where that is every kept value, or none. Behind the fallback the
     case is judged again on these alone (compare): its absolute bounds are set by the largest values, and a massive
     activation's rounding (64 at 16384 in bf16) let a round-11 attacker move 40% of its token's other values by up
-    to 100% (spread thin enough for the RMSE, fewer than half a line for `mostly_beyond`)."""
-    size = torch.where(keep, g.abs(), float("nan"))
-    rows = size.reshape(-1, size.shape[-1] if size.dim() else 1)
-    median = _medians(size, None)
-    limit = torch.where(median > 0, ORDINARY_SPAN * median, float("inf"))
+    to 100% (spread thin enough for the RMSE, fewer than half a line for `mostly_beyond`). The mean, not the median
+    (sorting a served case's rows took 0.2 s): one value of 1056 among 14336 of 0.15 moves it to 0.22."""
+    size = torch.where(keep, g.abs(), 0.0)
+    width = size.shape[-1] if size.dim() else 1
+    rows, kept_rows = size.reshape(-1, width), keep.reshape(-1, width).sum(1)
+    mean = rows.sum(1) / kept_rows.clamp(min=1)
+    limit = torch.where(mean > 0, ORDINARY_SPAN * mean, float("inf"))
     plain = (rows <= limit[:, None]).reshape(g.shape) & keep
     kept = count(keep)
     return plain if 0 < count(plain) < kept else None
-
-
-def _medians(t: torch.Tensor, dim: int | None) -> torch.Tensor:
-    """Per line (`_sums`' lines; -1: the whole tensor as one) the median of `t` over its non-NaN values, or for a
-    bool `t` the count of True."""
-    if dim == -1:
-        lines = t.reshape(1, -1)
-    elif dim is None:
-        lines = t.reshape(-1, t.shape[-1] if t.dim() else 1)
-    else:
-        lines = t.movedim(dim, 0).reshape(t.shape[dim], -1)
-    return lines.sum(1) if t.dtype == torch.bool else lines.nanmedian(1).values
 
 
 def _lines(shape: torch.Size) -> list[tuple[str, str, int | None]]:

@@ -113,7 +113,7 @@ def compare(out, ref: torch.Tensor, golden: torch.Tensor, tol: Tolerance,
             if plain is not None:  # again without the values far above their row's: they set the bounds above
                 plain_ok, plain_note = _golden_fallback(o, own, g, plain, tol, ref.dtype)
                 worse = (plain_note if not plain_ok else less_accurate(o, own, g, plain, tol, ref.dtype, within=False))
-                worse = worse and (f"at the values of ordinary size (within {ORDINARY_SPAN}x their row's median "
+                worse = worse and (f"at the values of ordinary size (within {ORDINARY_SPAN}x their row's mean "
                                    f"magnitude; the larger set the whole case's bounds): {worse}")
             return Check(not worse, max_abs, max_rel, note=worse or golden_note)
         i = int(bad.nonzero()[0])
