@@ -271,6 +271,8 @@ def test_a_sampled_case_is_answered_after_its_run_at_the_rows_its_programs_wrote
     ev = evidence_for(data, [out], output_valid=[written])
     result, _ = judge_case(paged, case, data, ev, BF16)
     assert result.passed and result.evidence, result.note
+    (other,) = D.answer_rows(paged, data, [written]).alternate()  # the other product order's, made so too
+    assert other[:40].isnan().all() and not other[40:56].isnan().any()
     wrong = out.clone()
     wrong[47, 3, 5] = 2 * wrong[47, 3, 5] + 1.0  # off by the value itself: v's rows come at drawn scales
     result, _ = judge_case(paged, case, data, evidence_for(data, [wrong], output_valid=[written]), BF16)

@@ -271,8 +271,9 @@ def judge_case(target: Target, case: Case, data: CaseData, ev: CaseEvidence,
         data = answer_rows(target, data, ev.output_valid, tf32)
     elif tf32:
         data = dataclasses.replace(data, reference=tf32_reference(target, data.args), refill_reference=(
-            tf32_reference(target, data.refill_args) if data.refill_args is not None else None))
-    alternates: Callable[[], tuple] = functools.partial(exact_reference, target, data.args, tf32)
+            tf32_reference(target, data.refill_args) if data.refill_args is not None else None),
+            alternate=functools.partial(exact_reference, target, data.args, True))
+    alternates = data.alternate or functools.partial(exact_reference, target, data.args, tf32)
     if ev.output_valid is not None:  # a range case: only what the sampled programs wrote is compared
         ev, data, alternates = _sampled(ev, data, alternates)
     counted, why_not = evidence(data, tol)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
+from collections.abc import Callable
 
 import torch
 import torch.utils._python_dispatch
@@ -34,6 +36,9 @@ class CaseData:
     # a sampled range case of a target with a rows_problem: reference and golden wait for the rows its programs
     # wrote (answer_rows), made after its run
     rows_pending: bool = False
+    # the reference by the other order of its fp32 products (exact_reference), made on demand from the same call
+    # the reference was made from (a sampled case's: the rows its programs wrote); None: not made yet, or none
+    alternate: Callable[[], tuple] | None = None
 
 
 def generator(target: Target, shape: Shape, dtype: torch.dtype, kind: str, seed: int, salt: bytes) -> torch.Generator:
@@ -195,7 +200,7 @@ def make_data(target: Target, case: Case, salt: bytes = b"") -> CaseData:
         return CaseData(args=lay_out(args, case.layout), reference=(), golden=(), rows_pending=True)
     a = expected(target, args)
     data = CaseData(args=lay_out(args, case.layout), reference=a.reference, golden=a.golden, written=a.written,
-                    written_golden=a.written_golden)
+                    written_golden=a.written_golden, alternate=functools.partial(exact_reference, target, args))
     if case.refill:
         data.refill_args = inputs("normal", "refill")
         r = expected(target, data.refill_args)
@@ -228,4 +233,5 @@ def answer_rows(target: Target, data: CaseData, masks: list | None, tf32: bool =
             f[taken] = o
         return full
 
-    return dataclasses.replace(data, reference=spread(reference), golden=spread(a.golden), rows_pending=False)
+    return dataclasses.replace(data, reference=spread(reference), golden=spread(a.golden), rows_pending=False,
+                               alternate=lambda: spread(exact_reference(target, args, tf32)))
