@@ -273,7 +273,7 @@ def judge_case(target: Target, case: Case, data: CaseData, ev: CaseEvidence,
         data = dataclasses.replace(data, reference=tf32_reference(target, data.args), refill_reference=(
             tf32_reference(target, data.refill_args) if data.refill_args is not None else None),
             alternate=functools.partial(exact_reference, target, data.args, True))
-    alternates = data.alternate or functools.partial(exact_reference, target, data.args, tf32)
+    alternates = data.alternate
     if ev.output_valid is not None:  # a range case: only what the sampled programs wrote is compared
         ev, data, alternates = _sampled(ev, data, alternates)
     counted, why_not = evidence(data, tol)
@@ -317,7 +317,7 @@ def judge_case(target: Target, case: Case, data: CaseData, ev: CaseEvidence,
 
 
 def _sampled(ev: CaseEvidence, data: CaseData,
-             alternates: Callable[[], tuple]) -> tuple[CaseEvidence, CaseData, Callable[[], tuple]]:
+             alternates: Callable[[], tuple] | None) -> tuple[CaseEvidence, CaseData, Callable[[], tuple] | None]:
     """The evidence, the answers and the other order's reference cut to the output elements a range case's sampled
     programs wrote (each output of the reference's shape and dtype first: else it is compared whole, and fails as it
     should)."""
@@ -332,8 +332,8 @@ def _sampled(ev: CaseEvidence, data: CaseData,
         return tuple(t[m] for t, m in zip(ts, bools))
 
     ev = dataclasses.replace(ev, first=dataclasses.replace(ev.first, outputs=list(cut(outs))), output_strides=[])
-    return ev, dataclasses.replace(data, reference=cut(data.reference), golden=cut(data.golden)), lambda: cut(
-        alternates())
+    cut_alternates = (lambda: cut(alternates())) if alternates is not None else None
+    return ev, dataclasses.replace(data, reference=cut(data.reference), golden=cut(data.golden)), cut_alternates
 
 
 def _repeat_failure(target: Target, case: Case, again, first) -> str | None:
