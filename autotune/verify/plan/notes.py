@@ -98,7 +98,9 @@ def whole_note(target: Target, cases: list[Case], served: list[Shape]) -> str:
                         + (f", a sample of programs at {reach}" if reach > most else "") + ")")
     largest = max(served, key=numel, default=None)  # sizes together: a kernel may switch at a product of them
     most = max((numel(c.shape) for c in cases if not c.sample), default=0)
+    named = None  # the largest call, where that gap names it
     if largest is not None and most < numel(largest):
+        named = largest
         gaps.append(f"the largest call {list(largest)} (a product of sizes of {numel(largest)}; every program up to "
                     f"{most})")
     # and each served call no case ran at its sizes with every program: a kernel wrong in a few programs of it only
@@ -106,7 +108,7 @@ def whole_note(target: Target, cases: list[Case], served: list[Shape]) -> str:
     # sample reached
     ran_whole = {tuple(c.shape) for c in cases if not c.sample}
     ran_sampled = {tuple(c.shape) for c in cases if c.sample}
-    rest = [s for s in served if tuple(s) not in ran_whole and s != largest]
+    rest = [s for s in served if tuple(s) not in ran_whole and s != named]
     if rest:
         gaps.append("the served calls " + ", ".join(
             f"{list(s)}" + (" (a sample of its programs)" if tuple(s) in ran_sampled else "") for s in rest))
