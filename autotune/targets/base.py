@@ -155,6 +155,10 @@ class Target:
     # A kernel for this op may sum with atomic adds (split-K), so two calls on the same inputs may differ in the
     # order of their sums: per dtype, the bound on that difference. None: two calls must agree bit for bit.
     atomic_tolerance: Mapping[torch.dtype, Tolerance] | None = None
+    # The reference's other valid placements of its roundings (functions of the reference's arguments): where an
+    # intermediate rounding is shared by an output row, the judge takes the reference's error at each value as the
+    # worst of them (plan.data.other_references)
+    reference_variants: tuple[Callable, ...] = ()
     foreign_ops: tuple[ForeignOp, ...] = ()  # the same op in other engines' traces (vLLM, SGLang)
     # a profiler "Input Dims" list -> this target's case shape; every target so far: its first input's shape
     shape_from_dims: Callable[[list], Shape] = lambda dims: tuple(dims[0])

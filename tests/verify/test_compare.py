@@ -271,7 +271,7 @@ def test_a_sampled_case_is_answered_after_its_run_at_the_rows_its_programs_wrote
     ev = evidence_for(data, [out], output_valid=[written])
     result, _ = judge_case(paged, case, data, ev, BF16)
     assert result.passed and result.evidence, result.note
-    (other,) = D.answer_rows(paged, data, [written]).alternate()  # the other product order's, made so too
+    [(other,)] = D.answer_rows(paged, data, [written]).alternate()  # the other product order's, made so too
     assert other[:40].isnan().all() and not other[40:56].isnan().any()
     wrong = out.clone()
     wrong[47, 3, 5] = 2 * wrong[47, 3, 5] + 1.0  # off by the value itself: v's rows come at drawn scales
@@ -297,13 +297,35 @@ def test_an_output_ill_conditioned_in_its_products_rounding_is_held_to_the_worse
     (exact,) = D.exact_reference(paged, data.args)
     tol = paged.tolerances[torch.float32]
     assert not compare(exact, ref, golden, tol).passed  # against ATen's order alone
-    check = compare(exact, ref, golden, tol, lambda: exact)
+    check = compare(exact, ref, golden, tol, lambda: [exact])
     assert check.passed, check.note
     result, _ = judge_case(paged, case, data, evidence_for(data, [exact.clone()]), tol)
     assert result.passed, result.note
     off = D.with_scalars(paged, data.args, (("scale", 32 ** -0.5 * 1.0001),))
     (wrong,) = D.exact_reference(paged, off)
-    assert not compare(wrong, ref, golden, tol, lambda: exact).passed
+    assert not compare(wrong, ref, golden, tol, lambda: [exact]).passed
+
+
+def test_a_fused_moe_that_rounds_its_intermediates_where_other_kernels_do_is_held_to_the_worst_placement():
+    """A decode token routed to one expert of 40 intermediate values (a suite run's draw, replayed): the search
+    template rounds the gate/up output and then SiLU x up once, where the reference (vLLM's path) rounds the SiLU
+    apart too. Each output row carries those 40 roundings, and on this draw the reference's were 4 times luckier
+    (RMSE 0.023 against 0.096): the correct template failed the fallback. The reference's error is now the worst
+    of its rounding placements at each value (Target.reference_variants), within k = 3: four times the errors fail."""
+    from autotune.targets.fused_moe import experts
+
+    moe = get("fused_moe")
+    shape = (1, 1, 1, 32, 40)
+    case = C.Case(0, shape, torch.bfloat16, "normal", 0, "edge", shape)
+    data = D.make_data(moe, case, bytes.fromhex("3f10d460a9801c38c2707f8473e445ac"))
+    (ref,), (golden,) = data.reference, data.golden
+    template = experts(*data.args, stores=frozenset({"gate_up"}))
+    tol = moe.tolerances[torch.bfloat16]
+    assert not compare(template, ref, golden, tol).passed  # against the reference's own placement alone
+    result, _ = judge_case(moe, case, data, evidence_for(data, [template.clone()]), tol)
+    assert result.passed, result.note
+    four = (golden + 4 * (template.double() - golden)).to(torch.bfloat16)
+    assert not compare(four, ref, golden, tol, lambda: [a[0] for a in data.alternate()]).passed
 
 
 def test_tf32_reads_fp32_as_a_tensor_core_does_and_the_reference_takes_its_products_so():
@@ -440,10 +462,12 @@ def test_a_lean_in_a_step_of_few_tokens_is_a_systematic_bias_unless_each_token_c
     assert compare((gold[:1] * 1.005).to(torch.bfloat16), gold[:1].to(torch.bfloat16), gold[:1], shared).passed
 
 
-def test_ordinary_tokens_that_lean_beside_a_large_one_are_a_systematic_bias_in_their_rows_and_channels():
+def test_ordinary_tokens_that_lean_or_are_noisy_beside_a_large_one_are_incorrect():
     """A round-12 attacker's SiLU-and-mul and fused add-RMSNorm made every bf16 token of ordinary size 1.45% too large
     when the step held a large one: the case's lean, weighted by magnitude, is the large tokens' (under 0.1%). Each
-    row, and each channel in units of its rows' sizes, leans on its own (accuracy._line_bias). Rounding to nearest,
+    row, and each channel in units of its rows' sizes, leans on its own (accuracy._line_bias). Noise of +-1.45%
+    instead puts some values beyond rtol, and the fallback's lines in half precision may spend half of the
+    tolerance at their RMS size over k times the reference's (accuracy.FALLBACK_HALF_FLOOR). Rounding to nearest,
     toward zero, and arithmetic in bf16 (two roundings a value, as Liger's SwiGLU) pass; where a row shares one rounding,
     rows that lean apart pass (the test below)."""
     gen = torch.Generator().manual_seed(12)
@@ -453,14 +477,19 @@ def test_ordinary_tokens_that_lean_beside_a_large_one_are_a_systematic_bias_in_t
     ordinary[::8] = 0.0
     ref = gold.to(torch.bfloat16)
     rows = (gold * (1 + 0.0145 * ordinary)).to(torch.bfloat16)
-    check = compare(rows, ref, gold, BF16)
-    assert not check.passed and "systematic bias in 448 of 512 rows of the last dimension" in check.note, check.note
-    assert re.search(r"row \d+ is 1\.4\d% larger", check.note), check.note
-    assert not bias(rows.double(), ref.double(), gold, BF16, torch.bfloat16).startswith("systematic bias: ")
+    assert not compare(rows, ref, gold, BF16).passed  # its lines spend 0.9 tolerances behind the fallback, too
+    lean = bias(rows.double(), ref.double(), gold, BF16, torch.bfloat16)
+    assert "systematic bias in 448 of 512 rows of the last dimension" in lean, lean  # not the case's ("bias: ")
+    assert re.search(r"row \d+ is 1\.4\d% larger", lean), lean
     channels = (gold * (1 + 0.0145 * ordinary * (torch.arange(1024) < 64))).to(torch.bfloat16)  # 64 channels
-    check = compare(channels, ref, gold, BF16)
-    assert not check.passed and "of 1024 slices at one index of dimension 1" in check.note, check.note
+    assert not compare(channels, ref, gold, BF16).passed
+    lean = bias(channels.double(), ref.double(), gold, BF16, torch.bfloat16)
+    assert "of 1024 slices at one index of dimension 1" in lean, lean
     toward_zero = (gold.float().view(torch.int32) & ~0xFFFF).view(torch.float32).to(torch.bfloat16)
+    signs = torch.where(torch.rand(gold.shape, generator=gen) < 0.5, -1.0, 1.0).double()
+    noisy = (gold * (1 + 0.0145 * ordinary * signs)).to(torch.bfloat16)  # no lean: noise, some values beyond rtol
+    check = compare(noisy, ref, gold, BF16)
+    assert not check.passed and "though the fp64-golden fallback passed" in check.note, check.note
     for fine in (ref.clone(), toward_zero):
         assert compare(fine, ref, gold, BF16).passed
     a, b, c = (torch.randn(512, 1024, generator=gen).to(torch.bfloat16) for _ in range(3))

@@ -61,7 +61,7 @@ from autotune.verify.judge.accuracy import (
     ordinary,
 )
 from autotune.verify.plan.cases import Case
-from autotune.verify.plan.data import CaseData, answer_rows, exact_reference, tf32_reference
+from autotune.verify.plan.data import CaseData, answer_rows, other_references, tf32_reference
 from autotune.verify.protocol import CallOutcome, CaseEvidence, same_bits
 from autotune.verify.verdict import CaseResult
 
@@ -75,10 +75,10 @@ class Check:
 
 
 def compare(out, ref: torch.Tensor, golden: torch.Tensor, tol: Tolerance,
-            alternate: Callable[[], torch.Tensor] | None = None) -> Check:
-    """Steps 1-4 of the gate for one output (and 5 and 6). `alternate`: the reference by the other order of its
-    products (data.exact_reference), made only where the case would fail on accuracy against the reference's own
-    error (steps 4-6); then the reference's error at each value is the larger of the two's."""
+            alternate: Callable[[], list[torch.Tensor]] | None = None) -> Check:
+    """Steps 1-4 of the gate for one output (and 5 and 6). `alternate`: the reference's other valid computations
+    (data.other_references), made only where the case would fail on accuracy against the reference's own error
+    (steps 4-6); then the reference's error at each value is the largest of theirs."""
     if type(out) is not torch.Tensor:
         return Check(False, note=f"returned {type(out).__name__} instead of a tensor")
     if out.shape != ref.shape:
@@ -127,8 +127,11 @@ def compare(out, ref: torch.Tensor, golden: torch.Tensor, tol: Tolerance,
 
     check = against(r)
     if not check.passed and alternate is not None:
-        other = alternate().double()
-        check = against(torch.where(torch.isfinite(other) & ((other - g).abs() > (r - g).abs()), other, r))
+        worst = r
+        for other in alternate():
+            other = other.double()
+            worst = torch.where(torch.isfinite(other) & ((other - g).abs() > (worst - g).abs()), other, worst)
+        check = against(worst)
     return check
 
 
@@ -184,17 +187,17 @@ def _golden_fallback(o, r, g, mask, tol: Tolerance, dtype: torch.dtype) -> tuple
                 f"max error {worst:.3g} vs {ref_worst:.3g}, allowed {k:g}x and each value's tolerance")
 
 
-def compare_all(outs, refs, goldens, tol: Tolerance, alternates: Callable[[], tuple] | None = None) -> Check:
+def compare_all(outs, refs, goldens, tol: Tolerance, alternates: Callable[[], list[tuple]] | None = None) -> Check:
     """Every output of a call; the first failing one decides, the largest errors are reported. `alternates`: the
-    reference's outputs by the other order of its products (compare), made once if at all."""
+    reference's outputs by its other valid computations (compare), made once if at all."""
     if outs is None:
         return Check(False, note="returned nothing")
     if len(outs) != len(refs):
         return Check(False, note=f"returned {len(outs)} outputs where the reference returns {len(refs)}")
-    made = functools.cache(alternates or tuple)
+    made = functools.cache(alternates or list)
 
-    def alternate(j: int) -> Callable[[], torch.Tensor] | None:
-        return (lambda: made()[j]) if alternates is not None else None
+    def alternate(j: int) -> Callable[[], list[torch.Tensor]] | None:
+        return (lambda: [a[j] for a in made()]) if alternates is not None else None
 
     checks = [compare(o, r, g, tol, alternate(j)) for j, (o, r, g) in enumerate(zip(outs, refs, goldens))]
     worst_abs = max((c.max_abs_err for c in checks if c.max_abs_err is not None), default=None)
@@ -272,7 +275,7 @@ def judge_case(target: Target, case: Case, data: CaseData, ev: CaseEvidence,
     elif tf32:
         data = dataclasses.replace(data, reference=tf32_reference(target, data.args), refill_reference=(
             tf32_reference(target, data.refill_args) if data.refill_args is not None else None),
-            alternate=functools.partial(exact_reference, target, data.args, True))
+            alternate=functools.partial(other_references, target, data.args, True))
     alternates = data.alternate
     if ev.output_valid is not None:  # a range case: only what the sampled programs wrote is compared
         ev, data, alternates = _sampled(ev, data, alternates)
@@ -295,7 +298,7 @@ def judge_case(target: Target, case: Case, data: CaseData, ev: CaseEvidence,
         failure = None if second.passed else f"a second call on the same inputs: {second.note}"
         failure = failure or (_repeat_failure(target, case, again, ev.first.outputs) if nondeterministic else None)
     if failure is None and case.refill:
-        failure = _refill_failure(data, ev, tol, lambda: exact_reference(target, data.refill_args or (), tf32))
+        failure = _refill_failure(data, ev, tol, lambda: other_references(target, data.refill_args or (), tf32))
     if failure is None and ev.long_differs is not None:
         failure = (f"call {ev.long_differs + 1} of {ev.long_calls} on the same inputs launched or "
                    "returned differently from the first of that run (behaviour that depends on how often it was "
@@ -317,7 +320,8 @@ def judge_case(target: Target, case: Case, data: CaseData, ev: CaseEvidence,
 
 
 def _sampled(ev: CaseEvidence, data: CaseData,
-             alternates: Callable[[], tuple] | None) -> tuple[CaseEvidence, CaseData, Callable[[], tuple] | None]:
+             alternates: Callable[[], list[tuple]] | None
+             ) -> tuple[CaseEvidence, CaseData, Callable[[], list[tuple]] | None]:
     """The evidence, the answers and the other order's reference cut to the output elements a range case's sampled
     programs wrote (each output of the reference's shape and dtype first: else it is compared whole, and fails as it
     should)."""
@@ -332,7 +336,7 @@ def _sampled(ev: CaseEvidence, data: CaseData,
         return tuple(t[m] for t, m in zip(ts, bools))
 
     ev = dataclasses.replace(ev, first=dataclasses.replace(ev.first, outputs=list(cut(outs))), output_strides=[])
-    cut_alternates = (lambda: cut(alternates())) if alternates is not None else None
+    cut_alternates = (lambda: [cut(a) for a in alternates()]) if alternates is not None else None
     return ev, dataclasses.replace(data, reference=cut(data.reference), golden=cut(data.golden)), cut_alternates
 
 
@@ -418,7 +422,8 @@ def _dense_row_major(shape, strides) -> bool:
     return True
 
 
-def _refill_failure(data: CaseData, ev: CaseEvidence, tol: Tolerance, alternates: Callable[[], tuple]) -> str | None:
+def _refill_failure(data: CaseData, ev: CaseEvidence, tol: Tolerance,
+                    alternates: Callable[[], list[tuple]]) -> str | None:
     outs = ev.refill.outputs if ev.refill is not None else None
     check = compare_all(outs, data.refill_reference, data.refill_golden, tol, alternates)
     if check.passed:
