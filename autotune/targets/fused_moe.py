@@ -50,19 +50,15 @@ from autotune.targets.space import Knob, SearchSpace, configs
 
 def fused_moe(hidden_states: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
               topk_ids: torch.Tensor) -> torch.Tensor:
-    return experts(hidden_states, w13, w2, topk_weights, topk_ids, VLLM_STORES)
-
-
-# Where vLLM's path stores an intermediate in the model's dtype: the gate/up GEMM's output, the SiLU before it
-# multiplies up (csrc/activation_kernels.cu), a slot's weighted share before the top-k sum. The activation between
-# the two GEMMs is always stored.
-VLLM_STORES = frozenset({"gate_up", "silu", "share"})
+    # vLLM's path stores in the model's dtype the gate/up GEMM's output, the SiLU before it multiplies up
+    # (csrc/activation_kernels.cu) and a slot's weighted share before the top-k sum
+    return experts(hidden_states, w13, w2, topk_weights, topk_ids, frozenset({"gate_up", "silu", "share"}))
 
 
 def experts(hidden_states: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
             topk_ids: torch.Tensor, stores: frozenset[str]) -> torch.Tensor:
-    """The routed experts with the intermediates named in `stores` rounded to the model's dtype (vLLM rounds the
-    gate/up output, the SiLU and each slot's share: VLLM_STORES)."""
+    """The routed experts with the intermediates named in `stores` rounded to the model's dtype ("gate_up", "silu",
+    "share"); the activation between the two GEMMs always is."""
     dtype, inter = hidden_states.dtype, w2.shape[2]
 
     def stored(t: torch.Tensor, what: str) -> torch.Tensor:
