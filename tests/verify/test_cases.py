@@ -240,8 +240,9 @@ def _together(name: str) -> list[tuple[int, ...]]:
 
 def test_the_verdict_names_the_largest_served_sizes_that_ran_together_only_smaller():
     """Within the budget an 8192-token step of 32 query heads runs together at 4096 tokens and fewer heads at most:
-    the note names the served step and what ran, so a pass is not read as covering it."""
-    step = dataclasses.replace(PLAN, served_rows=8192)
+    the note names the served step and what ran, so a pass is not read as covering it (where it is not the largest
+    served call run whole: the default's budget runs that one whole since round 12)."""
+    step = dataclasses.replace(PLAN, served_rows=8192, served_whole_work=1 << 26)
     note = notes.together_note(get("rotary_embedding"), None, step)
     ran = [int(n) for n in re.findall(r" as \[tokens=(\d+), heads=32,", note)]
     assert "[tokens=8192, heads=32, kv_heads=8, head_dim=128" in note and ran and max(ran) < 8192, note
@@ -500,6 +501,8 @@ def test_the_largest_served_call_runs_uncut_with_every_program_where_it_fits():
                                                          case_plan.served_shapes(RMS, None, PLAN))
     off = dataclasses.replace(PLAN, served_whole_work=0)
     assert not any(c.shape == largest and c.source == "range" for c in plan(RMS, None, off, salt=SALT))
+    silu = get("silu_and_mul")  # Llama 3's [2048, 28672]: a round-12 attacker's grid went wrong past 2^25 values only
+    assert case_plan.served_whole(silu, None, PLAN) == max(case_plan.served_shapes(silu, None, PLAN), key=numel)
     linear = get("linear")  # 2048 x 28672 x 4096 is past any CPU budget: the verdict names it instead
     linear_largest = max(case_plan.served_shapes(linear, None, PLAN), key=numel)
     assert case_plan.served_whole(linear, None, PLAN) != linear_largest

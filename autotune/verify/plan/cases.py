@@ -317,9 +317,9 @@ def served_whole(target: Target, shapes, config: PlanConfig) -> Shape | None:
     every preset serves bf16, and only the presets reach it; 22 s of rotary's default plan in the two others). A
     kernel that switches at a product of sizes (one program too few past a step's size, another path past 2^24
     values) is wrong only there, and a sample cannot show an output no program wrote; the row ops' largest calls
-    (rms_norm [2048, 4096]) fit, silu_and_mul's [2048, 9728] of Qwen2.5-0.5B where Llama 3's [2048, 28672] does not
-    (a round-9 attacker's int64 path past 2^24 values read the output's row stride), the GEMMs', attention's and
-    MoE's only at small sizes (the verdict names the rest)."""
+    fit (rms_norm [2048, 4096], silu_and_mul's Llama 3 [2048, 28672], 20 s of the interpreter: a round-12 attacker's
+    persistent grid past 2^25 values left 464 rows unwritten there, where [2048, 9728] took the other path), the
+    GEMMs', attention's and MoE's only at small sizes (the verdict names the rest)."""
     fits = [s for s in served_shapes(target, shapes, config) if _work(target, s) <= config.served_whole_work]
     return max(fits, key=numel, default=None)
 
