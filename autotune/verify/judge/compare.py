@@ -322,9 +322,9 @@ def judge_case(target: Target, case: Case, data: CaseData, ev: CaseEvidence,
 def _sampled(ev: CaseEvidence, data: CaseData,
              alternates: Callable[[], list[tuple]] | None
              ) -> tuple[CaseEvidence, CaseData, Callable[[], list[tuple]] | None]:
-    """The evidence, the answers and the other order's reference cut to the output elements a range case's sampled
-    programs wrote (each output of the reference's shape and dtype first: else it is compared whole, and fails as it
-    should)."""
+    """The evidence, the answers and the reference's other computations cut to the output elements a range case's
+    sampled programs wrote (each output of the reference's shape and dtype first: else it is compared whole, and
+    fails as it should)."""
     outs, masks = ev.first.outputs, ev.output_valid or []
     if len(outs) != len(data.reference) or len(masks) != len(outs) or not all(
             isinstance(o, torch.Tensor) and isinstance(m, torch.Tensor) and o.shape == r.shape == m.shape
