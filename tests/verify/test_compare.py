@@ -18,6 +18,7 @@ from autotune.verify.plan import data as D
 
 FP32, BF16 = DEFAULT_TOLERANCES[torch.float32], DEFAULT_TOLERANCES[torch.bfloat16]
 RMS = get("rms_norm")
+SALT_12 = bytes.fromhex("00112233445566778899aabbccddeeff")
 
 
 def answers(x: torch.Tensor):
@@ -326,6 +327,29 @@ def test_a_fused_moe_that_rounds_its_intermediates_where_other_kernels_do_is_hel
     assert result.passed, result.note
     four = (golden + 4 * (template.double() - golden)).to(torch.bfloat16)
     assert not compare(four, ref, golden, tol, lambda: [a[0] for a in data.alternate()]).passed
+
+
+def test_a_fused_moe_whose_tokens_lean_beyond_what_its_rounding_placements_do_is_a_systematic_bias():
+    """A round-13 attacker's fused MoE rounded where the reference does and scaled each token of a bf16 decode step
+    by about 1.011 (alternately 0.989 in larger steps): fused MoE's rows share a rounding, so no line lean is judged,
+    and 1 to 4 rows are too few for the case-wide one. Each token's lean is now held to 4 times the largest of the
+    reference's rounding placements' there (accuracy.shared_row_bias); the placements themselves pass."""
+    from autotune.targets.fused_moe import experts
+
+    moe = get("fused_moe")
+    shape = (4, 16, 4, 512, 192)
+    case = C.Case(0, shape, torch.bfloat16, "normal", 0, "edge", shape)
+    data = D.make_data(moe, case, SALT_12)
+    (ref,) = data.reference
+    tol = moe.tolerances[torch.bfloat16]
+    for stores in (frozenset({"gate_up"}), frozenset()):
+        result, _ = judge_case(moe, case, data, evidence_for(data, [experts(*data.args, stores=stores)]), tol)
+        assert result.passed, result.note
+    for gains in ([1.014, 1.014, 1.014, 1.0084], [1.011, 0.989, 1.011, 0.989]):  # unsteady, or no case lean
+        leaning = (ref.double() * torch.tensor(gains, dtype=torch.float64)[:, None]).to(torch.bfloat16)
+        result, _ = judge_case(moe, case, data, evidence_for(data, [leaning]), tol)
+        assert not result.passed and "systematic bias in" in result.note and "rounding placements" in result.note, \
+            result.note
 
 
 def test_tf32_reads_fp32_as_a_tensor_core_does_and_the_reference_takes_its_products_so():

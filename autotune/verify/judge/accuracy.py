@@ -114,6 +114,49 @@ def _line_bias(o, r, g, keep, tol: Tolerance) -> str:
     return ""
 
 
+SHARED_LEAN_TIMES = 4  # the largest lean of the reference's valid computations in a row, as many times over
+
+
+def shared_row_bias(o: torch.Tensor, refs: list[torch.Tensor], g: torch.Tensor, tol: Tolerance,
+                    dtype: torch.dtype) -> str:
+    """Where each output row carries one rounding of an intermediate and the target declares where valid kernels put
+    it (`Target.reference_variants`; `refs`: the reference and its other computations), fp16/bf16: '' unless a row
+    of the last dimension (MIN_LINE_VALUES values or more) leans off the exact answer beyond BIAS_SHARE of rtol plus
+    SHARED_LEAN_TIMES times the largest lean of `refs` there. Each computation is another draw of the row's
+    roundings, so their leans measure how far rounding alone moves that row: over 12 draws a fused MoE token's
+    placements leaned at most 0.07 rtol in bf16 (0.11 in fp16) at Qwen3-30B-A3B's 768 intermediate values, 0.27
+    (0.47) at 64. The case-wide lean (`bias`) needs 3 rows or more for such targets and many standard errors: a
+    round-13 attacker's fused MoE leaned 1.1% (0.69 rtol) on every token of a bf16 decode step of 2 or 4, where
+    the reference's leaned under 0.09%."""
+    if dtype not in (torch.float16, torch.bfloat16) or o.dim() < 1 or not o.numel():
+        return ""
+    width = o.shape[-1]
+    keep = torch.isfinite(o) & torch.isfinite(g) & (g.abs() > tol.atol / tol.rtol)
+    for r in refs:
+        keep &= torch.isfinite(r)
+    sign, size = torch.where(keep, g.sign(), 0.0).reshape(-1, width), torch.where(keep, g.abs(), 0.0).reshape(-1, width)
+    judged = (keep.reshape(-1, width).sum(1) >= MIN_LINE_VALUES) & (size.sum(1) > 0)
+    if not judged.any():
+        return ""
+    total = size.sum(1)[judged]
+
+    def leans(t: torch.Tensor) -> torch.Tensor:
+        return ((t - g).reshape(-1, width) * sign).nan_to_num_().sum(1)[judged] / total
+
+    lean = leans(o)
+    own = torch.stack([leans(r).abs() for r in refs]).max(0).values
+    bound = BIAS_SHARE * tol.rtol + SHARED_LEAN_TIMES * own
+    over = lean.abs() > bound
+    if not over.any():
+        return ""
+    i = int((lean.abs() / bound).argmax())
+    return (f"systematic bias in {count(over)} of {lean.numel()} rows of the last dimension ({width} wide): row "
+            f"{int(judged.nonzero()[i])} is {abs(float(lean[i])):.2%} {'larger' if lean[i] > 0 else 'smaller'} in "
+            f"magnitude than the exact answer on average, where the reference's valid computations (its rounding "
+            f"placements) lean at most {float(own[i]):.3%} there (allowed {BIAS_SHARE:g} rtol + "
+            f"{SHARED_LEAN_TIMES}x that: {float(bound[i]):.2%})")
+
+
 # Student's t that leaves the tail a normal leaves past 4 standard deviations (6.3e-5, both sides) for n - 1 degrees
 # of freedom, from the largest count down (mpmath's incomplete beta): 3 rows need their mean 126 standard errors out
 LEAN_T = ((30, 4.65), (20, 5.04), (15, 5.48), (12, 5.99), (10, 6.57), (9, 7.0), (8, 7.6), (7, 8.47), (6, 9.84),

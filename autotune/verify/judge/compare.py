@@ -59,6 +59,7 @@ from autotune.verify.judge.accuracy import (
     less_accurate,
     mostly_beyond,
     ordinary,
+    shared_row_bias,
 )
 from autotune.verify.plan.cases import Case
 from autotune.verify.plan.data import CaseData, answer_rows, other_references, tf32_reference
@@ -290,6 +291,11 @@ def judge_case(target: Target, case: Case, data: CaseData, ev: CaseEvidence,
     if odd is not None:  # the worker sends only plain tensors; say what the candidate really returned
         failure = f"returned a {odd}, not a plain torch.Tensor (subclasses and other objects are not accepted)"
     failure = failure or _structure_failure(target, data, ev, tol)
+    if failure is None and target.reference_variants and alternates is not None:
+        others = alternates()
+        failure = next((f"output {j}: {lean}" if len(data.reference) > 1 else lean for j, (o, r, g) in enumerate(
+            zip(ev.first.outputs, data.reference, data.golden)) if (lean := shared_row_bias(
+                o.double(), [r.double(), *(a[j].double() for a in others)], g.double(), tol, r.dtype))), None)
     nondeterministic = False
     if failure is None and case.repeat:
         again = ev.repeat.outputs if ev.repeat is not None else None
