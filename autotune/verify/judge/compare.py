@@ -292,10 +292,7 @@ def judge_case(target: Target, case: Case, data: CaseData, ev: CaseEvidence,
         failure = f"returned a {odd}, not a plain torch.Tensor (subclasses and other objects are not accepted)"
     failure = failure or _structure_failure(target, data, ev, tol)
     if failure is None and target.reference_variants and alternates is not None:
-        others = alternates()
-        failure = next((f"output {j}: {lean}" if len(data.reference) > 1 else lean for j, (o, r, g) in enumerate(
-            zip(ev.first.outputs, data.reference, data.golden)) if (lean := shared_row_bias(
-                o.double(), [r.double(), *(a[j].double() for a in others)], g.double(), tol, r.dtype))), None)
+        failure = _shared_rounding_lean(ev.first.outputs, data, alternates(), tol)
     nondeterministic = False
     if failure is None and case.repeat:
         again = ev.repeat.outputs if ev.repeat is not None else None
@@ -323,6 +320,15 @@ def judge_case(target: Target, case: Case, data: CaseData, ev: CaseEvidence,
     notes = [failure] if failure else [first.note, repeats, THROUGH_TF32 if tf32 else "", why_not]
     result.note = "; ".join(n for n in [*notes, ev.sampled or ""] if n)
     return result, nondeterministic
+
+
+def _shared_rounding_lean(outs, data: CaseData, others: list[tuple], tol: Tolerance) -> str | None:
+    """accuracy.shared_row_bias over each output, against the reference and its other computations (`others`)."""
+    for j, (o, r, g) in enumerate(zip(outs, data.reference, data.golden)):
+        lean = shared_row_bias(o.double(), [r.double(), *(a[j].double() for a in others)], g.double(), tol, r.dtype)
+        if lean:
+            return f"output {j}: {lean}" if len(data.reference) > 1 else lean
+    return None
 
 
 def _sampled(ev: CaseEvidence, data: CaseData,
