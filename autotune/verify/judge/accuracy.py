@@ -104,15 +104,24 @@ def _line_bias(o, r, g, keep, tol: Tolerance) -> str:
         lean, own_lean = _sums(err, dim)[judged] / total, _sums(own, dim)[judged] / total
         bound = (2 * own_lean.abs()).clamp_(min=BIAS_SHARE * tol.rtol) + LINE_LEAN_NOISE * tol.rtol * (
             square.sqrt() / total)  # 1 / sqrt(effective count)
-        over = lean.abs() > bound
-        if over.any():
-            i = int((lean.abs() / bound).argmax())
-            return (f"systematic bias in {count(over)} of {lean.numel()} {name}: {noun} "
-                    f"{int(judged.nonzero()[i])} is {abs(float(lean[i])):.2%} "
-                    f"{'larger' if lean[i] > 0 else 'smaller'} in magnitude than the exact answer on average (rounding "
-                    f"leans neither way: at most {float(bound[i]):.2%} there; the reference's own lean "
-                    f"{float(own_lean[i]):+.3%})")
+        worst = _leaning(lean, bound, own_lean, judged, name, noun, "rounding leans neither way: at most "
+                         "{bound:.2%} there; the reference's own lean {own:+.3%}")
+        if worst:
+            return worst
     return ""
+
+
+def _leaning(lean: torch.Tensor, bound: torch.Tensor, own: torch.Tensor, judged: torch.Tensor, lines: str, noun: str,
+             why: str) -> str:
+    """'' unless a judged line's lean passes its bound; else the systematic bias of the line furthest past it, with
+    `why` (what the bound was made of) formatted with that line's `bound` and the reference's lean there, `own`."""
+    over = lean.abs() > bound
+    if not over.any():
+        return ""
+    i = int((lean.abs() / bound).argmax())
+    return (f"systematic bias in {count(over)} of {lean.numel()} {lines}: {noun} {int(judged.nonzero()[i])} is "
+            f"{abs(float(lean[i])):.2%} {'larger' if lean[i] > 0 else 'smaller'} in magnitude than the exact answer "
+            f"on average ({why.format(bound=float(bound[i]), own=float(own[i]))})")
 
 
 SHARED_LEAN_TIMES = 4  # the largest lean of the reference's valid computations in a row, as many times over
@@ -131,31 +140,23 @@ def shared_row_bias(o: torch.Tensor, refs: list[torch.Tensor], g: torch.Tensor, 
     the reference's leaned under 0.09%."""
     if dtype not in (torch.float16, torch.bfloat16) or o.dim() < 1 or not o.numel():
         return ""
-    width = o.shape[-1]
     keep = torch.isfinite(o) & torch.isfinite(g) & (g.abs() > tol.atol / tol.rtol)
     for r in refs:
         keep &= torch.isfinite(r)
-    sign, size = torch.where(keep, g.sign(), 0.0).reshape(-1, width), torch.where(keep, g.abs(), 0.0).reshape(-1, width)
-    judged = (keep.reshape(-1, width).sum(1) >= MIN_LINE_VALUES) & (size.sum(1) > 0)
+    sign, size = torch.where(keep, g.sign(), 0.0), _sums(torch.where(keep, g.abs(), 0.0), None)
+    judged = (_sums(keep, None) >= MIN_LINE_VALUES) & (size > 0)
     if not judged.any():
         return ""
-    total = size.sum(1)[judged]
+    total = size[judged]
 
     def leans(t: torch.Tensor) -> torch.Tensor:
-        return ((t - g).reshape(-1, width) * sign).nan_to_num_().sum(1)[judged] / total
+        return _sums(((t - g) * sign).nan_to_num_(), None)[judged] / total
 
-    lean = leans(o)
     own = torch.stack([leans(r).abs() for r in refs]).max(0).values
     bound = BIAS_SHARE * tol.rtol + SHARED_LEAN_TIMES * own
-    over = lean.abs() > bound
-    if not over.any():
-        return ""
-    i = int((lean.abs() / bound).argmax())
-    return (f"systematic bias in {count(over)} of {lean.numel()} rows of the last dimension ({width} wide): row "
-            f"{int(judged.nonzero()[i])} is {abs(float(lean[i])):.2%} {'larger' if lean[i] > 0 else 'smaller'} in "
-            f"magnitude than the exact answer on average, where the reference's valid computations (its rounding "
-            f"placements) lean at most {float(own[i]):.3%} there (allowed {BIAS_SHARE:g} rtol + "
-            f"{SHARED_LEAN_TIMES}x that: {float(bound[i]):.2%})")
+    return _leaning(leans(o), bound, own, judged, f"rows of the last dimension ({o.shape[-1]} wide)", "row",
+                    "the reference's valid computations (its rounding placements) lean at most {own:.3%} there: "
+                    f"allowed {BIAS_SHARE:g} rtol + {SHARED_LEAN_TIMES}x that, " "{bound:.2%}")
 
 
 # Student's t that leaves the tail a normal leaves past 4 standard deviations (6.3e-5, both sides) for n - 1 degrees

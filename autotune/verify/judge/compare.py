@@ -277,7 +277,8 @@ def judge_case(target: Target, case: Case, data: CaseData, ev: CaseEvidence,
         data = dataclasses.replace(data, reference=tf32_reference(target, data.args), refill_reference=(
             tf32_reference(target, data.refill_args) if data.refill_args is not None else None),
             alternate=functools.partial(other_references, target, data.args, True))
-    alternates = data.alternate
+    alternates: Callable[[], list[tuple]] | None = (  # made once if at all
+        functools.cache(data.alternate) if data.alternate is not None else None)
     if ev.output_valid is not None:  # a range case: only what the sampled programs wrote is compared
         ev, data, alternates = _sampled(ev, data, alternates)
     counted, why_not = evidence(data, tol)
