@@ -527,6 +527,29 @@ def test_ordinary_tokens_that_lean_or_are_noisy_beside_a_large_one_are_incorrect
     assert compare(a * b * c, once, exact, BF16).passed  # torch's bf16 ops: each product rounded to bf16
 
 
+def test_a_decode_steps_channel_that_leans_within_every_per_value_bound_is_incorrect():
+    """A round-14 attacker's RMSNorm pushed channel 17 of every token 5% away from zero in bf16 steps of fewer than
+    32 tokens, capped at 0.5% of the row's largest value: within the fallback's absolute bounds (ruled by the
+    largest values) and too few values for a line of 32. A channel of a few tokens is a line for its lean now
+    (accuracy.LEAN_LINE_VALUES), its bound wider as its count falls; the same step computed right passes."""
+    rms = get("rms_norm")
+    tol = rms.tolerances[torch.bfloat16]
+    caught = 0
+    for i in range(12):
+        case = C.Case(0, (8, 4096), torch.bfloat16, "normal", 0, "range", (8, 4096))
+        data = D.make_data(rms, case, bytes([i]) * 16)
+        x, w, eps = data.args
+        (ref,), (gold,) = data.reference, data.golden
+        y = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps) * w.float()
+        assert compare(y.to(torch.bfloat16), ref, gold, tol).passed
+        push = torch.minimum(0.05 * y.abs(), 0.005 * y.abs().amax(-1, keepdim=True)) * y.sign()
+        y[:, 17] += push[:, 17]
+        check = compare(y.to(torch.bfloat16), ref, gold, tol)
+        caught += not check.passed
+        assert check.passed or "slices at one index of dimension 1" in check.note, check.note
+    assert caught >= 10, caught
+
+
 def test_small_tokens_wiped_behind_the_fallback_are_less_accurate_but_a_rotation_in_bf16_passes():
     """A fourth stop 46 attacker's SiLU-and-mul zeroed every bf16 output below 2^-10 of the tensor's RMS: the zeros
     fail step 3, and the fallback's absolute RMSE, ruled by the largest tokens, passed them at 1.2x the reference's.

@@ -73,6 +73,11 @@ def _steady(err: torch.Tensor, size: torch.Tensor, lean: float, tol: Tolerance) 
 
 
 LINE_LEAN_NOISE = 2.0  # of rtol over the root of a line's count: 4 standard deviations of values each off by rtol / 2
+# values a line needs for its lean to be judged: the noise term grows as the count falls (a line of 4 may lean 1.25
+# rtol), so a decode step's channels are lines too (a round-14 attacker pushed channel 17 of 8 bf16 tokens 5% from
+# zero, capped at 0.5% of the row's largest value: within every per-value bound; caught in 56 of 60 draws at 8
+# tokens, 53 at 4, none of 60 correct ones flagged)
+LEAN_LINE_VALUES = 4
 
 
 def _line_bias(o, r, g, keep, tol: Tolerance) -> str:
@@ -97,7 +102,7 @@ def _line_bias(o, r, g, keep, tol: Tolerance) -> str:
     size.div_(row_rms)
     for name, noun, dim in _lines(g.shape):
         total, square = _sums(size, dim), _sums(size.pow(2), dim)
-        judged = (_sums(keep, dim) >= MIN_LINE_VALUES) & (total > 0)
+        judged = (_sums(keep, dim) >= LEAN_LINE_VALUES) & (total > 0)
         if not judged.any():
             continue
         total, square = total[judged], square[judged]
