@@ -554,3 +554,26 @@ def test_dry_calls_import_no_torch_dynamo():
             "print('torch._dynamo' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True)
     assert out.stdout.strip() == "False", out.stderr[-2000:]
+
+
+def test_a_sample_too_slow_to_run_again_whole_runs_whole_at_a_smaller_size():
+    """A fused MoE's together case [682 tokens, 4096 hidden] whose sample compared nothing (the down GEMM reads the
+    gate/up GEMM's sorted tiles) would take minutes whole: it runs whole with its dims above the cut halved until
+    its FLOPs fit `verify.rerun_within_s` at the sample's pace, and never down to the cut the ordinary cases ran."""
+    moe = get("fused_moe")
+    assert PLAN.rerun_within_s == 20
+    sampled = case_plan.Case(7, (682, 8, 2, 4096, 64), torch.bfloat16, "normal", 0, "together",
+                             (2048, 8, 2, 4096, 14336), layout="offset0", sample=2)
+    smaller = case_plan.smaller_whole_case(moe, sampled, 180.0, PLAN, 40)
+    assert smaller is not None and smaller.index == 40 and smaller.sample == 0 and smaller.source == "together"
+    assert (smaller.requested_shape, smaller.dtype, smaller.layout) == (sampled.requested_shape, torch.bfloat16,
+                                                                       "offset0")
+    ratio = moe.flops(smaller.shape, torch.float32) / moe.flops(sampled.shape, torch.float32)
+    assert 180.0 * ratio <= 20 < 180.0 * ratio * 2.5  # fits, and not far below what fits
+    base = moe.cut_shape(sampled.requested_shape, PLAN.max_interpreter_rows_extra,
+                         PLAN.max_interpreter_elements // 4)
+    assert smaller.shape[0] > base[0] and smaller.shape[3] > base[3]  # both dims still above the cut
+    # however slow, a step above the cut: the cut itself ran in the ordinary cases
+    tiny = case_plan.smaller_whole_case(moe, sampled, 1e9, PLAN, 40)
+    assert tiny is not None and tuple(tiny.shape) != tuple(base) and all(t >= b for t, b in zip(tiny.shape, base))
+    assert sum(t > b for t, b in zip(tiny.shape, base)) == 1

@@ -4,6 +4,7 @@ reason that names the value: a GEMM's K runs whole at every served value, and th
 takes the values models pass, off head_dim ** -0.5 too."""
 
 import dataclasses
+import math
 import re
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from autotune.verify.plan.cases import PlanConfig, plan, range_shapes, served_sh
 from autotune.verify.plan.notes import whole_note
 from autotune.verify.verdict import Status
 from tests.verify.reasons import WRONG_VALUES, says
-from tests.verify.variants import example_variant
+from tests.verify.variants import example_variant, file_variant
 
 CANDIDATES = Path(__file__).parent / "candidates"
 QUICK_FP32 = compose(["verify=quick", "verify.dtypes=[float32]"])
@@ -353,6 +354,42 @@ def test_a_drawn_program_cannot_take_its_stores_out_of_the_sample_by_reading_par
     v = verify("rms_norm", CANDIDATES / "rms_norm_taints_its_sample.py", QUICK_FP32)
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
     assert "a drawn program read what only skipped programs would have written: run whole" in v.reason, v.reason
+
+
+def test_a_kernel_wrong_only_at_runtime_row_counts_between_the_plans_is_caught_at_a_drawn_step(tmp_path):
+    """A round-14 attacker's rms_norm: one program per row, and the rows of a ragged last group of 256 past the
+    first skip the weight, on a runtime count (no launch signature of its own): wrong at a 300-token step, right
+    at every count the plan ran (up to 256, 1024, 2048). Each octave of counts up to a step's runs at an odd count
+    drawn per run (plan.cases.drawn_steps), on the default plan's together budget."""
+    ragged = example_variant(
+        tmp_path, "rms_norm", "    n_cols,\n    x_row_stride", "    n_cols, n_rows,\n    x_row_stride",
+        ("        n_cols,\n        x2d.stride(0)", "        n_cols, n_rows,\n        x2d.stride(0)"),
+        ("tl.store(y_row + cols, (x * rstd * w)", "tl.store(y_row + cols, (x * rstd * tl.where((n_rows > 256) & "
+                                                  "(row >= n_rows // 256 * 256), 1.0, w))"))
+    v = verify("rms_norm", ragged, compose(["verify=quick", *TINY_FP32[:1], "verify.together_values=33554432",
+                                            "verify.together_flops=2147483648"]))
+    assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
+    rows = v.failing_case().shape[0]
+    assert rows > 256 and rows % 256 and rows % 2, v.reason
+
+
+def test_a_sample_that_compares_nothing_alone_and_is_too_slow_whole_runs_whole_at_a_smaller_size(tmp_path):
+    """The same two passes, right: every drawn program still reads the later rows' sums, so a sample compares only
+    the grid's last row. Where running the call again whole would take the interpreter more than
+    `verify.rerun_within_s` (here a millisecond: a fused MoE's [682, 8, 2, 4096, 64] took minutes), it runs whole
+    at a smaller size instead, and the verdict says which."""
+    right = file_variant(tmp_path, CANDIDATES / "rms_norm_taints_its_sample.py",
+                         ("    rstd = tl.where(row < n_rows - 2, rstd * (1.0 + 1e-3 * (ahead > 0).to(tl.float32)), "
+                          "rstd)\n", "    rstd = tl.where(ahead >= 0, rstd, rstd)\n"))
+    v = verify("rms_norm", right, compose(["verify=quick", "verify.dtypes=[float32]", "verify.rerun_within_s=0.001"]))
+    assert v.status is Status.UNMEASURED, v.reason
+    note = next(n for n in v.notes if n.startswith("samples that compared nothing alone"))
+    said = re.findall(r"\[([^\]]+)\] float32 \(about \d+ s whole\) ran whole as \[([^\]]+)\]", note)
+    assert said, note
+    ran = {tuple(c.shape) for c in v.cases if c.source == "range"}
+    for big, small in said:
+        big, small = (tuple(int(x) for x in re.findall(r"=(\d+)", s)) for s in (big, small))
+        assert small in ran and math.prod(small) < math.prod(big), note
 
 
 @pytest.mark.parametrize("setting, said", [("verify.whole_within_s=30", "run whole: its samples' pace put the"),

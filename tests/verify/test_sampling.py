@@ -103,3 +103,50 @@ def test_a_sample_counts_the_programs_it_left_out_and_their_time_at_its_pace():
     assert 45 <= skipped <= 47 and whole_skipped == 0  # 2 drawn, 31 and 32 and the last of 50 ran
     assert ran == 50 - skipped and whole_ran == 3  # all 3 of a grid of 3
     assert 0 < seconds < 60 and whole_seconds == 0
+
+
+WIDEN_PROBE = textwrap.dedent('''
+    import json, numpy as np, torch, triton, triton.language as tl
+    from autotune.verify.interp import install
+    from autotune.verify.interp.sampling import Sample, ended_by_sample
+
+    install.install()
+
+    @triton.jit
+    def _double(x_ptr, y_ptr):
+        i = tl.program_id(0)
+        tl.store(y_ptr + i, tl.load(x_ptr + i) * 2.0)
+
+    @triton.jit
+    def _pairs(y_ptr, z_ptr, ran_ptr):  # another grid over the first's results: its drawn programs read unsampled rows
+        i = tl.program_id(0)
+        tl.store(z_ptr + i, tl.load(y_ptr + 2 * i) + tl.load(y_ptr + 2 * i + 1))
+        tl.store(ran_ptr + i, 1)
+
+    found = []
+    for within in (0.0, 1e-9):
+        x, y, z = torch.arange(1, 401, dtype=torch.float32), torch.empty(400), torch.zeros(200)
+        ran = torch.zeros(200, dtype=torch.int32)
+        with Sample(2, np.random.default_rng(0), within) as sample:
+            sample.track(y.untyped_storage().data_ptr(), y.untyped_storage().nbytes())
+            for kernel, args, grid in ((_double, (x, y), 400), (_pairs, (y, z, ran), 200)):
+                try:
+                    kernel[(grid,)](*args)
+                except Exception as e:
+                    assert ended_by_sample(e), e
+                sample.after_launch(args)
+        found.append([int(ran.sum()), sample.skipped, list(dict.fromkeys(sample.notes))])
+    print(json.dumps(found))
+''')
+
+
+def test_a_launch_that_widened_to_read_partial_results_stops_after_verify_widen_within_s():
+    """A second kernel on another grid reads the first's sampled rows: it widens to every program (those that read
+    only valid rows make valid output), but a fused MoE's down GEMM over sorted tiles has 11,904 programs and
+    none that reads a whole valid tile; with a limit it stops, its unrun programs left out as a sample's are."""
+    (ran_all, skipped_all, notes_all), (ran_stopped, skipped_stopped, notes_stopped) = json.loads(
+        last_line(WIDEN_PROBE))
+    assert ran_all == 200  # every program of the widened launch ran
+    assert "a launch that read partial results ran whole" in notes_all and not any("stopped" in n for n in notes_all)
+    assert ran_stopped < 10 and skipped_stopped > skipped_all  # the widened launch ran a program or two, then stopped
+    assert any("then stopped" in n for n in notes_stopped), notes_stopped

@@ -27,6 +27,7 @@ class CaseRecord:
     output_strides: list = dataclasses.field(default_factory=list)
     long_differs: int | None = None  # the first call of the long run that did not repeat its first
     sampled: str | None = None  # a range case: what its sample compared
+    whole_estimate_s: float | None = None  # ... and, where it was too slow to run again whole, the whole call's time
     output_valid: list | None = None
     inputs_written: list | None = None
     fp32_dots: set[str] = dataclasses.field(default_factory=set)  # reduced input precisions of fp32 tl.dot
@@ -45,7 +46,7 @@ class CaseRecord:
             guards_broken=guards_broken, torch_ops=dict(self.torch_ops), long_calls=long_calls,
             long_differs=self.long_differs, repeat=self.calls.get("repeat"), refill=self.calls.get("refill"),
             output_valid=self.output_valid, inputs_written=self.inputs_written, sampled=self.sampled,
-            fp32_dots=sorted(self.fp32_dots), fused=self.fused)
+            whole_estimate_s=self.whole_estimate_s, fp32_dots=sorted(self.fp32_dots), fused=self.fused)
 
 
 def outputs(buffers: Buffers, refs) -> tuple[list, list[str]]:

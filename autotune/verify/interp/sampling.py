@@ -74,8 +74,9 @@ _active: list[Sample] = []
 
 
 class Sample:
-    def __init__(self, programs: int, rng: np.random.Generator):
+    def __init__(self, programs: int, rng: np.random.Generator, widen_within_s: float = 0.0):
         self.programs, self.rng = programs, rng
+        self.widen_within_s = widen_within_s  # a widened launch stops after this much time (0: it runs to the end)
         self.indices: dict[int, np.ndarray] = {}  # axis length -> the indices drawn for it in this call
         self.starts: list[int] = []
         self.state_maps: list[tuple[int, int, np.ndarray]] = []  # (start, end, valid bytes)
@@ -92,8 +93,9 @@ class Sample:
         self.notes: list[str] = []
         self.skipped = 0  # programs the call's launches left out
         self.skipped_s = 0.0  # the interpreter's time for them, at the pace of their launches' samples
-        self.began = 0.0  # when the launch under way's first program started, and how many it was to run
-        self.planned = 0
+        self.began = 0.0  # when the launch under way's first program started, and how many of its programs ran
+        self.ran = 0
+        self.widened_at = 0.0  # when the launch under way widened (0: it did not)
 
     def __enter__(self) -> Sample:
         if not getattr(interpreter.InterpreterBuilder, "_autotune_sampling", False):
@@ -166,14 +168,26 @@ class Sample:
         self.left += self.unvisited
         self.unvisited = 0
         self.may_widen = self.launch_sampled = False
+        self.widened_at = time.thread_time()
         self.notes.append("a launch that read partial results ran whole")
+
+    def stop_widened(self) -> None:
+        """A widened launch has run `widen_within_s` (verify.widen_within_s): the programs it has not started are
+        left out, as a sample's are (they were visited in a random order; what they would have written is not good
+        to read), so that a second GEMM reading a first's scattered rows (a fused MoE's sorted tiles) does not run
+        all of its grid for the few programs that read only valid rows."""
+        self.unvisited += self.left
+        self.left = 0
+        self.launch_sampled = True
+        self.widened_at = 0.0
+        self.notes.append(f"a launch that read partial results ran {self.widen_within_s:g} s, then stopped")
 
     def sample_ran(self) -> None:
         """The launch under way ran its sample: the programs it leaves out, and their time at the sample's pace
         (a call whose skipped programs would take little runs again whole: autotune.verify.device.replay)."""
         if self.unvisited:
             self.skipped += self.unvisited
-            self.skipped_s += (time.thread_time() - self.began) / max(1, self.planned) * self.unvisited
+            self.skipped_s += (time.thread_time() - self.began) / max(1, self.ran) * self.unvisited
 
     def _expose(self, t: torch.Tensor) -> None:
         storage = t.untyped_storage()
@@ -315,7 +329,7 @@ def install() -> None:
         s.left = nx * ny * nz if order is None else len(order)
         s.unvisited = nx * ny * nz - s.left
         s.drawn = 0 if order is None else len(order)
-        s.began, s.planned = 0.0, s.left
+        s.began, s.ran, s.widened_at = 0.0, 0, 0.0
         if order is not None:  # the permuted loop (autotune.verify.interp.launch) visits these first, then stops
             rest = s.rng.permutation(np.setdiff1d(np.arange(nx * ny * nz), order))  # run only if it widens
             self._autotune_order = np.concatenate([order, rest])
@@ -323,10 +337,13 @@ def install() -> None:
     def set_grid_idx(self, x, y, z):
         s = _active[-1] if _active else None
         if s is not None:
+            if s.widened_at and s.widen_within_s and time.thread_time() - s.widened_at > s.widen_within_s:
+                s.stop_widened()
             if s.left <= 0:
                 s.sample_ran()
                 raise _Done()
             s.left -= 1
+            s.ran += 1
             # this thread's time from the first program on: not the launch's set-up, nor the compiler beside it
             s.began = s.began or time.thread_time()
             s.tainted = False

@@ -136,7 +136,8 @@ def _judge(target: Target, source: str, path: str, cfg_verify, verdict: Verdict,
         f"model presets covered: {', '.join(p['name'] for p in presets)} of {len(config.model_presets())} "
         "(verify.models); other models' shapes and scalars were not checked")
     plan_notes = [narrowed, case_notes.beyond_note(target, plan_config),
-                  case_notes.cut_note(target, shapes, plan_config, salt), case_notes.probe_note(plan)]
+                  case_notes.cut_note(target, shapes, plan_config, salt), case_notes.probe_note(plan),
+                  case_notes.rerun_note(target, plan, session.too_slow, session.smaller)]
     if not plan_config.whole:  # what the CPU plan never ran whole, or together
         plan_notes += [case_notes.whole_note(target, session.as_run(), case_plan.served_shapes(target, shapes,
                                                                                                 plan_config)),
@@ -207,7 +208,14 @@ def _run_worker(target: Target, source: str, plan: list[case_plan.Case], limits:
             return
         # a launch only some served shapes make: the range cases and the cut at each of those shapes
         answer = yield from left_out()
-        if answer is None or not answer.dry_index:
+        if answer is None:
+            return
+        # the device has answered after every case before: a sample too slow to run again whole runs smaller, whole
+        for i, seconds in list(session.too_slow.items()):
+            smaller = case_plan.smaller_whole_case(target, plan[i], seconds, plan_config, len(plan))
+            session.smaller[i] = smaller.index if smaller else None
+            yield from more([smaller] if smaller else [])
+        if not answer.dry_index:
             return
         yield from more(case_plan.coverage_cases(target, [served[i] for i in answer.dry_index if 0 <= i < len(served)],
                                                  plan_config, len(plan)))
@@ -247,6 +255,8 @@ def _run_worker(target: Target, source: str, plan: list[case_plan.Case], limits:
         return protocol.CaseItem(c.index, list(d.args), c.front_guard, _calls(c), len(_calls(c)) + c.long, host,
                                  long=c.long, sample=c.sample, mutates=mutates,
                                  whole_within_ms=round(1000 * plan_config.whole_within_s) if c.sample else 0,
+                                 rerun_within_ms=round(1000 * plan_config.rerun_within_s) if c.sample else 0,
+                                 widen_within_ms=round(1000 * plan_config.widen_within_s) if c.sample else 0,
                                  refill_args=list(d.refill_args) if d.refill_args is not None else None).to_wire()
 
     # the device the launcher's queries are answered as (the host process sees no GPU): this machine's, or SM90's

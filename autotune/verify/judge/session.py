@@ -29,6 +29,8 @@ class Session:
         self.fp32_dots: set[str] = set()  # the reduced precisions its fp32 cases' tl.dot ran at
         self.results: dict[int, CaseResult] = {}
         self.ran_whole: set[int] = set()  # sampled cases whose every program ran in the end (replay.repeat_sampled)
+        self.too_slow: dict[int, float] = {}  # sampled cases too slow to run again whole -> the whole call's seconds
+        self.smaller: dict[int, int | None] = {}  # ... -> the case run whole at a smaller size in its place
         self.running: int | None = None
         self.compile_error = ""
         self.case_error: protocol.CaseError | None = None
@@ -106,6 +108,8 @@ class Session:
         self.results[i] = result
         if case.sample and ev.output_valid is None:
             self.ran_whole.add(i)
+        if case.sample and ev.whole_estimate_s is not None:
+            self.too_slow[i] = ev.whole_estimate_s
         self._say_progress()
         self.nondeterministic |= nondeterministic
         launches = ev.launches

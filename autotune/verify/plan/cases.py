@@ -10,8 +10,10 @@ On the interpreter (not `PlanConfig.whole`) rows are cut, never a width: the int
 program in fp32 (measured, one row per program: [64, 4096] 54 ms, [1024, 64] 0.76 s). Range cases then keep
 every dim a kernel indexes whole at served shapes (`Target.range_cuts`), run whole where cheap and on a sample
 of each launch's programs otherwise (autotune.verify.interp.sampling); `together_shapes` sets each dim and each pair
-of dims the cut shrinks at their served sizes together (a sample, within a budget); `coverage_cases` adds a case at each
-served shape whose launches no case ran. With the defaults the example RMSNorm runs 146 cases for 21 s.
+of dims the cut shrinks at their served sizes together (a sample, within a budget), `drawn_steps` runs a step of a
+drawn token count in each octave; `coverage_cases` adds a case at each served shape whose launches no case ran, and
+`smaller_whole_case` one for a sample too slow to run again whole. With the defaults the example RMSNorm runs 146
+cases for 21 s.
 """
 
 from __future__ import annotations
@@ -194,6 +196,9 @@ def _planned(target: Target, shapes, config: PlanConfig, salt: bytes) -> list[_P
         found += [_Planned(requested, shape, served_dtype, "normal", 0, "range",
                            sample=0 if config.concurrency_whole else range_sample(target, shape, config))
                   for shape, requested in across.items()]
+        found += [_Planned(requested, shape, served_dtype, "normal", 0, "range", sample=range_sample(target, shape,
+                                                                                                    config))
+                  for requested, shape in drawn_steps(target, config, salt)]
         largest = served_whole(target, shapes, config)  # run whole (together_shapes makes no run of it)
         together = [(requested, shape, "together", range_sample(target, shape, config))
                     for requested, shape in together_shapes(target, shapes, config)]
@@ -204,6 +209,39 @@ def _planned(target: Target, shapes, config: PlanConfig, salt: bytes) -> list[_P
             views = [v for v in target.layouts if v not in DENSE_LAYOUTS and (v != "padded" or len(shape) > 1)]
             found += [_Planned(requested, shape, served_dtype, "normal", 0, source, sample=sample, layout=layout)
                       for layout in (None, *views)]
+    return found
+
+
+def drawn_steps(target: Target, config: PlanConfig, salt: bytes) -> list[tuple[Shape, Shape]]:
+    """(served shape, shape run) for steps of a token count drawn per run in each octave from 64 to the most rows
+    served (65-128, 129-256, ... to 2048), odd, of a drawn preset's shapes that follow the step's tokens: the
+    cheapest of its range cuts and itself that keeps them (the dims that follow the count), within the together
+    budget (`verify.together_values` and `together_flops`: none on the quick plan). Engines serve every count
+    up to a step's; the other cases run 1 to 64, the presets' served counts and the cuts' (powers of two and their
+    remainders), and a kernel that switches on a runtime count (a ragged last group of 256 rows past the first, a
+    decode batch of 96, 66 to 255 tokens of a MoE step: a round-14 attacker's three) makes no launch signature of
+    its own. The draw is secret, so a kernel wrong in one octave meets it every run, and one wrong at a single count
+    only by chance (the GPU's plan runs the profile's counts)."""
+    if target.model_shapes is None:
+        return []
+    rng = run_rng(target, salt + b"steps")
+    found: list[tuple[Shape, Shape]] = []
+    low = 64
+    while low < config.served_rows:
+        high = min(2 * low, config.served_rows)
+        rows = min(high, rng.randrange(low + 1, high + 1) | 1)
+        low = high
+        steps = [(shape, [d for d, (a, b) in enumerate(zip(shape, other)) if a != b])
+                 for p in config.presets
+                 for shape, other in zip(target.model_shapes(p, rows), target.model_shapes(p, rows + 2))]
+        steps = [(tuple(shape), dims) for shape, dims in steps if dims]  # shapes that follow the step's tokens
+        if not steps:
+            continue
+        shape, dims = rng.choice(steps)
+        runs = [run for run in (_fits(target, r, config) for r in (*target.range_cuts(shape), shape))
+                if run is not None and all(run[d] == shape[d] for d in dims)]
+        if runs:
+            found.append((shape, min(runs, key=lambda r: _work(target, r))))
     return found
 
 
@@ -448,6 +486,34 @@ def coverage_cases(target: Target, served, config: PlanConfig, start: int) -> li
                 cases.append(Case(index=start + len(cases), shape=run, dtype=dtype, kind="normal", seed=0,
                                   source=source, requested_shape=shape, sample=sample))
     return cases
+
+
+def smaller_whole_case(target: Target, case: Case, seconds: float, config: PlanConfig, index: int) -> Case | None:
+    """For a sampled case whose sample compared nothing alone and whose whole call would take the interpreter
+    `seconds` (at the sample's pace, over `verify.rerun_within_s`: replay.repeat_sampled), the case run whole at a
+    smaller shape, numbered `index`: its dims above the extra cases' cut halved, the one furthest above first,
+    until the whole call, scaled by its FLOPs (values where it has none), fits, or one halving more would reach the
+    cut (None where that is the case's own shape). A dim served alone or a pair served together still meets every
+    program there, only smaller, and the verdict says at what size (plan.notes.rerun_note)."""
+    base = tuple(target.cut_shape(case.requested_shape, config.max_interpreter_rows_extra,
+                                  config.max_interpreter_elements // 4))
+    run = list(case.shape)
+    while seconds * _cost(target, run) / _cost(target, case.shape) > config.rerun_within_s:
+        over = [d for d in range(len(run)) if run[d] > base[d]]
+        if not over:
+            break
+        d = max(over, key=lambda d: run[d] / max(1, base[d]))
+        smaller = [*run[:d], max(base[d], run[d] // 2), *run[d + 1:]]
+        if tuple(smaller) == base:  # the cut's cases ran that: one step above it
+            break
+        run = smaller
+    shape = tuple(target.coherent(tuple(run)))
+    return dataclasses.replace(case, index=index, shape=shape, sample=0) if shape != case.shape else None
+
+
+def _cost(target: Target, shape) -> int:
+    """The interpreter's work for a call, as smaller_whole_case scales it: its FLOPs, else its values."""
+    return max(1, target.flops(tuple(shape), torch.float32) or sum(target.io_elements(tuple(shape))))
 
 
 def probe_shapes(target: Target, shape: Shape, config: PlanConfig) -> list[Shape]:

@@ -23,6 +23,9 @@ class PlanConfig:
     probe_whole_work: int = 67108864  # values and FLOPs up to which a probe case runs every program
     served_whole_work: int = 0  # the largest served call runs uncut with every program when it takes at most this
     whole_within_s: float = 0.0  # a sampled call runs again whole when its skipped programs take at most this
+    rerun_within_s: float = 0.0  # one that must run again whole (nothing compared alone) does so within this, else
+    # a smaller shape runs whole (0: always again whole)
+    widen_within_s: float = 0.0  # a launch widened to read partial results stops after this (0: runs to the end)
     concurrency_whole: bool = False  # the concurrency and span cuts run every program (else sampled as range cases)
     edge_kinds: bool = True  # the edge shapes run large and NaN/Inf inputs too (else as the presets' shapes do)
     together_values: int = 0  # the most values of a case with two cut dims at their served sizes together (0: none)
@@ -40,8 +43,9 @@ class PlanConfig:
                      "probe_whole_work", "served_whole_work", "together_values", "together_flops"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"verify.{name} must be 0 or more, not {getattr(self, name)}")
-        if not self.whole_within_s >= 0:
-            raise ValueError(f"verify.whole_within_s must be 0 or more seconds, not {self.whole_within_s}")
+        for name in ("whole_within_s", "rerun_within_s", "widen_within_s"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"verify.{name} must be 0 or more seconds, not {getattr(self, name)}")
 
     @classmethod
     def from_config(cls, cfg_verify: Any, *, presets: tuple[Mapping[str, Any], ...] = (), served_rows: int = 0,
@@ -58,6 +62,8 @@ class PlanConfig:
                    probe_whole_work=int(cfg_verify.probe_whole_work),
                    served_whole_work=int(cfg_verify.served_whole_work),
                    whole_within_s=float(cfg_verify.whole_within_s),
+                   rerun_within_s=float(cfg_verify.rerun_within_s),
+                   widen_within_s=float(cfg_verify.widen_within_s),
                    concurrency_whole=bool(cfg_verify.concurrency_whole),
                    edge_kinds=bool(cfg_verify.edge_kinds),
                    together_values=int(cfg_verify.together_values),

@@ -37,6 +37,20 @@ def together_note(target: Target, shapes, config: PlanConfig) -> str:
             "sample of programs): " + "; ".join(halved)) if halved else ""
 
 
+def rerun_note(target: Target, cases: list[Case], too_slow: dict[int, float], smaller: dict[int, int | None]) -> str:
+    """The sampled cases whose sample compared nothing alone and whose whole call was too slow for the interpreter,
+    and the smaller shapes that ran whole in their place (plan.cases.smaller_whole_case): '' when none."""
+    said = []
+    for i, seconds in too_slow.items():
+        j = smaller.get(i)
+        said.append(f"[{target.label_shape(cases[i].shape)}] {dtype_name(cases[i].dtype)} (about {seconds:.0f} s "
+                    "whole) " + (f"ran whole as [{target.label_shape(cases[j].shape)}]" if j is not None
+                                 else "did not run whole"))
+    return ("samples that compared nothing alone (launches reading other launches' partial results, atomics) where "
+            "the whole call was too slow for the interpreter (verify.rerun_within_s): " + "; ".join(said)
+            ) if said else ""
+
+
 def probe_note(cases: list[Case]) -> str:
     """The probe cases that ran as a sample: '' when there were none."""
     sampled = [f"{list(c.shape)} {dtype_name(c.dtype)}" for c in cases if c.source == "probe" and c.sample]

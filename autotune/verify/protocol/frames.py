@@ -74,6 +74,8 @@ class CaseEvidence(Frame):
     output_valid: list | None = spec(_TENSORS, None)  # a range case: which output elements its sample wrote
     inputs_written: list | None = spec(_TENSORS, None)  # ... and which elements of the inputs it writes
     sampled: str | None = spec(Text(500), None)
+    # a sampled case too slow to run again whole (verify.rerun_within_s): the whole call's time at the sample's pace
+    whole_estimate_s: float | None = spec(Either(None, float), None)
     # the input precisions (Triton's names: tf32, tf32x3, bf16x3 ...) at which the case's launches took fp32 tl.dot
     # operands below IEEE, and "half-precision operands" for a dot on fp16/bf16/fp8 tiles, from the compiled TTIR:
     # the judge holds an fp32 case with only the former to that precision's accuracy

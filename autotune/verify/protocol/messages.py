@@ -300,6 +300,8 @@ class CaseItem(StreamFrame):
     long: int = spec(Int(0), 0)
     sample: int = spec(Int(0), 0)
     whole_within_ms: int = spec(Int(0), 0)  # a sampled call runs again whole when its skipped programs take this
+    rerun_within_ms: int = spec(Int(0), 0)  # ... and where it must (nothing compared alone), only within this
+    widen_within_ms: int = spec(Int(0), 0)  # a launch widened to read partial results stops after this (0: never)
     mutates: list = spec(ListOf(Int(0), max_len=MAX_OUTPUTS), [])
     refill_args: list | None = spec(Either(None, ListOf(ANY, max_len=MAX_OUTPUTS)), None)
 
