@@ -14,7 +14,7 @@ from autotune.config import compose, conf_dir
 from autotune.targets import all_targets, get
 from autotune.targets.base import DENSE_LAYOUTS, OpClass
 from autotune.verify.plan import cases as case_plan
-from autotune.verify.plan import dry
+from autotune.verify.plan import dry, followup
 from autotune.verify.plan import notes
 from autotune.verify.plan.cases import CONTRACT_SOURCES, PlanConfig, contract_shapes, cut_rows, numel, plan
 from autotune.verify.plan.notes import cut_note
@@ -473,7 +473,7 @@ def test_probes_raise_one_dim_alone_to_its_served_value_and_its_power_of_two_buc
     moe = get("fused_moe")
     served = (512, 128, 8, 2048, 768)
     cut = moe.cut_shape(served, PLAN.max_interpreter_rows, PLAN.max_interpreter_elements)
-    probes = case_plan.probe_shapes(moe, served, PLAN)
+    probes = followup.probe_shapes(moe, served, PLAN)
     assert (257, *cut[1:]) in probes and (512, *cut[1:]) in probes  # next_power_of_2 is 512 over 257..512
     assert (*cut[:3], 1025, cut[4]) in probes and (*cut[:4], 768) in probes and (*cut[:4], 513) in probes
     assert all(sum(a != b for a, b in zip(p, cut)) == 1 for p in probes)  # one dim raised at a time
@@ -484,7 +484,7 @@ def test_probes_raise_one_dim_alone_to_its_served_value_and_its_power_of_two_buc
     # the cheapest probe that made a launch is the case, sampled where it is dear
     made = [[((512, *cut[1:]), torch.float32), ((257, *cut[1:]), torch.bfloat16), ((257, *cut[1:]), torch.float32)],
             []]  # two dtypes of one shape tie on work
-    (case,) = case_plan.probe_cases(moe, made, PLAN, start=7)
+    (case,) = followup.probe_cases(moe, made, PLAN, start=7)
     assert case.shape == (257, *cut[1:]) and case.index == 7 and case.source == "probe" and case.sample
 
 
@@ -564,7 +564,7 @@ def test_a_sample_too_slow_to_run_again_whole_runs_whole_at_a_smaller_size():
     assert PLAN.rerun_within_s == 20
     sampled = case_plan.Case(7, (682, 8, 2, 4096, 64), torch.bfloat16, "normal", 0, "together",
                              (2048, 8, 2, 4096, 14336), layout="offset0", sample=2)
-    smaller = case_plan.smaller_whole_case(moe, sampled, 180.0, PLAN, 40)
+    smaller = followup.smaller_whole_case(moe, sampled, 180.0, PLAN, 40)
     assert smaller is not None and smaller.index == 40 and smaller.sample == 0 and smaller.source == "together"
     assert (smaller.requested_shape, smaller.dtype, smaller.layout) == (sampled.requested_shape, torch.bfloat16,
                                                                        "offset0")
@@ -574,6 +574,6 @@ def test_a_sample_too_slow_to_run_again_whole_runs_whole_at_a_smaller_size():
                          PLAN.max_interpreter_elements // 4)
     assert smaller.shape[0] > base[0] and smaller.shape[3] > base[3]  # both dims still above the cut
     # however slow, a step above the cut: the cut itself ran in the ordinary cases
-    tiny = case_plan.smaller_whole_case(moe, sampled, 1e9, PLAN, 40)
+    tiny = followup.smaller_whole_case(moe, sampled, 1e9, PLAN, 40)
     assert tiny is not None and tuple(tiny.shape) != tuple(base) and all(t >= b for t, b in zip(tiny.shape, base))
     assert sum(t > b for t, b in zip(tiny.shape, base)) == 1

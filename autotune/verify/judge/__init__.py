@@ -32,6 +32,7 @@ from autotune.verify.judge.session import Session
 from autotune.verify.judge.status import Ended, conclude
 from autotune.verify.plan import cases as case_plan
 from autotune.verify.plan import dry as dry_plan
+from autotune.verify.plan import followup
 from autotune.verify.plan import notes as case_notes
 from autotune.verify.plan.config import PlanConfig
 from autotune.verify.plan.data import make_data
@@ -118,8 +119,8 @@ def _judge(target: Target, source: str, path: str, cfg_verify, verdict: Verdict,
         session = Session(judged, plan, {}, fp32_dot)
         interpreted = not plan_config.whole
         served = case_plan.served_calls(target, shapes, plan_config) if interpreted else []
-        reach = case_plan.coverage_cases(target, served, plan_config, len(plan))  # what may follow the plan
-        probes = [(probe, dtype) for shape, dtype in served for probe in case_plan.probe_shapes(target, shape,
+        reach = followup.coverage_cases(target, served, plan_config, len(plan))  # what may follow the plan
+        probes = [(probe, dtype) for shape, dtype in served for probe in followup.probe_shapes(target, shape,
                                                                                                 plan_config)]
         run = _run_worker(target, source, plan, limits, device, session, salt,
                           dry_plan.dry_calls(target, shapes, plan_config) if interpreted else [], plan_config,
@@ -212,12 +213,12 @@ def _run_worker(target: Target, source: str, plan: list[case_plan.Case], limits:
             return
         # the device has answered after every case before: a sample too slow to run again whole runs smaller, whole
         for i, seconds in list(session.too_slow.items()):
-            smaller = case_plan.smaller_whole_case(target, plan[i], seconds, plan_config, len(plan))
+            smaller = followup.smaller_whole_case(target, plan[i], seconds, plan_config, len(plan))
             session.smaller[i] = smaller.index if smaller else None
             yield from more([smaller] if smaller else [])
         if not answer.dry_index:
             return
-        yield from more(case_plan.coverage_cases(target, [served[i] for i in answer.dry_index if 0 <= i < len(served)],
+        yield from more(followup.coverage_cases(target, [served[i] for i in answer.dry_index if 0 <= i < len(served)],
                                                  plan_config, len(plan)))
         # still not run (a specialisation that follows a served size, as a block from next_power_of_2(tokens)): the
         # cheapest probe that makes the launch too; a device answer names at most 20 launches, so rounds follow
@@ -238,7 +239,7 @@ def _run_worker(target: Target, source: str, plan: list[case_plan.Case], limits:
                 return
             made = [[probed[j - len(served)] for j in alike if 0 <= j - len(served) < len(probed)]
                     for alike in answer.alike]
-            extra = [c for c in case_plan.probe_cases(target, made, plan_config, len(plan))
+            extra = [c for c in followup.probe_cases(target, made, plan_config, len(plan))
                      if (c.shape, c.dtype) not in ran]
             if not extra:
                 return

@@ -11,9 +11,8 @@ program in fp32 (measured, one row per program: [64, 4096] 54 ms, [1024, 64] 0.7
 every dim a kernel indexes whole at served shapes (`Target.range_cuts`), run whole where cheap and on a sample
 of each launch's programs otherwise (autotune.verify.interp.sampling); `together_shapes` sets each dim and each pair
 of dims the cut shrinks at their served sizes together (a sample, within a budget), `drawn_steps` runs a step of a
-drawn token count in each octave; `coverage_cases` adds a case at each served shape whose launches no case ran, and
-`smaller_whole_case` one for a sample too slow to run again whole. With the defaults the example RMSNorm runs 146
-cases for 21 s.
+drawn token count in each octave. The cases added while a candidate runs are plan.followup's. With the defaults the
+example RMSNorm runs 146 cases for 21 s.
 """
 
 from __future__ import annotations
@@ -241,7 +240,7 @@ def drawn_steps(target: Target, config: PlanConfig, salt: bytes) -> list[tuple[S
         runs = [run for run in (_fits(target, r, config) for r in (*target.range_cuts(shape), shape))
                 if run is not None and all(run[d] == shape[d] for d in dims)]
         if runs:
-            found.append((shape, min(runs, key=lambda r: _work(target, r))))
+            found.append((shape, min(runs, key=lambda r: work(target, r))))
     return found
 
 
@@ -358,7 +357,7 @@ def served_whole(target: Target, shapes, config: PlanConfig) -> Shape | None:
     fit (rms_norm [2048, 4096], silu_and_mul's Llama 3 [2048, 28672], 20 s of the interpreter: a round-12 attacker's
     persistent grid past 2^25 values left 464 rows unwritten there, where [2048, 9728] took the other path), the
     GEMMs', attention's and MoE's only at small sizes (the verdict names the rest)."""
-    fits = [s for s in served_shapes(target, shapes, config) if _work(target, s) <= config.served_whole_work]
+    fits = [s for s in served_shapes(target, shapes, config) if work(target, s) <= config.served_whole_work]
     return max(fits, key=numel, default=None)
 
 
@@ -466,81 +465,11 @@ def range_sample(target: Target, shape: Shape, config: PlanConfig) -> int:
     fp32 (every output is then compared, so a grid that leaves some rows unwritten shows, as a persistent kernel's
     rounded-down share of rows does); else `verify.range_programs` (a sample compares only what its programs
     wrote)."""
-    return 0 if _work(target, shape) <= config.range_whole_work else config.range_programs
+    return 0 if work(target, shape) <= config.range_whole_work else config.range_programs
 
 
-def coverage_cases(target: Target, served, config: PlanConfig, start: int) -> list[Case]:
-    """Cases for served shapes whose launches no planned case ran (`served`: (shape, dtype) of the dry calls that
-    made them; a kernel that specialises on a combination of sizes, as vLLM's decode kernel does on the query
-    group and head_dim, makes one signature per preset), numbered from `start`: the range cases of each and its
-    ordinary cut, one per distinct shape."""
-    rows, elements = config.max_interpreter_rows, config.max_interpreter_elements
-    cases: list[Case] = []
-    seen: set = set()
-    for shape, dtype in served:
-        shape = tuple(shape)
-        runs = [(tuple(r), range_sample(target, tuple(r), config), "range") for r in target.range_cuts(shape)]
-        for run, sample, source in [*runs, (tuple(target.cut_shape(shape, rows, elements)), 0, "coverage")]:
-            if (run, dtype) not in seen:
-                seen.add((run, dtype))
-                cases.append(Case(index=start + len(cases), shape=run, dtype=dtype, kind="normal", seed=0,
-                                  source=source, requested_shape=shape, sample=sample))
-    return cases
-
-
-def smaller_whole_case(target: Target, case: Case, seconds: float, config: PlanConfig, index: int) -> Case | None:
-    """For a sampled case whose sample compared nothing alone and whose whole call would take the interpreter
-    `seconds` (at the sample's pace, over `verify.rerun_within_s`: replay.repeat_sampled), the case run whole at a
-    smaller shape, numbered `index`: its dims above the extra cases' cut halved, the one furthest above first,
-    until the whole call, scaled by its FLOPs (values where it has none), fits, or one halving more would reach the
-    cut (None where that is the case's own shape). A dim served alone or a pair served together still meets every
-    program there, only smaller, and the verdict says at what size (plan.notes.rerun_note)."""
-    base = tuple(target.cut_shape(case.requested_shape, config.max_interpreter_rows_extra,
-                                  config.max_interpreter_elements // 4))
-    run = list(case.shape)
-    while seconds * _cost(target, run) / _cost(target, case.shape) > config.rerun_within_s:
-        over = [d for d in range(len(run)) if run[d] > base[d]]
-        if not over:
-            break
-        d = max(over, key=lambda d: run[d] / max(1, base[d]))
-        smaller = [*run[:d], max(base[d], run[d] // 2), *run[d + 1:]]
-        if tuple(smaller) == base:  # the cut's cases ran that: one step above it
-            break
-        run = smaller
-    shape = tuple(target.coherent(tuple(run)))
-    return dataclasses.replace(case, index=index, shape=shape, sample=0) if shape != case.shape else None
-
-
-def _cost(target: Target, shape) -> int:
-    """The interpreter's work for a call, as smaller_whole_case scales it: its FLOPs, else its values."""
-    return max(1, target.flops(tuple(shape), torch.float32) or sum(target.io_elements(tuple(shape))))
-
-
-def probe_shapes(target: Target, shape: Shape, config: PlanConfig) -> list[Shape]:
-    """The probes' shapes for one served shape (see dry.probe_calls)."""
-    shape = tuple(shape)
-    cut = tuple(target.cut_shape(shape, config.max_interpreter_rows, config.max_interpreter_elements))
-    probes = []
-    for d, (low, high) in enumerate(zip(cut, shape)):
-        bucket = 1 << max(0, (high - 1).bit_length() - 1)  # the largest power of two below the served value
-        probes += [(*cut[:d], value, *cut[d + 1:]) for value in sorted({bucket + 1, high}) if low < value <= high]
-    return probes
-
-
-def probe_cases(target: Target, made, config: PlanConfig, start: int) -> list[Case]:
-    """For each launch no case ran, a case at the cheapest probe that made it (`made`: for each such launch, the
-    (shape, dtype) of the probes that made it; none: it stays unproven), numbered from `start`. It runs every
-    program up to verify.probe_whole_work (a grid that leaves outputs unwritten at that size shows), else a sample
-    (what its programs compute is checked, not what the grid leaves out: probe_note says so)."""
-    chosen = dict.fromkeys(min(probes, key=lambda p: (_work(target, p[0]), p[0], str(p[1]))) for probes in made
-                           if probes)
-    return [Case(index=start + i, shape=shape, dtype=dtype, kind="normal", seed=0, source="probe",
-                 requested_shape=shape,
-                 sample=0 if _work(target, shape) <= config.probe_whole_work else config.range_programs)
-            for i, (shape, dtype) in enumerate(chosen)]
-
-
-def _work(target: Target, shape: Shape) -> int:
+def work(target: Target, shape: Shape) -> int:
+    """A call's size for the plan's budgets: its values held or its reference's FLOPs, whichever is more."""
     return max(sum(target.io_elements(shape)), target.flops(shape, torch.float32))
 
 

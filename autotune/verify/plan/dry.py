@@ -7,8 +7,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from autotune.targets.base import Shape, Target, numel
-from autotune.verify.plan.cases import probe_shapes, served_calls
+from autotune.verify.plan.cases import served_calls
 from autotune.verify.plan.config import PlanConfig
+from autotune.verify.plan.followup import probe_shapes
 
 
 class _NoLargeValues(TorchDispatchMode):

@@ -39,7 +39,7 @@ def together_note(target: Target, shapes, config: PlanConfig) -> str:
 
 def rerun_note(target: Target, cases: list[Case], too_slow: dict[int, float], smaller: dict[int, int | None]) -> str:
     """The sampled cases whose sample compared nothing alone and whose whole call was too slow for the interpreter,
-    and the smaller shapes that ran whole in their place (plan.cases.smaller_whole_case): '' when none."""
+    and the smaller shapes that ran whole in their place (plan.followup.smaller_whole_case): '' when none."""
     said = []
     for i, seconds in too_slow.items():
         j = smaller.get(i)
