@@ -527,6 +527,28 @@ def test_ordinary_tokens_that_lean_or_are_noisy_beside_a_large_one_are_incorrect
     assert compare(a * b * c, once, exact, BF16).passed  # torch's bf16 ops: each product rounded to bf16
 
 
+def test_one_dominant_value_one_ulp_off_is_no_steady_lean_but_a_uniform_scale_is():
+    """A suite run's search-template rotary kernel was refused on an fp16 NaN/Inf case: its key was one unit in the
+    last place toward zero at one value far larger than the rest, which is most of the output's magnitude-weighted
+    lean (0.03%, past a quarter of rtol), and the pieces' unweighted spread called that steady. Weighed by size, one
+    piece is one piece; a scale of every value still leans steadily."""
+    gen = torch.Generator().manual_seed(1)
+    gold = torch.randn(2, 8, 128, dtype=torch.float64, generator=gen)
+    gold[0, 3, 17] = 2000.0
+    ref = gold.to(torch.float16)
+    one_off = ref.clone()
+    one_off[0, 3, 17] = torch.nextafter(ref[0, 3, 17], torch.tensor(0.0, dtype=torch.float16))
+    fp16 = DEFAULT_TOLERANCES[torch.float16]
+    assert bias(one_off.double(), ref.double(), gold, fp16, torch.float16) == ""
+    assert compare(one_off, ref, gold, fp16).passed
+    scaled = (gold * (1 - 6e-4)).to(torch.float16)  # every value 0.06% small: 0.6 rtol, in every row
+    assert "systematic bias in 1" in bias(scaled.double(), ref.double(), gold, fp16, torch.float16)
+    gold[0, 3, 17] = 0.5  # without the dominant value, the case's lean too
+    scaled, ref = (gold * (1 - 6e-4)).to(torch.float16), gold.to(torch.float16)
+    assert "systematic bias: the outputs are 0.06% smaller" in bias(scaled.double(), ref.double(), gold, fp16,
+                                                                      torch.float16)
+
+
 def test_a_decode_steps_channel_that_leans_within_every_per_value_bound_is_incorrect():
     """A round-14 attacker's RMSNorm pushed channel 17 of every token 5% away from zero in bf16 steps of fewer than
     32 tokens, capped at 0.5% of the row's largest value: within the fallback's absolute bounds (ruled by the

@@ -207,17 +207,17 @@ def _run_worker(target: Target, source: str, plan: list[case_plan.Case], limits:
         yield from map(frame, plan)
         if not served:
             return
-        # a launch only some served shapes make: the range cases and the cut at each of those shapes
-        answer = yield from left_out()
+        answer = yield from left_out()  # the device answers after every case before it was judged
         if answer is None:
             return
-        # the device has answered after every case before: a sample too slow to run again whole runs smaller, whole
+        # a sample too slow to run again whole runs whole at a smaller size
         for i, seconds in list(session.too_slow.items()):
             smaller = followup.smaller_whole_case(target, plan[i], seconds, plan_config, len(plan))
             session.smaller[i] = smaller.index if smaller else None
             yield from more([smaller] if smaller else [])
         if not answer.dry_index:
             return
+        # a launch only some served shapes make: the range cases and the cut at each of those shapes
         yield from more(followup.coverage_cases(target, [served[i] for i in answer.dry_index if 0 <= i < len(served)],
                                                  plan_config, len(plan)))
         # still not run (a specialisation that follows a served size, as a block from next_power_of_2(tokens)): the
