@@ -73,7 +73,9 @@ def _steady(err: torch.Tensor, size: torch.Tensor, lean: float, tol: Tolerance) 
     if n < 3:
         return False
     t = next(t for dof, t in LEAN_T if n - 1 >= dof)
-    return abs(lean) > t * float((w.pow(2) * (leans - lean).pow(2)).sum().sqrt()) / float(w.sum())
+    # the standard error of a weighted mean, with Bessel's correction for the effective count (equal pieces: as before)
+    spread = float((w.pow(2) * (leans - lean).pow(2)).sum().sqrt()) / float(w.sum()) * (n / (n - 1)) ** 0.5
+    return abs(lean) > t * spread
 
 
 LINE_LEAN_NOISE = 2.0  # of rtol over the root of a line's count: 4 standard deviations of values each off by rtol / 2
