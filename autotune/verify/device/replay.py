@@ -190,10 +190,13 @@ class Device:
         total = sum(v.numel() for v in valid if v is not None) if outs else 0
         cheap = sample.skipped_s * 1000 <= self.case.whole_within_ms
         whole_s = time.thread_time() - began + sample.skipped_s  # the whole call, at the sample's pace
+        # a drawn program that read what only skipped programs would have written takes its own stores out of the
+        # comparison: a kernel could arrange that for all drawn programs but the grid's last
+        must = sample.drawn_tainted or bool(outs and (atomics or compared == 0))
         short = ("a drawn program read what only skipped programs would have written" if sample.drawn_tainted
-                 else "a sampled launch added into an output with atomics" if outs and atomics
-                 else "nothing the sampled programs wrote could be compared alone" if outs and compared == 0 else "")
-        if short and not cheap and outs and self.case.rerun_within_ms and whole_s * 1000 > self.case.rerun_within_ms:
+                 else "a sampled launch added into an output with atomics" if atomics
+                 else "nothing the sampled programs wrote could be compared alone" if compared == 0 else "")
+        if must and not cheap and outs and self.case.rerun_within_ms and whole_s * 1000 > self.case.rerun_within_ms:
             self.record.whole_estimate_s = round(whole_s, 1)
             self.record.sampled = (f"programs sampled ({'; '.join(dict.fromkeys(sample.notes))}): {short}, and the "
                                    f"whole call would take the interpreter about {whole_s:.0f} s, over "
@@ -202,15 +205,10 @@ class Device:
             self.record.output_valid = valid
             self.record.inputs_written = [written.get(i) for i in range(len(self.placed))]
             return launches, outs, types
-        # a drawn program that read what only skipped programs would have written takes its own stores out of the
-        # comparison: a kernel could arrange that for all drawn programs but the grid's last
-        if cheap or sample.drawn_tainted or (outs and (atomics or compared == 0)):
-            self.record.sampled = (
-                "a drawn program read what only skipped programs would have written: run whole" if sample.drawn_tainted
-                else "a sampled launch added into an output with atomics: run whole" if atomics else
-                "nothing the sampled programs wrote could be compared alone: run whole" if compared == 0 else
-                f"run whole: its samples' pace put the {sample.skipped} skipped programs at "
-                f"{sample.skipped_s:.1f} s of the interpreter's time, within verify.whole_within_s")
+        if cheap or must:
+            self.record.sampled = (f"{short}: run whole" if short else
+                                   f"run whole: its samples' pace put the {sample.skipped} skipped programs at "
+                                   f"{sample.skipped_s:.1f} s of the interpreter's time, within verify.whole_within_s")
             for p, value in before:
                 p.inner.copy_(value)
             return self.repeat_events(events), *outputs(self.buffers, msg.outputs)

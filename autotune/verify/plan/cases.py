@@ -270,8 +270,7 @@ def together_runs(target: Target, shapes, config: PlanConfig) -> list[tuple[Shap
     for served in served_shapes(target, shapes, config):
         if served == whole:  # it runs uncut with every program
             continue
-        base = tuple(target.cut_shape(served, config.max_interpreter_rows_extra,
-                                      config.max_interpreter_elements // 4))
+        base = extra_cut(target, served, config)
         shrunk = [d for d, (b, s) in enumerate(zip(base, served)) if b < s]
         for pair in [*itertools.combinations(shrunk, 1), *itertools.combinations(shrunk, 2)]:
             largest[pair] = max(largest.get(pair, served), served, key=numel)
@@ -294,6 +293,12 @@ def together_runs(target: Target, shapes, config: PlanConfig) -> list[tuple[Shap
         runs = {**runs, **ends}
         found += [(runs[run] if run else served, run, served) for run in chosen or [None]]
     return found
+
+
+def extra_cut(target: Target, shape: Shape, config: PlanConfig) -> Shape:
+    """A served shape as the interpreter's extra cases cut it (`verify.max_interpreter_rows_extra` rows, a quarter of
+    the elements): the size the dims a case raises toward their served values start from."""
+    return tuple(target.cut_shape(shape, config.max_interpreter_rows_extra, config.max_interpreter_elements // 4))
 
 
 def _together(target: Target, base: Shape, served: Shape, pair: tuple[int, ...], config: PlanConfig) -> Shape | None:

@@ -10,7 +10,7 @@ import dataclasses
 import torch
 
 from autotune.targets.base import Shape, Target
-from autotune.verify.plan.cases import Case, range_sample, work
+from autotune.verify.plan.cases import Case, extra_cut, range_sample, work
 from autotune.verify.plan.config import PlanConfig
 
 
@@ -40,8 +40,7 @@ def smaller_whole_case(target: Target, case: Case, seconds: float, config: PlanC
     until the whole call, scaled by its FLOPs (values where it has none), fits, or one halving more would reach the
     cut (None where that is the case's own shape). A dim served alone or a pair served together still meets every
     program there, only smaller, and the verdict says at what size (plan.notes.rerun_note)."""
-    base = tuple(target.cut_shape(case.requested_shape, config.max_interpreter_rows_extra,
-                                  config.max_interpreter_elements // 4))
+    base = extra_cut(target, case.requested_shape, config)
     run = list(case.shape)
     while seconds * _cost(target, run) / _cost(target, case.shape) > config.rerun_within_s:
         over = [d for d in range(len(run)) if run[d] > base[d]]
