@@ -155,7 +155,7 @@ def range_cuts(shape):
     sampled sort of the tokens runs whole. A served step of more than 64 tokens also runs at 65 with every program
     (the others small: experts as in the second, hidden and intermediate a tile plus their remainders): a grid that
     serves tokens past the first 64 in whole blocks (a persistent kernel's rounded-down share) drops the 65th. The
-    default plan runs it whole, in 12 s of CPU a dtype for the example at Qwen3-30B-A3B's top-8; larger counts
+    default plan runs it whole, in 4 s of CPU a dtype for the example at Qwen3-30B-A3B's top-8; larger counts
     (512 served) only as a sample, and the verdict says so (plan.notes.whole_note)."""
     tokens, experts, top_k, hidden, inter = shape
     few = min(experts, max(8, 2 * top_k))

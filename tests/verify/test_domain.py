@@ -241,8 +241,8 @@ def test_a_fused_moe_serves_tokens_past_the_first_64_whole(tmp_path):
     moe = get("fused_moe")
     assert any(r[0] == 65 for r in moe.range_cuts((512, 128, 8, 2048, 768)))
     assert all(r[0] <= 64 for r in moe.range_cuts((64, 8, 2, 4096, 14336)))  # 64 tokens are the ordinary cases'
-    wrong = example_variant(tmp_path, "fused_moe", "_kernel[(tokens, triton.cdiv(hidden, 128))]",
-                            "_kernel[(tokens if tokens <= 64 else tokens - tokens % 64, triton.cdiv(hidden, 128))]")
+    wrong = example_variant(tmp_path, "fused_moe", "_down[(tokens, triton.cdiv(hidden, 128))]",
+                            "_down[(tokens if tokens <= 64 else tokens - tokens % 64, triton.cdiv(hidden, 128))]")
     v = verify("fused_moe", wrong, compose(["verify=quick", "verify.dtypes=[float32]",
                                             f"verify.range_whole_work={4 * 1024 * 1024}"]))
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
@@ -282,7 +282,7 @@ def test_a_specialisation_only_served_sizes_compile_gets_a_case_that_runs_it(tmp
     case (an expert's served load); dry calls at smaller probes find the cheapest shape that compiles 2048's too
     (1025 tokens), and a sampled case there runs it, instead of a false "not proven"."""
     path = example_variant(tmp_path, "fused_moe", "BK: tl.constexpr):", "BK: tl.constexpr, TOKENS_P2: tl.constexpr):",
-                           ("BN=128, BI=64, BK=128)", "BN=128, BI=64, BK=128, TOKENS_P2=triton.next_power_of_2(tokens))"))
+                           ("BI=64, BK=128)", "BI=64, BK=128, TOKENS_P2=triton.next_power_of_2(tokens))"))
     v = verify("fused_moe", path, QUICK_FP32)
     assert v.status is Status.UNMEASURED, v.reason
     probes = [c for c in v.cases if c.source == "probe"]
@@ -301,7 +301,7 @@ def test_a_launch_only_a_served_combination_of_sizes_makes_stays_unproven(tmp_pa
     """Raised one at a time, neither the tokens nor the hidden size makes this launch; only both served together do
     (too large for the CPU): "not proven", naming the launch, rather than a guess."""
     path = example_variant(tmp_path, "fused_moe", "BK: tl.constexpr):", "BK: tl.constexpr, BIG: tl.constexpr):",
-                           ("BN=128, BI=64, BK=128)", "BN=128, BI=64, BK=128, BIG=tokens >= 512 and hidden >= 2048)"))
+                           ("BI=64, BK=128)", "BI=64, BK=128, BIG=tokens >= 512 and hidden >= 2048)"))
     v = verify("fused_moe", path, QUICK_FP32)
     assert v.status is Status.INCORRECT and v.reason.startswith("not proven: the launch "), v.reason
     assert "BIG=True" in v.reason and "never ran in a compared case" in v.reason, v.reason
@@ -431,11 +431,13 @@ def test_a_fused_moe_that_caps_the_intermediate_at_run_time_is_caught_at_the_ser
     """A stop 45 attacker's class: the intermediate loop cut to a chunk count passed at run time (no new launch
     signature; here at most 6 chunks of 64, exact up to 384) was exact at every size the plan ran (256 at most) and
     wrong at Qwen3-30B-A3B's 768. Fused MoE's span cuts run each served intermediate and hidden size whole at one
-    token (the example's one program per token and 128 output columns: every program, on the quick plan too)."""
+    token (the example's down projection, one program per token and 128 output columns: every program, on the quick
+    plan too)."""
     capped = example_variant(
-        tmp_path, "fused_moe", "top_k, H, I,  # noqa", "top_k, H, I, chunks,  # noqa",
-        ("for i0 in range(0, I, BI):", "for i0 in range(0, chunks * BI, BI):"),
-        ("ids.shape[1], hidden, inter,", "ids.shape[1], hidden, inter, min(triton.cdiv(inter, 64), 6),"))
+        tmp_path, "fused_moe", "out_ptr, top_k, H, I,", "out_ptr, top_k, H, I, chunks,",
+        ("for i0 in range(0, I, BI):\n            ii = i0 + tl.arange(0, BI)\n            act = tl.load",
+         "for i0 in range(0, chunks * BI, BI):\n            ii = i0 + tl.arange(0, BI)\n            act = tl.load"),
+        ("out, top_k, hidden, inter,", "out, top_k, hidden, inter, min(triton.cdiv(inter, 64), 6),"))
     v = verify("fused_moe", capped, compose(["verify=quick", "verify.dtypes=[bfloat16]"]))
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
     assert v.failing_case().shape[4] > 6 * 64, v.reason
