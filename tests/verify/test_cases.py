@@ -3,6 +3,7 @@ sizes, every dtype, the target's layouts and scalar values, inputs keyed by a se
 
 import dataclasses
 import itertools
+import random
 import re
 
 import pytest
@@ -577,3 +578,16 @@ def test_a_sample_too_slow_to_run_again_whole_runs_whole_at_a_smaller_size():
     tiny = followup.smaller_whole_case(moe, sampled, 1e9, PLAN, 40)
     assert tiny is not None and tuple(tiny.shape) != tuple(base) and all(t >= b for t, b in zip(tiny.shape, base))
     assert sum(t > b for t, b in zip(tiny.shape, base)) == 1
+
+
+def test_the_drawn_counts_cover_each_octave_odd_and_padded():
+    """Every octave of a step's counts from 64 to the served rows gets an odd count and one an engine pads a batch to
+    (vLLM's CUDA-graph sizes: multiples of 8, of 16 from 256 to 512), and one such below 64; each drawn per run."""
+    draws = [case_plan.step_counts(random.Random(seed), 2048) for seed in range(200)]
+    for counts in draws:
+        assert counts[0] in (24, 40, 48, 56)
+        for low in (64, 128, 256, 512, 1024):
+            inside = [n for n in counts if low < n <= 2 * low]
+            assert any(n % 2 for n in inside) and any(n % 8 == 0 and n & (n - 1) for n in inside), counts
+            assert all(n % 16 == 0 for n in inside if n % 2 == 0 and 256 <= n <= 512), counts
+    assert len({tuple(c) for c in draws}) == len(draws)  # a draw, not a list

@@ -360,7 +360,7 @@ def test_a_kernel_wrong_only_at_runtime_row_counts_between_the_plans_is_caught_a
     """A round-14 attacker's rms_norm: one program per row, and the rows of a ragged last group of 256 past the
     first skip the weight, on a runtime count (no launch signature of its own): wrong at a 300-token step, right
     at every count the plan ran (up to 256, 1024, 2048). Each octave of counts up to a step's runs at an odd count
-    drawn per run (plan.cases.drawn_steps), on the default plan's together budget."""
+    and a padded one drawn per run (plan.cases.drawn_steps), on the default plan's together budget."""
     ragged = example_variant(
         tmp_path, "rms_norm", "    n_cols,\n    x_row_stride", "    n_cols, n_rows,\n    x_row_stride",
         ("        n_cols,\n        x2d.stride(0)", "        n_cols, n_rows,\n        x2d.stride(0)"),
@@ -370,7 +370,23 @@ def test_a_kernel_wrong_only_at_runtime_row_counts_between_the_plans_is_caught_a
                                             "verify.together_flops=2147483648"]))
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
     rows = v.failing_case().shape[0]
-    assert rows > 256 and rows % 256 and rows % 2, v.reason
+    assert rows > 256 and rows % 256, v.reason  # an odd count or a padded one (plan.cases.step_counts)
+
+
+def test_a_kernel_wrong_only_at_batches_padded_to_a_cuda_graph_is_caught_at_a_drawn_step(tmp_path):
+    """A round-15 attacker's rms_norm: right at every odd count, power of two and count up to 64, wrong at the batch
+    sizes past 64 that vLLM pads a step to for its CUDA graphs (multiples of 8 that are not powers of two), most of
+    a decode-heavy server's steps. Each octave also runs such a count, drawn per run (plan.cases.step_counts)."""
+    padded = example_variant(
+        tmp_path, "rms_norm", "    n_cols,\n    x_row_stride", "    n_cols, n_rows,\n    x_row_stride",
+        ("        n_cols,\n        x2d.stride(0)", "        n_cols, n_rows,\n        x2d.stride(0)"),
+        ("tl.store(y_row + cols, (x * rstd * w)", "tl.store(y_row + cols, (x * rstd * tl.where((n_rows > 64) & "
+                                                  "(n_rows % 8 == 0) & ((n_rows & (n_rows - 1)) != 0), 1.0, w))"))
+    v = verify("rms_norm", padded, compose(["verify=quick", *TINY_FP32[:1], "verify.together_values=33554432",
+                                            "verify.together_flops=2147483648"]))
+    assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
+    rows = v.failing_case().shape[0]
+    assert rows > 64 and rows % 8 == 0 and rows & (rows - 1), v.reason
 
 
 def test_a_sample_that_compares_nothing_alone_and_is_too_slow_whole_runs_whole_at_a_smaller_size(tmp_path):

@@ -212,24 +212,20 @@ def _planned(target: Target, shapes, config: PlanConfig, salt: bytes) -> list[_P
 
 
 def drawn_steps(target: Target, config: PlanConfig, salt: bytes) -> list[tuple[Shape, Shape]]:
-    """(served shape, shape run) for steps of a token count drawn per run in each octave from 64 to the most rows
-    served (65-128, 129-256, ... to 2048), odd, of a drawn preset's shapes that follow the step's tokens: the
-    cheapest of its range cuts and itself that keeps them (the dims that follow the count), within the together
-    budget (`verify.together_values` and `together_flops`: none on the quick plan). Engines serve every count
-    up to a step's; the other cases run 1 to 64, the presets' served counts and the cuts' (powers of two and their
-    remainders), and a kernel that switches on a runtime count (a ragged last group of 256 rows past the first, a
-    decode batch of 96, 66 to 255 tokens of a MoE step: a round-14 attacker's three) makes no launch signature of
-    its own. The draw is secret, so a kernel wrong in one octave meets it every run, and one wrong at a single count
+    """(served shape, shape run) for steps of token counts drawn per run (`step_counts`), each of a drawn preset's
+    shapes that follow the step's tokens: the cheapest of its range cuts and itself that keeps them (the dims that
+    follow the count), within the together budget (`verify.together_values` and `together_flops`: none on the quick
+    plan). Engines serve every count up to a step's; the other cases run a few counts up to 64, the presets' served
+    counts and the cuts' (powers of two and their remainders), and a kernel that switches on a runtime count (a ragged
+    last group of 256 rows past the first, a decode batch of 96, 66 to 255 tokens of a MoE step: a round-14
+    attacker's three; a batch padded to a CUDA graph's size past 64: a round-15 attacker's) makes no launch signature
+    of its own. The draw is secret, so a kernel wrong in one octave meets it every run, and one wrong at a single count
     only by chance (the GPU's plan runs the profile's counts)."""
     if target.model_shapes is None:
         return []
     rng = run_rng(target, salt + b"steps")
     found: list[tuple[Shape, Shape]] = []
-    low = 64
-    while low < config.served_rows:
-        high = min(2 * low, config.served_rows)
-        rows = min(high, rng.randrange(low + 1, high + 1) | 1)
-        low = high
+    for rows in step_counts(rng, config.served_rows):
         steps = [(shape, [d for d, (a, b) in enumerate(zip(shape, other)) if a != b])
                  for p in config.presets
                  for shape, other in zip(target.model_shapes(p, rows), target.model_shapes(p, rows + 2))]
@@ -242,6 +238,28 @@ def drawn_steps(target: Target, config: PlanConfig, salt: bytes) -> list[tuple[S
         if runs:
             found.append((shape, min(runs, key=lambda r: work(target, r))))
     return found
+
+
+def step_counts(rng: random.Random, served_rows: int) -> list[int]:
+    """Token counts of a step, drawn: one an engine pads a step to between 16 and 64 (`padded_counts`), then in each
+    octave from 64 to the most rows served (65-128, 129-256, ... to 2048) an odd one (a ragged last block, as an
+    eager step of any count has) and a padded one. A batch of up to 512 tokens runs in vLLM's CUDA graph of the
+    next size up, so those counts are most of what the ops of a decode-heavy server see; odd draws alone never met
+    one past 64 (a round-15 attacker's RMSNorm went wrong at every multiple of 8 past 64 that is not a power of two)."""
+    counts = [rng.choice(padded_counts(16, 64))]
+    low = 64
+    while low < served_rows:
+        high = min(2 * low, served_rows)
+        counts += [rng.choice(drawn) for drawn in (range(low + 1, high, 2), padded_counts(low, high)) if drawn]
+        low = high
+    return counts
+
+
+def padded_counts(low: int, high: int) -> list[int]:
+    """The counts in (low, high) that are not powers of two (the presets' and cuts' counts are) and that engines pad
+    a step's batch to: vLLM's default CUDA-graph sizes (multiples of 8 below 256, of 16 up to 512; SGLang's are
+    multiples of 8 too) and, past them, multiples of 8."""
+    return [n for n in range(low + 1, high) if n % (16 if 256 <= n <= 512 else 8) == 0 and n & (n - 1)]
 
 
 def together_shapes(target: Target, shapes, config: PlanConfig) -> list[tuple[Shape, Shape]]:
