@@ -12,7 +12,7 @@ exported plugin returns these from its RotaryEmbedding's forward, as vLLM's own 
 
 Case shape: (tokens, heads, kv_heads, head_dim, rot_dim, neox, max_position). The cache's base and scaling are drawn
 per case (a kernel cannot recompute the cache from a guessed theta), its rows stored in the case dtype as vLLM
-stores them; a token drawn per case sits at the cache's last row.
+stores them; the positions are a step's (`step_positions`: decodes and prefill runs), one at the cache's last row.
 
 CPU plan (cut_shape): tokens are the independent work and are cut; heads, kv_heads, head_dim, rot_dim, the style and
 the cache's rows are never cut (positions reach its last row). Range cases run each served shape's tokens whole, and
@@ -70,8 +70,7 @@ def _check_shape(shape) -> None:
 def make_inputs(shape, dtype, gen, kind):
     _check_shape(shape)
     tokens, heads, kv_heads, head_dim, rot_dim, neox, max_position = shape
-    positions = torch.randint(0, max_position, (tokens,), generator=gen)
-    positions[int(torch.randint(0, tokens, (1,), generator=gen))] = max_position - 1  # the cache's last row, somewhere
+    positions = step_positions(tokens, max_position, gen)
     query = activations((tokens, heads, head_dim), dtype, gen, kind)
     key = activations((tokens, kv_heads, head_dim), dtype, gen, "large" if kind == "large" else "normal")
     # a base from 1e3 to 1e7 (Llama 2's 1e4, Llama 3's 5e5, Qwen's 1e6) and a linear scaling from 1 to 8
@@ -80,6 +79,23 @@ def make_inputs(shape, dtype, gen, kind):
     angles = torch.outer(torch.arange(max_position, dtype=torch.float32), inv_freq)
     cache = torch.cat((angles.cos(), angles.sin()), dim=-1).to(dtype)
     return positions, query, key, cache, bool(neox)
+
+
+def step_positions(tokens: int, max_position: int, gen: torch.Generator) -> torch.Tensor:
+    """positions [T] as a served step lays them out: decodes (one token each, anywhere in the cache) and prefill
+    chunks (a run of consecutive positions from where the sequence stands), about as many of each, in a drawn order;
+    a token drawn per case sits at the cache's last row. Positions drawn independently had no run: a round-15
+    attacker's kernel read a run of 4 from its first row, wrong in every prefill chunk, and passed."""
+    positions = torch.empty(tokens, dtype=torch.int64)
+    t = 0
+    while t < tokens:
+        n = 1 if torch.rand((), generator=gen) < 0.5 else int(torch.randint(2, tokens - t + 2, (1,), generator=gen))
+        n = min(n, tokens - t, max_position)
+        start = int(torch.randint(0, max_position - n + 1, (1,), generator=gen))
+        positions[t:t + n] = torch.arange(start, start + n)
+        t += n
+    positions[int(torch.randint(0, tokens, (1,), generator=gen))] = max_position - 1
+    return positions
 
 
 def _heads(shape) -> int:

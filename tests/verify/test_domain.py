@@ -178,6 +178,10 @@ ROTARY_ATTACKS = {
     # the first token's position taken as the largest (it was always the cache's last row)
     "first_position": (("pos = tl.load(pos_ptr + token)",
                         "pos = tl.minimum(tl.load(pos_ptr + token), tl.load(pos_ptr))"),),
+    # a token of a run of positions read from its group of 4's first row, the offset left out: wrong in every prefill
+    # chunk (a round-15 attacker's); positions drawn one by one never made a run
+    "prefill_runs": (("pos = tl.load(pos_ptr + token)", "pos = tl.load(pos_ptr + token)\n"
+                      "    first = tl.load(pos_ptr + token // 4 * 4)\n    pos = tl.where(pos == first + token % 4, first, pos)"),),
     # off by one row past position 16384, at rot_dim >= 32: Llama 3.1 and 3.2 serve positions to 131071
     "long_positions": (("pos = tl.load(pos_ptr + token)", "pos = tl.load(pos_ptr + token)\n"
                         "    pos = tl.where((pos >= 16384) & (half >= 16), pos - 1, pos)"),),
