@@ -207,6 +207,20 @@ Q_SPREAD = (-2.0, 4.0)
 CACHE_ELEMENTS = 1 << 22
 
 
+def _block_pool(per_seq: torch.Tensor, num_blocks: int, gen: torch.Generator) -> torch.Tensor:
+    """Block ids in the order the sequences take them (each its next per_seq[s]): a fresh allocator's consecutive
+    runs from a drawn block for about half the sequences, the others' blocks scattered among themselves (a cache after
+    frees and prefix hits). Scattered for every sequence, no table held a run, and a kernel that takes a shortcut where
+    it finds one (block_table[s, i] == block_table[s, 0] + i) would have been judged only off it."""
+    pool = torch.roll(torch.arange(num_blocks), int(torch.randint(0, num_blocks, (1,), generator=gen)))
+    ends = per_seq.cumsum(0).tolist()
+    scattered = [i for s, end in enumerate(ends) if torch.rand((), generator=gen) < 0.5
+                 for i in range(end - int(per_seq[s]), min(end, num_blocks))]
+    at = torch.tensor(scattered, dtype=torch.long)
+    pool[at] = pool[at[torch.randperm(len(at), generator=gen)]]
+    return pool
+
+
 def make_inputs(shape, dtype, gen, kind):
     seqs, heads, kv_heads, head_dim, block_size, max_query_len, max_context = shape
     grouped_heads(heads, kv_heads)
@@ -217,7 +231,7 @@ def make_inputs(shape, dtype, gen, kind):
     width = (max_context + block_size - 1) // block_size
     own = int(per_seq.sum()) + 3
     num_blocks = min(own, max(width + 3, CACHE_ELEMENTS // (block_size * kv_heads * head_dim)))
-    pool = torch.randperm(num_blocks, generator=gen)
+    pool = _block_pool(per_seq, num_blocks, gen)
     table = pool[torch.randint(0, num_blocks, (seqs, width), generator=gen)]  # unused entries: others' blocks
     start, shared = 0, num_blocks < own  # shared: each sequence's blocks drawn from all of them
     for s, n in enumerate(per_seq.tolist()):

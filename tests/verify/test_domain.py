@@ -527,6 +527,13 @@ def test_paged_attention_steps_come_with_their_decodes_first_and_in_any_order_wi
     pytest.param(("pos = ctx - n + (row - first)  # this query's position in its sequence",
                   "pos = tl.where((ctx == n) & (n > 1), ctx - 1, ctx - n + (row - first))"),
                  id="a_fresh_prompts_rows_see_its_whole_chunk"),
+    # a shortcut where a sequence's first blocks are consecutive ids (a fresh allocator's), off by one block at odd ones
+    pytest.param(("        at = block * skb", "        row0 = table_ptr + seq.to(tl.int64) * stb\n"
+                  "        head = tl.load(row0).to(tl.int64)\n        run = head >= 0\n"
+                  "        for i in tl.static_range(1, 4):\n"
+                  "            run = run & (tl.load(row0 + i, mask=table_width > 3, other=-1) == head + i)\n"
+                  "        block = tl.where(run, block - (p // BS) % 2, block)\n        at = block * skb"),
+                 id="consecutive_blocks_read_off_by_one"),
 ])
 def test_paged_attention_kernels_wrong_only_in_orders_and_windows_engines_serve_are_incorrect(tmp_path, cheat):
     v = verify("paged_attention", example_variant(tmp_path, "paged_attention", *cheat),
