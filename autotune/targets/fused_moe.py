@@ -17,9 +17,10 @@ Case shape: (tokens, experts, top_k, hidden, intermediate). make_inputs routes a
 three quarters of the tokens (it gets many, past any per-expert capacity), leaves about a quarter of the
 experts without a token (their blocks must not be computed into anything), sends a token to the last
 expert and one to expert 0 (every expert index is reached), and draws the weights as the top-k of a
-softmax over all experts, not renormalised (they sum to less than 1 and differ per slot, so a kernel that
-ignores, squares or renormalises them is off). Decode-sized cases (a few tokens, 128 experts) leave most
-experts with zero or one token.
+softmax over all experts, in half the cases renormalised to sum to 1 as Mixtral's and Qwen3-MoE's routers give them
+(a round-15 attacker's kernel dropped the last slot only then), in half in the router's order (largest first); they
+differ per slot, so a kernel that ignores, squares or renormalises them is off. Decode-sized cases (a few tokens,
+128 experts) leave most experts with zero or one token.
 
 CPU plan (cut_shape): tokens are the independent work and are cut; the number of experts, top-k and every
 expert index are never cut; hidden and intermediate are cut like a GEMM's N and K (more than one tile,
@@ -107,7 +108,12 @@ def make_inputs(shape, dtype, gen, kind):
     w2 = (torch.randn((experts, hidden, inter), generator=gen) * inter ** -0.5).to(dtype)
     ids = route(tokens, experts, top_k, gen)
     probs = torch.softmax(torch.randn((tokens, experts), generator=gen) * 2.0, dim=-1)
-    weights = torch.gather(probs, 1, ids.long())  # a router's top-k probabilities, not renormalised
+    weights = torch.gather(probs, 1, ids.long())  # a router's top-k probabilities
+    if torch.rand((), generator=gen) < 0.5:  # renormalised to sum to 1, as Mixtral's and Qwen3-MoE's routers give them
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    if torch.rand((), generator=gen) < 0.5:  # in the router's order (torch.topk's: the largest weight first)
+        order = torch.argsort(weights, dim=-1, descending=True)
+        ids, weights = torch.gather(ids, 1, order), torch.gather(weights, 1, order)
     return x, w13, w2, weights.float(), ids
 
 

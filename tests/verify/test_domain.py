@@ -157,6 +157,21 @@ def test_a_fused_moe_runs_every_served_hidden_size_whole(tmp_path):
     assert v.failing_case().shape[3] > 512, v.reason  # the hidden size names the case
 
 
+def test_a_fused_moe_wrong_only_for_renormalised_weights_is_incorrect(tmp_path):
+    """A round-15 attacker's class: the last top-k slot dropped only where a token's weights sum to 1, as Mixtral's and
+    Qwen3-MoE's routers give them; every case had drawn the top-k of a softmax over all experts, never renormalised
+    (fused_moe.make_inputs draws both now, and the router's order)."""
+    load = "        weight = tl.load(weights_ptr + token * top_k + j)\n"
+    wrong = example_variant(tmp_path, "fused_moe", load, load + (
+        "        slots = tl.arange(0, 16)\n"
+        "        total = tl.sum(tl.load(weights_ptr + token * top_k + slots, mask=slots < top_k, other=0.0), axis=0)\n"
+        "        weight = tl.where((tl.abs(total - 1.0) < 1e-3) & (j == top_k - 1) & (E > top_k), 0.0, weight)\n"),
+        ("out_ptr, top_k, H, I,", "out_ptr, top_k, H, I, E,"),  # every expert chosen: the weights sum to 1 anyway
+        ("out, top_k, hidden, inter,", "out, top_k, hidden, inter, w2.shape[0],"))
+    v = verify("fused_moe", wrong, QUICK_FP32)
+    assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
+
+
 @pytest.mark.parametrize("old, new, dim, value", [
     ("IS_NEOX=is_neox", "IS_NEOX=True", 5, 0),  # NeoX pairs for every model: wrong for GPT-J style (ChatGLM, GPT-J)
     ("half = cache.shape[1] // 2", "half = head_dim // 2", 4, None),  # the whole head turned: wrong for partial rotary
