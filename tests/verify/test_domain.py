@@ -392,20 +392,25 @@ def test_a_kernel_wrong_only_at_runtime_row_counts_between_the_plans_is_caught_a
     assert rows > 256 and rows % 256, v.reason  # an odd count or a padded one (plan.cases.step_counts)
 
 
-def test_a_kernel_wrong_only_at_batches_padded_to_a_cuda_graph_is_caught_at_a_drawn_step(tmp_path):
-    """A round-15 attacker's rms_norm: right at every odd count, power of two and count up to 64, wrong at the batch
-    sizes past 64 that vLLM pads a step to for its CUDA graphs (multiples of 8 that are not powers of two), most of
-    a decode-heavy server's steps. Each octave also runs such a count, drawn per run (plan.cases.step_counts)."""
-    padded = example_variant(
+@pytest.mark.parametrize("condition, failing", [
+    ("(n_rows % 8 == 0)", lambda rows: rows % 8 == 0),  # the batch sizes vLLM pads a step to for its CUDA graphs
+    ("(n_rows % 2 == 0) & (n_rows % 8 != 0)", lambda rows: rows % 2 == 0 and rows % 8),  # an eager step's
+], ids=["padded", "even"])
+def test_a_kernel_wrong_only_at_even_counts_past_64_is_caught_at_a_drawn_step(tmp_path, condition, failing):
+    """Round-15 attackers' rms_norm: right at every odd count, power of two and count up to 64, wrong past 64 at the
+    batch sizes vLLM pads a step to for its CUDA graphs (multiples of 8 that are not powers of two: most of a
+    decode-heavy server's steps), or at every even count. Each octave also runs a padded count and another even one,
+    drawn per run (plan.cases.step_counts)."""
+    wrong = example_variant(
         tmp_path, "rms_norm", "    n_cols,\n    x_row_stride", "    n_cols, n_rows,\n    x_row_stride",
         ("        n_cols,\n        x2d.stride(0)", "        n_cols, n_rows,\n        x2d.stride(0)"),
         ("tl.store(y_row + cols, (x * rstd * w)", "tl.store(y_row + cols, (x * rstd * tl.where((n_rows > 64) & "
-                                                  "(n_rows % 8 == 0) & ((n_rows & (n_rows - 1)) != 0), 1.0, w))"))
-    v = verify("rms_norm", padded, compose(["verify=quick", *TINY_FP32[:1], "verify.together_values=33554432",
-                                            "verify.together_flops=2147483648"]))
+                                                  f"{condition} & ((n_rows & (n_rows - 1)) != 0), 1.0, w))"))
+    v = verify("rms_norm", wrong, compose(["verify=quick", *TINY_FP32[:1], "verify.together_values=33554432",
+                                           "verify.together_flops=2147483648"]))
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
     rows = v.failing_case().shape[0]
-    assert rows > 64 and rows % 8 == 0 and rows & (rows - 1), v.reason
+    assert rows > 64 and failing(rows) and rows & (rows - 1), v.reason
 
 
 def test_a_sample_that_compares_nothing_alone_and_is_too_slow_whole_runs_whole_at_a_smaller_size(tmp_path):
