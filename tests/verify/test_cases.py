@@ -15,7 +15,7 @@ from autotune.config import compose, conf_dir
 from autotune.targets import all_targets, get
 from autotune.targets.base import DENSE_LAYOUTS, OpClass
 from autotune.verify.plan import cases as case_plan
-from autotune.verify.plan import dry, followup
+from autotune.verify.plan import dry, followup, steps
 from autotune.verify.plan import notes
 from autotune.verify.plan.cases import CONTRACT_SOURCES, PlanConfig, contract_shapes, cut_rows, numel, plan
 from autotune.verify.plan.notes import cut_note
@@ -584,7 +584,7 @@ def test_the_drawn_counts_cover_each_octave_odd_and_padded():
     """Every octave of a step's counts from 64 to the served rows gets an odd count, one an engine pads a batch to
     (vLLM's CUDA-graph sizes: multiples of 8, of 16 from 256 to 512) and another even one, and one padded count runs
     below 64; each drawn per run."""
-    draws = [case_plan.step_counts(random.Random(seed), 2048) for seed in range(200)]
+    draws = [steps.step_counts(random.Random(seed), 2048) for seed in range(200)]
     for counts in draws:
         assert counts[0] in (24, 40, 48, 56)
         for low in (64, 128, 256, 512, 1024):

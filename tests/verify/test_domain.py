@@ -196,7 +196,8 @@ ROTARY_ATTACKS = {
     # a token of a run of positions read from its group of 4's first row, the offset left out: wrong in every prefill
     # chunk (a round-15 attacker's); positions drawn one by one never made a run
     "prefill_runs": (("pos = tl.load(pos_ptr + token)", "pos = tl.load(pos_ptr + token)\n"
-                      "    first = tl.load(pos_ptr + token // 4 * 4)\n    pos = tl.where(pos == first + token % 4, first, pos)"),),
+                      "    first = tl.load(pos_ptr + token // 4 * 4)\n"
+                      "    pos = tl.where(pos == first + token % 4, first, pos)"),),
     # off by one row past position 16384, at rot_dim >= 32: Llama 3.1 and 3.2 serve positions to 131071
     "long_positions": (("pos = tl.load(pos_ptr + token)", "pos = tl.load(pos_ptr + token)\n"
                         "    pos = tl.where((pos >= 16384) & (half >= 16), pos - 1, pos)"),),
@@ -389,7 +390,7 @@ def test_a_kernel_wrong_only_at_runtime_row_counts_between_the_plans_is_caught_a
                                             "verify.together_flops=2147483648"]))
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
     rows = v.failing_case().shape[0]
-    assert rows > 256 and rows % 256, v.reason  # an odd count or a padded one (plan.cases.step_counts)
+    assert rows > 256 and rows % 256, v.reason  # an odd count or a padded one (plan.steps.step_counts)
 
 
 @pytest.mark.parametrize("condition, failing", [
@@ -400,7 +401,7 @@ def test_a_kernel_wrong_only_at_even_counts_past_64_is_caught_at_a_drawn_step(tm
     """Round-15 attackers' rms_norm: right at every odd count, power of two and count up to 64, wrong past 64 at the
     batch sizes vLLM pads a step to for its CUDA graphs (multiples of 8 that are not powers of two: most of a
     decode-heavy server's steps), or at every even count. Each octave also runs a padded count and another even one,
-    drawn per run (plan.cases.step_counts)."""
+    drawn per run (plan.steps.step_counts)."""
     wrong = example_variant(
         tmp_path, "rms_norm", "    n_cols,\n    x_row_stride", "    n_cols, n_rows,\n    x_row_stride",
         ("        n_cols,\n        x2d.stride(0)", "        n_cols, n_rows,\n        x2d.stride(0)"),
