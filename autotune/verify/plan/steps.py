@@ -13,7 +13,8 @@ def step_counts(rng: random.Random, served_rows: int) -> list[int]:
     of up to 512 tokens runs in vLLM's CUDA graph of the next size up, so padded counts are most of what the ops of a
     decode-heavy server see; odd draws alone never met an even count past 64 (a round-15 attacker's RMSNorms went
     wrong at every multiple of 8, and every even count, past 64 that is not a power of two)."""
-    counts = [rng.choice(padded_counts(16, 64))]
+    small = padded_counts(16, min(64, served_rows + 1))  # none past the served rows (serve.max_batched_tokens)
+    counts = [rng.choice(small)] if small else []
     low = 64
     while low < served_rows:
         high = min(2 * low, served_rows)
