@@ -213,9 +213,8 @@ def _block_pool(per_seq: torch.Tensor, num_blocks: int, gen: torch.Generator) ->
     frees and prefix hits). Scattered for every sequence, no table held a run, and a kernel that takes a shortcut where
     it finds one (block_table[s, i] == block_table[s, 0] + i) would have been judged only off it."""
     pool = torch.roll(torch.arange(num_blocks), int(torch.randint(0, num_blocks, (1,), generator=gen)))
-    ends = per_seq.cumsum(0).tolist()
-    scattered = [i for s, end in enumerate(ends) if torch.rand((), generator=gen) < 0.5
-                 for i in range(end - int(per_seq[s]), min(end, num_blocks))]
+    scattered = [i for n, end in zip(per_seq.tolist(), per_seq.cumsum(0).tolist())
+                 if torch.rand((), generator=gen) < 0.5 for i in range(end - n, min(end, num_blocks))]
     at = torch.tensor(scattered, dtype=torch.long)
     pool[at] = pool[at[torch.randperm(len(at), generator=gen)]]
     return pool

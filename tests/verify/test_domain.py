@@ -376,18 +376,23 @@ def test_a_drawn_program_cannot_take_its_stores_out_of_the_sample_by_reading_par
     assert "a drawn program read what only skipped programs would have written: run whole" in v.reason, v.reason
 
 
+def _weight_dropped_where(tmp_path, condition: str):
+    """The verdict on the default plan's drawn steps (the together budget, the quick plan otherwise, fp32) of the
+    example RMSNorm with its weight left out of the rows where `condition` holds (of `row` and the runtime `n_rows`)."""
+    wrong = example_variant(
+        tmp_path, "rms_norm", "    n_cols,\n    x_row_stride", "    n_cols, n_rows,\n    x_row_stride",
+        ("        n_cols,\n        x2d.stride(0)", "        n_cols, n_rows,\n        x2d.stride(0)"),
+        ("tl.store(y_row + cols, (x * rstd * w)", f"tl.store(y_row + cols, (x * rstd * tl.where({condition}, 1.0, w))"))
+    return verify("rms_norm", wrong, compose(["verify=quick", *TINY_FP32[:1], "verify.together_values=33554432",
+                                              "verify.together_flops=2147483648"]))
+
+
 def test_a_kernel_wrong_only_at_runtime_row_counts_between_the_plans_is_caught_at_a_drawn_step(tmp_path):
     """A round-14 attacker's rms_norm: one program per row, and the rows of a ragged last group of 256 past the
     first skip the weight, on a runtime count (no launch signature of its own): wrong at a 300-token step, right
     at every count the plan ran (up to 256, 1024, 2048). Each octave of counts up to a step's runs at an odd count
     and a padded one drawn per run (plan.cases.drawn_steps), on the default plan's together budget."""
-    ragged = example_variant(
-        tmp_path, "rms_norm", "    n_cols,\n    x_row_stride", "    n_cols, n_rows,\n    x_row_stride",
-        ("        n_cols,\n        x2d.stride(0)", "        n_cols, n_rows,\n        x2d.stride(0)"),
-        ("tl.store(y_row + cols, (x * rstd * w)", "tl.store(y_row + cols, (x * rstd * tl.where((n_rows > 256) & "
-                                                  "(row >= n_rows // 256 * 256), 1.0, w))"))
-    v = verify("rms_norm", ragged, compose(["verify=quick", *TINY_FP32[:1], "verify.together_values=33554432",
-                                            "verify.together_flops=2147483648"]))
+    v = _weight_dropped_where(tmp_path, "(n_rows > 256) & (row >= n_rows // 256 * 256)")
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
     rows = v.failing_case().shape[0]
     assert rows > 256 and rows % 256, v.reason  # an odd count or a padded one (plan.steps.step_counts)
@@ -402,13 +407,7 @@ def test_a_kernel_wrong_only_at_even_counts_past_64_is_caught_at_a_drawn_step(tm
     batch sizes vLLM pads a step to for its CUDA graphs (multiples of 8 that are not powers of two: most of a
     decode-heavy server's steps), or at every even count. Each octave also runs a padded count and another even one,
     drawn per run (plan.steps.step_counts)."""
-    wrong = example_variant(
-        tmp_path, "rms_norm", "    n_cols,\n    x_row_stride", "    n_cols, n_rows,\n    x_row_stride",
-        ("        n_cols,\n        x2d.stride(0)", "        n_cols, n_rows,\n        x2d.stride(0)"),
-        ("tl.store(y_row + cols, (x * rstd * w)", "tl.store(y_row + cols, (x * rstd * tl.where((n_rows > 64) & "
-                                                  f"{condition} & ((n_rows & (n_rows - 1)) != 0), 1.0, w))"))
-    v = verify("rms_norm", wrong, compose(["verify=quick", *TINY_FP32[:1], "verify.together_values=33554432",
-                                           "verify.together_flops=2147483648"]))
+    v = _weight_dropped_where(tmp_path, f"(n_rows > 64) & {condition} & ((n_rows & (n_rows - 1)) != 0)")
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
     rows = v.failing_case().shape[0]
     assert rows > 64 and failing(rows) and rows & (rows - 1), v.reason
