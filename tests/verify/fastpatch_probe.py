@@ -12,6 +12,7 @@ import torch
 import triton
 import triton.language as tl
 from triton.language import core
+from triton.runtime import interpreter
 
 from autotune.verify.interp import fastpatch
 
@@ -57,9 +58,44 @@ def _kernel() -> list:
     return [y.tolist(), x.tolist()]
 
 
+TYPES = [(tl.float32, [16, 64]), (tl.float32, [16, 64]), (tl.bfloat16, [16, 64]), (tl.float32, [64, 16]),
+         (tl.float32, [1, 64]), (tl.float32, [64]), (tl.float32, [4, 8]), (tl.pointer_type(tl.float16), [16, 64])]
+SCALARS = [tl.float32, tl.core.dtype("fp32"), tl.bfloat16, tl.int32, tl.pointer_type(tl.float32)]
+
+
+def _value(type_) -> core.tensor:
+    shape = [int(s) for s in type_.get_block_shapes()] if type_.is_block() else [1]
+    data = np.zeros(shape, dtype=interpreter._get_np_dtype(type_.scalar))
+    return core.tensor(interpreter.TensorHandle(data, type_.scalar), type_)
+
+
+def _attempt(op, *args) -> list | str:
+    """What `op(*args)` gives, as each result's type and whether it is the operand itself; or the error."""
+    try:
+        results = op(*args)
+    except Exception as e:  # noqa: BLE001 - whatever Triton raises, by type and text
+        return f"{type(e).__name__}: {e}"
+    results = results if isinstance(results, tuple) else (results,)
+    return [(str(r.type), r is a) for r, a in zip(results, args)]
+
+
+def _types() -> list:
+    """Equality of block types and dtypes, broadcasts of every pair (their shapes, or the error), casts."""
+    blocks = [core.block_type(e, s) for e, s in TYPES]
+    scalars = [*SCALARS, *blocks]
+    out: list = [[bool(a == b) for b in scalars] for a in scalars]
+    semantic = interpreter.interpreter_semantic
+    values = [_value(t) for t in [*blocks, tl.float32]]
+    out += [_attempt(semantic.broadcast_impl_value, a, b) for a in values for b in values]
+    out += [_attempt(semantic.cast, v, to) for v in values
+            for to in (tl.float32, tl.core.dtype("fp32"), tl.bfloat16, v.type.scalar, v.type)]
+    return out
+
+
 def _run() -> dict:
     return {"blocks": [_block(s) for s in SHAPES] + [_block([16, 64], tl.bfloat16)],
-            "tensors": [_tensor(s) for s in SHAPES], "errors": [_error(s) for s in BAD], "kernel": _kernel()}
+            "tensors": [_tensor(s) for s in SHAPES], "errors": [_error(s) for s in BAD], "types": _types(),
+            "kernel": _kernel()}
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ def runs():
     return json.loads(run.stdout)
 
 
-@pytest.mark.parametrize("part", ["blocks", "tensors", "errors", "kernel"])
+@pytest.mark.parametrize("part", ["blocks", "tensors", "errors", "types", "kernel"])
 def test_the_fast_interpreter_builds_refuses_and_computes_as_the_stock_one(runs, part):
     assert runs["patched"][part] == runs["stock"][part]
     assert runs["again"][part] == runs["stock"][part]  # the remembered shapes

@@ -12,11 +12,16 @@
    is derived element by element, and validates it (a W8A16 split-K GEMM at [128, 512, 512]: 74,432 block types,
    8.9 of 24 s). The shape's parts are remembered per shape of plain ints that once validated; any other shape
    (a bool, a numpy int, 0-d, not a power of two) takes Triton's own path and its errors. Each object still gets
-   its own `tl.tuple` with the same values and type.
+   its own `tl.tuple` with the same values and type; a tensor's is made when it is first read (most never are).
 4. Every integer add, sub and mul (all index arithmetic) also computes itself in int64 and compares the result
    with its type's range for an overflow `device_assert`, which the interpreter's options (debug off, as on a
    GPU without TRITON_DEBUG) then drop: the same W8A16 profile spent 5.4 of 13 s on it. The options say not to
    sanitize while they say not to debug, so the check that would be dropped is not computed.
+5. The frontend's type checks compare types by value on every operation (a block type's shape through constexpr
+   tuples) and re-derive broadcasts and casts that change nothing. Where the answer is already known, it is given
+   at once: a type equals itself, two block types of remembered shapes (3.) compare as plain ints, operands of
+   one shape broadcast to themselves, and a cast to the value's own type is the value (each what Triton's own
+   code returns there); anything else takes Triton's own path and its errors.
 
     install()   # once, in the process that interprets kernels (the device)
 """
@@ -30,6 +35,7 @@ import math
 
 import triton.language as tl
 from triton.language import core
+from triton.language.semantic import TritonSemantic
 from triton.runtime import interpreter
 
 _patched_now: list[set[int]] = []  # the ids of the language modules patched by the launch under way
@@ -83,6 +89,7 @@ def install() -> None:
     interpreter.GridExecutor.__call__ = grid_call
     interpreter._get_np_dtype = get_np_dtype
     _remember_shapes()
+    _shortcut_type_checks()
     options = interpreter.interpreter_builder.options
     if not options.debug:
         interpreter.interpreter_builder.options = dataclasses.replace(options, sanitize_overflow=False)
@@ -91,6 +98,8 @@ def install() -> None:
 
 def _ints(shape) -> builtins.tuple[int, ...] | None:
     """`shape` (a list or tl.tuple of ints and constexprs of ints) as plain ints; None for anything else."""
+    if type(shape) is core.tuple and "_ints" in shape.__dict__:
+        return shape.__dict__["_ints"]  # a remembered block type's own shape
     if not isinstance(shape, (list, core.tuple)):
         return None
     out = []
@@ -115,27 +124,80 @@ def _remember_shapes() -> None:
             block_init(self, element_ty, shape)  # Triton's own checks and errors
             if key is not None:
                 blocks[key] = (list(key), self.shape.type, self.numel, str(self.shape))
+                self._ints = key
             return
         values, ty, numel, text = known
+        self._ints = key
         self.element_ty = element_ty
         self.shape = core.tuple(values, ty)
+        self.shape.__dict__["_ints"] = key
         self.numel = numel
         self.name = f"<{text}, {element_ty}>"
 
-    def tensor_init(self, handle, type):
-        self.handle = handle
-        self.type = type
-        self.dtype = type.scalar
-        key = _ints(type.shape) if type.is_block() else ()
+    def tensor_shape(type) -> builtins.tuple:
+        key = getattr(type, "_ints", None) or (_ints(type.shape) if type.is_block() else ())
         known = tensors.get(key) if key is not None else None
         if known is None:
             values = [core.constexpr(s) for s in (type.shape if type.is_block() else ())]
             known = (values, core.tuple(values).type, core.constexpr(math.prod(s.value for s in values)))
             if key is not None:
                 tensors[key] = known
-        values, ty, numel = known
-        self.shape = core.tuple(values, ty)
-        self.numel = numel
+        return known
 
+    class Lazy:
+        """A tensor's `shape` or `numel`, made from its type when first read (most are never read)."""
+
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def __get__(self, tensor, owner=None):
+            if tensor is None:
+                return self
+            values, ty, numel = tensor_shape(tensor.type)
+            tensor.__dict__.update(shape=core.tuple(values, ty), numel=numel)
+            return tensor.__dict__[self.name]
+
+    def tensor_init(self, handle, type):
+        self.handle = handle
+        self.type = type
+        self.dtype = type.scalar
+
+    core.tensor.shape = Lazy("shape")
+    core.tensor.numel = Lazy("numel")
     core.block_type.__init__ = block_type_init
     core.tensor.__init__ = tensor_init
+
+
+def _shortcut_type_checks() -> None:
+    dtype_eq, block_eq = core.dtype.__eq__, core.block_type.__eq__
+    broadcast, cast = TritonSemantic.broadcast_impl_value, TritonSemantic.cast
+
+    def dtype_equal(self, other):
+        return True if self is other else dtype_eq(self, other)
+
+    def block_equal(self, other):
+        if self is other:
+            return True
+        mine = getattr(self, "_ints", None)
+        if mine is not None and mine == getattr(other, "_ints", None):
+            return self.element_ty == other.element_ty
+        return block_eq(self, other)
+
+    def broadcast_impl_value(self, lhs, rhs):
+        lhs_ty, rhs_ty = lhs.type, rhs.type
+        if lhs_ty is rhs_ty or not (lhs_ty.is_block() or rhs_ty.is_block()):
+            return lhs, rhs
+        mine = getattr(lhs_ty, "_ints", None)
+        if mine is not None and mine == getattr(rhs_ty, "_ints", None):
+            return lhs, rhs
+        return broadcast(self, lhs, rhs)
+
+    def cast_(self, input, dst_ty, fp_downcast_rounding=None):
+        if input.type.scalar is getattr(dst_ty, "scalar", None):
+            return input
+        return cast(self, input, dst_ty, fp_downcast_rounding)
+
+    core.dtype.__eq__ = dtype_equal
+    core.block_type.__eq__ = block_equal
+    TritonSemantic.broadcast_impl_value = broadcast_impl_value
+    TritonSemantic.cast = cast_
