@@ -83,7 +83,7 @@ def _types() -> list:
     """Equality of block types and dtypes, broadcasts of every pair (their shapes, or the error), casts."""
     blocks = [core.block_type(e, s) for e, s in TYPES]
     scalars = [*SCALARS, *blocks]
-    out: list = [[bool(a == b) for b in scalars] for a in scalars]
+    out: list = [[bool(a == b) for b in scalars] for a in scalars] + [[bool(b == blocks[0].shape) for b in blocks]]
     semantic = interpreter.interpreter_semantic
     values = [_value(t) for t in [*blocks, tl.float32]]
     out += [_attempt(semantic.broadcast_impl_value, a, b) for a in values for b in values]

@@ -179,7 +179,7 @@ def _shortcut_type_checks() -> None:
         if self is other:
             return True
         mine = getattr(self, "_ints", None)
-        if mine is not None and mine == getattr(other, "_ints", None):
+        if mine is not None and isinstance(other, core.block_type) and mine == getattr(other, "_ints", None):
             return self.element_ty == other.element_ty
         return block_eq(self, other)
 
