@@ -581,15 +581,18 @@ def test_a_sample_too_slow_to_run_again_whole_runs_whole_at_a_smaller_size():
 
 
 def test_the_drawn_counts_cover_each_octave_odd_and_padded():
-    """Every octave of a step's counts from 64 to the served rows gets an odd count, one an engine pads a batch to
-    (vLLM's CUDA-graph sizes: multiples of 8, of 16 from 256 to 512) and another even one, and one padded count runs
-    below 64; each drawn per run."""
+    """Every count up to 8 runs, and every octave of a step's counts from 8 to the served rows gets an odd count, one
+    an engine pads a batch to (vLLM's CUDA-graph sizes: multiples of 8, of 16 from 256 to 512, where a multiple of 8
+    that is not of 16 runs too) and another even one; each drawn per run."""
     draws = [steps.step_counts(random.Random(seed), 2048) for seed in range(200)]
     for counts in draws:
-        assert counts[0] in (24, 40, 48, 56)
-        for low in (64, 128, 256, 512, 1024):
+        assert counts[:8] == list(range(1, 9))
+        for low in (8, 16, 32, 64, 128, 256, 512, 1024):
             inside = [n for n in counts if low < n <= 2 * low]
-            assert any(n % 2 for n in inside) and any(n % 8 == 0 and n & (n - 1) for n in inside), counts
+            assert any(n % 2 for n in inside), counts
+            assert low == 8 or any(n % 8 == 0 and n & (n - 1) for n in inside), counts
             assert any(n % 2 == 0 and n % 8 for n in inside), counts
             assert low != 256 or any(n % 16 == 0 and n & (n - 1) for n in inside), counts  # graphs of 16s there
+            assert low != 256 or any(n % 16 == 8 for n in inside), counts
+    assert steps.step_counts(random.Random(0), 5) == [1, 2, 3, 4, 5]  # none past the served rows
     assert len({tuple(c) for c in draws}) == len(draws)  # a draw, not a list

@@ -7,19 +7,21 @@ import random
 
 
 def step_counts(rng: random.Random, served_rows: int) -> list[int]:
-    """Token counts of a step, drawn: one an engine pads a step to between 16 and 64 (`padded_counts`), then in each
-    octave from 64 to the most rows served (65-128, 129-256, ... to 2048) an odd one (a ragged last block, as an
-    eager step of any count has), a padded one and an even one that is not a multiple of 8 (an eager step's). A batch
-    of up to 512 tokens runs in vLLM's CUDA graph of the next size up, so padded counts are most of what the ops of a
-    decode-heavy server see; odd draws alone never met an even count past 64 (a round-15 attacker's RMSNorms went
-    wrong at every multiple of 8, and every even count, past 64 that is not a power of two)."""
-    small = padded_counts(16, min(64, served_rows + 1))  # none past the served rows (serve.max_batched_tokens)
-    counts = [rng.choice(small)] if small else []
-    low = 64
+    """Token counts of a step: every count up to 8 (a decode batch: vLLM's smallest CUDA graphs are 1, 2, 4 and 8,
+    an eager step any count between), then, drawn, in each octave from 8 to the most rows served (9-16, 17-32, ...,
+    1025-2048) an odd count (a ragged last block, as an eager step of any count has), a padded one (`padded_counts`)
+    and an even one that is not a multiple of 8 (an eager step's); from 256 to 512, where vLLM's graphs step by 16,
+    also a multiple of 8 that is not of 16 (a chunked prefill's step). Odd draws alone never met an even count past
+    64 (round-15 attackers' RMSNorms went wrong at every multiple of 8, and every even count, past 64 that is not a
+    power of two), and no case ran a decode batch of 4, 5 or 6 rows, or 264 tokens (a round-16 attacker's)."""
+    counts = list(range(1, min(8, served_rows) + 1))
+    low = 8
     while low < served_rows:
         high = min(2 * low, served_rows)
-        evens = [n for n in range(low + 2, high, 2) if n % 8]
-        counts += [rng.choice(drawn) for drawn in (range(low + 1, high, 2), padded_counts(low, high), evens) if drawn]
+        classes = [range(low + 1, high, 2), padded_counts(low, high), [n for n in range(low + 2, high, 2) if n % 8]]
+        if low < 512 and high > 256:
+            classes.append([n for n in range(max(low, 256) + 1, min(high, 512)) if n % 16 == 8])
+        counts += [rng.choice(drawn) for drawn in classes if drawn]
         low = high
     return counts
 
