@@ -245,9 +245,26 @@ def make_inputs(shape, dtype, gen, kind):
     # for the longest sequence, and a context fixed by the shape tells a kernel which sequences run long
     decode = rows == 1
     decode[-1] = False
+    full = ctx // block_size  # the full blocks of each sequence's context as drawn (a decode's is redrawn shorter)
     ctx = torch.where(decode, _decode_contexts(ctx, gen), ctx)
+    table = _prefix_hits(table, full, gen)  # drawn last: every draw above is as it was before prefix hits
     return (q, k_cache, v_cache, cu.to(torch.int32), ctx.to(torch.int32), table.to(torch.int32), head_dim ** -0.5,
             window, int(rows.max()), int(ctx.max()))
+
+
+def _prefix_hits(table: torch.Tensor, full: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """About half the sequences after the first begin with full blocks of an earlier one, at the same places in their
+    tables: a prefix cache hit (vLLM's and SGLang's automatic prefix caching hand a prompt that starts as another did
+    the very blocks that hold it). A round-16 attacker's kernel skipped keys in blocks it had met at the head of the
+    previous sequence's table, and no table had shared one."""
+    table = table.clone()
+    for s in range(1, table.shape[0]):
+        earlier = int(torch.randint(0, s, (1,), generator=gen))
+        shared = min(int(full[s]), int(full[earlier]))
+        if torch.rand((), generator=gen) < 0.5 and shared:
+            hit = int(torch.randint(1, shared + 1, (1,), generator=gen))
+            table[s, :hit] = table[earlier, :hit]
+    return table
 
 
 def _decode_contexts(most: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
