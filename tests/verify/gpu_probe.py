@@ -182,6 +182,14 @@ def _fp8_round_trip(x_ptr, e4_ptr, e5_ptr, N: tl.constexpr):  # fp32 -> sm_90's 
 
 
 @triton.jit
+def _scalar_or_block_mask(x_ptr, y_ptr, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    first = tl.program_id(0) == 0  # a comparison of scalars, or-ed with a block's: the mask of a load and a store
+    keep = first | (offs > 3)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=keep, other=-1.0), mask=keep | (offs == 0))
+
+
+@triton.jit
 def _exchange(a_ptr, v_ptr, old_ptr, N: tl.constexpr):  # atomic exchange of fp32 values
     offs = tl.arange(0, N)
     tl.store(old_ptr + offs, tl.atomic_xchg(a_ptr + offs, tl.load(v_ptr + offs)))
@@ -272,6 +280,9 @@ def _casts(inputs: dict) -> dict:
     old = torch.empty(4)
     ran = _attempt(lambda: _exchange[(1,)](a, v, old, N=4))
     out["xchg_f32"] = ran if isinstance(ran, dict) else (a, old)
+    x, y = torch.arange(8, dtype=torch.float32), torch.zeros(8)
+    ran = _attempt(lambda: _scalar_or_block_mask[(1,)](x, y, N=8))
+    out["scalar_or_block"] = ran if isinstance(ran, dict) else y
     for dtype in (torch.int32, torch.uint32):
         x, d = (inputs["idiv_xd"][i].to(dtype) for i in (0, 1))
         q, r = torch.empty_like(x), torch.empty_like(x)

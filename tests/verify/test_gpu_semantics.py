@@ -222,6 +222,16 @@ def test_an_integer_divided_by_zero_is_all_ones_and_leaves_the_remainder_the_div
     assert q.tolist()[:3] == [0, 0, 0], "the stock interpreter divides by zero otherwise now: retire the patch"
 
 
+def test_a_comparison_is_a_boolean_wherever_it_is_broadcast(probe):
+    """A comparison's result is i1 on a GPU; 3.9's interpreter kept the operands' type on it, so a scalar comparison
+    or-ed with a block's became int32 and a load or store masked by it raised "mask has unsupported dtype" (a correct
+    kernel refused, as a round-16 variant was)."""
+    assert probe["patched"]["cast"]["scalar_or_block"].tolist() == [0, 1, 2, 3, 4, 5, 6, 7]
+    stock = probe["stock"]["cast"]["scalar_or_block"]
+    assert isinstance(stock, dict) and "unsupported dtype" in str(stock), "the stock interpreter types comparisons as " \
+        "i1 now: retire numerics.install_boolean_comparisons"
+
+
 def test_an_atomic_exchange_of_floats_swaps_their_bits(probe):
     """tl.atomic_xchg on an fp32 tensor is atom.exch.b32 on a GPU; 3.9's interpreter raised "Unsupported data type"
     (an attacker's correct-on-its-terms split-K was refused for it)."""

@@ -37,6 +37,7 @@ PATCHES: tuple[tuple[str, Callable[[], None]], ...] = (
     ("tl.dot as the tensor cores compute it", numerics.install_dot),
     ("the vetted libdevice functions computed on the interpreter", libdevice.install),
     ("casts as PTX cvt", numerics.install_casts),
+    ("a comparison typed i1, as a GPU types it", numerics.install_boolean_comparisons),
     ("integer division by zero as sm_90's code gives it", numerics.install_integer_division),
     ("atomic exchange of floats, by their bits", numerics.install_float_exchange),
     ("scalar arguments typed as the JIT types them", numerics.install_scalar_arguments),

@@ -52,6 +52,7 @@ when a bound is, as scf.for's induction variable is in a compiled kernel. `tl.st
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 
 import numpy as np
@@ -323,6 +324,25 @@ def install_casts() -> None:
         return fp_to_fp(self, src, dst_type, rounding_mode)
 
     builder.cast_impl, builder.create_fp_to_fp = cast, create_fp_to_fp
+
+
+def install_boolean_comparisons() -> None:
+    """From now on a comparison's result is typed i1, as on a GPU: 3.9's interpreter computes it as a numpy bool
+    but types it as its operands (an int32 scalar's comparison stayed "int32"), so broadcasting it made int32 data,
+    and a load or store masked by `(pid == 0) | (offs > 3)` raised "mask has unsupported dtype"."""
+    builder = interpreter.InterpreterBuilder
+    if _installed(builder, "_autotune_bool_compare"):
+        return
+    binary_op = builder.binary_op
+
+    @functools.wraps(binary_op)
+    def typed(self, lhs, rhs, op):
+        out = binary_op(self, lhs, rhs, op)
+        if out.data.dtype == np.bool_ and out.dtype != tl.int1:
+            return interpreter.TensorHandle(out.data, tl.int1)
+        return out
+
+    builder.binary_op = typed
 
 
 def install_integer_division() -> None:
