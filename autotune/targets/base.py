@@ -217,6 +217,9 @@ class Target:
     scalar_from_model: Mapping[str, str] = dataclasses.field(default_factory=dict)
     # a model preset's dims (conf/model/*.yaml as a dict) and a row count -> the shapes its layers pass here
     model_shapes: Callable[[Mapping, int], tuple[Shape, ...]] | None = None
+    # the same for a served step of that many tokens, where its shapes follow the count and model_shapes' do not
+    # (paged attention: a decode step's sequences); None: model_shapes
+    step_shapes: Callable[[Mapping, int], tuple[Shape, ...]] | None = None
     # shapes drawn per run (odd and prime widths, just above a power of two, row counts not a multiple of 32)
     random_shapes: Callable[[random.Random], tuple[Shape, ...]] | None = None
 

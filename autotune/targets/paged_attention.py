@@ -357,6 +357,18 @@ def model_shapes(dims, rows):
     return (2, heads, kv, d, 16, 8, 45), (2, 2, 1, 32, 16, 4, ctx), (2, 2, 1, 32, 16, 1, ctx - 2)
 
 
+MAX_SEQS = 1024  # vLLM's default max_num_seqs on an H100/H200: the most sequences a step holds
+
+
+def step_shapes(dims, rows):
+    """A decode step of `rows` sequences, at most MAX_SEQS (vLLM's and SGLang's decode batches: every count up to
+    a step's) with the preset's heads, kv heads and head_dim over 3 blocks of 16 keys: the plan's other cases ran 1
+    to 4, 17, 31 and 1024 sequences, and a kernel that switched on a runtime count of sequences between them met
+    none."""
+    return ((min(rows, MAX_SEQS), int(dims["num_heads"]), int(dims["num_kv_heads"]), int(dims["head_dim"]), 16, 1,
+             45),)
+
+
 def input_elements(shape) -> int:
     seqs, heads, kv_heads, head_dim, block_size, max_query_len, max_context = shape
     blocks = seqs * ((max_context + block_size - 1) // block_size) + 3
@@ -441,7 +453,7 @@ TARGET = Target(
     # 2048-token prefill chunk (vLLM's max_num_batched_tokens below 70 GB of GPU memory) over contexts up to 4096;
     # 1024 decodes (vLLM's default max_num_seqs on an H100/H200: the range cases run every sequence) up to 512 (each
     # preset's longest context, 8192 for all but the tiny ones, comes with model_shapes)
-    default_shapes=((17, 32, 8, 128, 16, 2048, 4096), (1024, 32, 8, 128, 16, 1, 512)),
+    default_shapes=((17, 32, 8, 128, 16, 2048, 4096), (MAX_SEQS, 32, 8, 128, 16, 1, 512)),
     # one decode of context 1; MHA with block 32 and a ragged context; MQA; head_dim not a power of two; the real
     # vLLM CPU trace's 128-token blocks (Qwen2.5-0.5B's group of 7 and every preset's heads come with model_shapes);
     # a block of 528 tokens, not a power of two, as vLLM sizes attention blocks to a hybrid (attention + Mamba)
@@ -484,4 +496,5 @@ TARGET = Target(
     input_elements=input_elements,
     output_elements=output_elements,
     model_shapes=model_shapes,
+    step_shapes=step_shapes,
 )

@@ -70,9 +70,9 @@ def test_a_block_size_that_is_not_a_power_of_two_is_served():
 PAGED_DOMAIN = [  # (the changes, each (old, new); the dim of the failing case; its values)
     # head_dim 256 (Gemma 2 2B/9B, vLLM's largest): dims past 128 never written
     ((("BD=triton.next_power_of_2(head_dim)", "BD=min(triton.next_power_of_2(head_dim), 128)"),), 3, (256,)),
-    # a decode step of vLLM's max_num_seqs (1024 on an H100/H200), a range case of the default plan (the quick one
-    # keeps 2 of 6): the sequence search stops after 64 sequences
-    ((("end = seq + num_seqs", "end = seq + tl.minimum(num_seqs, 64)"),), 0, (1024,)),
+    # the sequence search stops after 64 sequences: wrong at a decode step of vLLM's max_num_seqs (1024 on an
+    # H100/H200, a range case of the default plan; the quick one keeps 2 of 6), and at a drawn step past 64
+    ((("end = seq + num_seqs", "end = seq + tl.minimum(num_seqs, 64)"),), 0, tuple(range(65, 1025))),
     # stop 40's attacker: the window applied to the cached prefix only (a chunk's own keys taken as inside it), wrong
     # once a prefill chunk is longer than its window: the default step's 2048-row chunk under Gemma 3's 1024 keys
     ((("for start in range(lo // TILE * TILE, pos + 1, TILE):",
@@ -580,6 +580,19 @@ def test_paged_attention_kernels_wrong_only_in_orders_and_windows_engines_serve_
     v = verify("paged_attention", example_variant(tmp_path, "paged_attention", *cheat),
                compose(["verify=quick", "verify.dtypes=[bfloat16]"]))
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
+
+
+def test_a_paged_attention_wrong_only_at_decode_batches_between_the_plans_is_caught_at_a_drawn_step(tmp_path):
+    """The plan's paged attention cases ran 1 to 4, 17, 31 and 1024 sequences: a kernel wrong only for decode
+    batches of 5 to 16 sequences (a runtime count: no launch signature shows it) met none. A step of each drawn
+    count runs as that many decodes (paged_attention.step_shapes, plan.steps.step_counts), on the together budget."""
+    out = "    out = acc / denom[:, None]\n"
+    wrong = example_variant(tmp_path, "paged_attention", out,
+                            out + "    out = tl.where((num_seqs >= 5) & (num_seqs <= 16), out * 0.5, out)\n")
+    v = verify("paged_attention", wrong, compose(["verify=quick", "verify.dtypes=[bfloat16]",
+                                                  "verify.together_values=33554432", "verify.together_flops=2147483648"]))
+    assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
+    assert 5 <= v.failing_case().shape[0] <= 16, v.reason
 
 
 def test_a_kernel_wrong_only_at_magnitudes_n01_never_reaches_is_incorrect(tmp_path):

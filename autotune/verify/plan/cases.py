@@ -222,14 +222,14 @@ def drawn_steps(target: Target, config: PlanConfig, salt: bytes) -> list[tuple[S
     attacker's three; a batch padded to a CUDA graph's size past 64: a round-15 attacker's) makes no launch signature
     of its own. The draw is secret, so a kernel wrong in one octave meets it every run, and one wrong at a single count
     only by chance (the GPU's plan runs the profile's counts)."""
-    if target.model_shapes is None:
+    shapes_of = target.step_shapes or target.model_shapes
+    if shapes_of is None:
         return []
     rng = run_rng(target, salt + b"steps")
     found: list[tuple[Shape, Shape]] = []
     for rows in step_counts(rng, config.served_rows):
         steps = [(shape, [d for d, (a, b) in enumerate(zip(shape, other)) if a != b])
-                 for p in config.presets
-                 for shape, other in zip(target.model_shapes(p, rows), target.model_shapes(p, rows + 2))]
+                 for p in config.presets for shape, other in zip(shapes_of(p, rows), shapes_of(p, rows + 2))]
         steps = [(tuple(shape), dims) for shape, dims in steps if dims]  # shapes that follow the step's tokens
         if not steps:
             continue
