@@ -230,14 +230,14 @@ def drawn_steps(target: Target, config: PlanConfig, salt: bytes) -> list[tuple[S
     for rows in step_counts(rng, config.served_rows):
         steps = [(shape, [d for d, (a, b) in enumerate(zip(shape, other)) if a != b])
                  for p in config.presets for shape, other in zip(shapes_of(p, rows), shapes_of(p, rows + 2))]
-        steps = [(tuple(shape), dims) for shape, dims in steps if dims]  # shapes that follow the step's tokens
-        if not steps:
-            continue
-        shape, dims = rng.choice(steps)
-        runs = [run for run in (_fits(target, r, config) for r in (*target.range_cuts(shape), shape))
-                if run is not None and all(run[d] == shape[d] for d in dims)]
-        if runs:
-            found.append((shape, min(runs, key=lambda r: work(target, r))))
+        options = []  # (a preset's shape that follows the step's tokens, its cheapest run that keeps them)
+        for shape, dims in steps:
+            runs = [run for run in (_fits(target, r, config) for r in (*target.range_cuts(shape), shape))
+                    if dims and run is not None and all(run[d] == shape[d] for d in dims)]
+            if runs:
+                options.append((tuple(shape), min(runs, key=lambda r: work(target, r))))
+        if options:  # a preset none of whose runs fits (Mixtral's 14336 x 4096 experts at 13 tokens) is not drawn
+            found.append(rng.choice(options))
     return found
 
 
