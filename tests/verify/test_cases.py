@@ -580,6 +580,18 @@ def test_a_sample_too_slow_to_run_again_whole_runs_whole_at_a_smaller_size():
     assert sum(t > b for t, b in zip(tiny.shape, base)) == 1
 
 
+def test_every_drawn_count_runs_on_every_target():
+    """Each count `step_counts` draws runs as a step of every target whose shapes follow the count, in a preset whose
+    runs fit the budget (the fused MoE's counts 5 to 23 had been dropped whenever Mixtral's shape was drawn), and
+    paged attention's up to vLLM's max_num_seqs."""
+    default = dataclasses.replace(PLAN, together_values=33554432, together_flops=2147483648)
+    for target in all_targets():
+        counts = steps.step_counts(case_plan.run_rng(target, b"salt" + b"steps"), default.served_rows)
+        drawn = case_plan.drawn_steps(target, default, b"salt")
+        most = 1024 if target.name == "paged_attention" else default.served_rows  # past it a step is no larger
+        assert len(drawn) == len([n for n in counts if n < most]), (target.name, counts, drawn)
+
+
 def test_the_drawn_counts_cover_each_octave_odd_and_padded():
     """Every count up to 8 runs, and every octave of a step's counts from 8 to the served rows gets an odd count, one
     an engine pads a batch to (vLLM's CUDA-graph sizes: multiples of 8, of 16 from 256 to 512, where a multiple of 8
