@@ -231,7 +231,8 @@ def make_inputs(shape, dtype, gen, kind):
     own = int(per_seq.sum()) + 3
     num_blocks = min(own, max(width + 3, CACHE_ELEMENTS // (block_size * kv_heads * head_dim)))
     pool = _block_pool(per_seq, num_blocks, gen)
-    table = pool[torch.randint(0, num_blocks, (seqs, width), generator=gen)]  # unused entries: others' blocks
+    table = pool[torch.randint(0, num_blocks, (seqs, width), generator=gen)]  # unused entries: others' blocks (as
+    # an SGLang-style pool's stale ones), or in half the calls zeros (below)
     start, shared = 0, num_blocks < own  # shared: each sequence's blocks drawn from all of them
     for s, n in enumerate(per_seq.tolist()):
         table[s, :n] = torch.randperm(num_blocks, generator=gen)[:n] if shared else pool[start:start + n]
@@ -248,6 +249,8 @@ def make_inputs(shape, dtype, gen, kind):
     full = ctx // block_size  # the full blocks of each sequence's context as drawn (a decode's is redrawn shorter)
     ctx = torch.where(decode, _decode_contexts(ctx, gen), ctx)
     table = _prefix_hits(table, full, gen)  # drawn last: every draw above is as it was before prefix hits
+    if torch.rand((), generator=gen) < 0.5:  # vLLM's tables: zeros past a sequence's blocks (block 0, its null block)
+        table[torch.arange(width)[None, :] >= ((ctx + block_size - 1) // block_size)[:, None]] = 0
     return (q, k_cache, v_cache, cu.to(torch.int32), ctx.to(torch.int32), table.to(torch.int32), head_dim ** -0.5,
             window, int(rows.max()), int(ctx.max()))
 

@@ -575,6 +575,16 @@ def test_paged_attention_steps_come_with_their_decodes_first_and_in_any_order_wi
                   "    lo = tl.where((seq > 0) & hit & (ctx > 2 * BS), tl.maximum(lo, 2 * BS), lo)\n"
                   "    for start in range(lo // TILE * TILE, pos + 1, TILE):"),
                  id="prefix_hit_skipped"),
+    # round 16's attacker: vLLM pads a block table's unused entries with 0 (its null block); every table had held
+    # other sequences' blocks there, so a kernel wrong only where a row ends in zeros met none
+    pytest.param(("    out = acc / denom[:, None]\n",
+                  "    out = acc / denom[:, None]\n"
+                  "    tail = table_ptr + seq.to(tl.int64) * stb + table_width - 2\n"
+                  "    wide = table_width > 2\n"
+                  "    padded = wide & (tl.load(tail, mask=wide, other=1) == 0)\n"
+                  "    padded = padded & (tl.load(tail + 1, mask=wide, other=1) == 0)\n"
+                  "    out = tl.where(padded, out * 0.5, out)\n"),
+                 id="zero_padded_table_halved"),
 ])
 def test_paged_attention_kernels_wrong_only_in_orders_and_windows_engines_serve_are_incorrect(tmp_path, cheat):
     v = verify("paged_attention", example_variant(tmp_path, "paged_attention", *cheat),
