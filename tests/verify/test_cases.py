@@ -598,7 +598,7 @@ def test_the_drawn_counts_cover_each_octave_odd_and_padded():
     that is not of 16 runs too) and another even one; each drawn per run."""
     draws = [steps.step_counts(random.Random(seed), 2048) for seed in range(200)]
     for counts in draws:
-        assert counts[:8] == list(range(1, 9))
+        assert counts[:8] == list(range(1, 9)) and {16, 32, 64} <= set(counts)
         for low in (8, 16, 32, 64, 128, 256, 512, 1024):
             inside = [n for n in counts if low < n <= 2 * low]
             assert any(n % 2 for n in inside), counts

@@ -8,13 +8,14 @@ import random
 
 def step_counts(rng: random.Random, served_rows: int) -> list[int]:
     """Token counts of a step: every count up to 8 (a decode batch: vLLM's smallest CUDA graphs are 1, 2, 4 and 8,
-    an eager step any count between), then, drawn, in each octave from 8 to the most rows served (9-16, 17-32, ...,
+    an eager step any count between) and its graphs of 16, 32 and 64 (no case of rotary's, SiLU-and-mul's or the
+    fused MoE's had run 16 tokens), then, drawn, in each octave from 8 to the most rows served (9-16, 17-32, ...,
     1025-2048) an odd count (a ragged last block, as an eager step of any count has), a padded one (`padded_counts`)
     and an even one that is not a multiple of 8 (an eager step's); from 256 to 512, where vLLM's graphs step by 16,
     also a multiple of 8 that is not of 16 (a chunked prefill's step). Odd draws alone never met an even count past
     64 (round-15 attackers' RMSNorms went wrong at every multiple of 8, and every even count, past 64 that is not a
     power of two), and no case ran a decode batch of 4, 5 or 6 rows, or 264 tokens (a round-16 attacker's)."""
-    counts = list(range(1, min(8, served_rows) + 1))
+    counts = [n for n in (*range(1, 9), 16, 32, 64) if n <= served_rows]
     low = 8
     while low < served_rows:
         high = min(2 * low, served_rows)
