@@ -214,14 +214,14 @@ def _planned(target: Target, shapes, config: PlanConfig, salt: bytes) -> list[_P
 
 def drawn_steps(target: Target, config: PlanConfig, salt: bytes) -> list[tuple[Shape, Shape]]:
     """(served shape, shape run) for steps of token counts drawn per run (`step_counts`), each of a drawn preset's
-    shapes that follow the step's tokens: the cheapest of its range cuts and itself that keeps them (the dims that
-    follow the count), within the together budget (`verify.together_values` and `together_flops`: none on the quick
-    plan). Engines serve every count up to a step's; the other cases run a few counts up to 64, the presets' served
-    counts and the cuts' (powers of two and their remainders), and a kernel that switches on a runtime count (a ragged
-    last group of 256 rows past the first, a decode batch of 96, 66 to 255 tokens of a MoE step: a round-14
-    attacker's three; a batch padded to a CUDA graph's size past 64: a round-15 attacker's) makes no launch signature
-    of its own. The draw is secret, so a kernel wrong in one octave meets it every run, and one wrong at a single count
-    only by chance (the GPU's plan runs the profile's counts)."""
+    shapes that follow the step's tokens (`Target.step_shapes`, else its model shapes): the cheapest of its range cuts
+    and itself that keeps them (the dims that follow the count), within the together budget (`verify.together_values`
+    and `together_flops`: none on the quick plan). Engines serve every count up to a step's; the other cases run a few
+    counts up to 64, the presets' served counts and the cuts' (powers of two and their remainders), and a kernel that
+    switches on a runtime count (a ragged last group of 256 rows past the first, a decode batch of 96, 66 to 255 tokens
+    of a MoE step: a round-14 attacker's three; a batch padded to a CUDA graph's size past 64: a round-15 attacker's)
+    makes no launch signature of its own. The draw is secret, so a kernel wrong in one octave meets it every run, and
+    one wrong at a single count only by chance (the GPU's plan runs the profile's counts)."""
     shapes_of = target.step_shapes or target.model_shapes
     if shapes_of is None:
         return []
@@ -232,8 +232,10 @@ def drawn_steps(target: Target, config: PlanConfig, salt: bytes) -> list[tuple[S
                  for p in config.presets for shape, other in zip(shapes_of(p, rows), shapes_of(p, rows + 2))]
         options = []  # (a preset's shape that follows the step's tokens, its cheapest run that keeps them)
         for shape, dims in steps:
+            if not dims:
+                continue
             runs = [run for run in (_fits(target, r, config) for r in (*target.range_cuts(shape), shape))
-                    if dims and run is not None and all(run[d] == shape[d] for d in dims)]
+                    if run is not None and all(run[d] == shape[d] for d in dims)]
             if runs:
                 options.append((tuple(shape), min(runs, key=lambda r: work(target, r))))
         if options:  # a preset none of whose runs fits (Mixtral's 14336 x 4096 experts at 13 tokens) is not drawn
