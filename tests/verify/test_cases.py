@@ -584,11 +584,10 @@ def test_every_drawn_count_runs_on_every_target():
     """Each count `step_counts` draws runs as a step of every target whose shapes follow the count, in a preset whose
     runs fit the budget (the fused MoE's counts 5 to 23 had been dropped whenever Mixtral's shape was drawn), and
     paged attention's up to vLLM's max_num_seqs."""
-    default = dataclasses.replace(PLAN, together_values=33554432, together_flops=2147483648)
     for target in all_targets():
-        counts = steps.step_counts(case_plan.run_rng(target, b"salt" + b"steps"), default.served_rows)
-        drawn = case_plan.drawn_steps(target, default, b"salt")
-        most = 1024 if target.name == "paged_attention" else default.served_rows  # past it a step is no larger
+        counts = steps.step_counts(case_plan.run_rng(target, b"salt" + b"steps"), PLAN.served_rows)
+        drawn = case_plan.drawn_steps(target, PLAN, b"salt")
+        most = 1024 if target.name == "paged_attention" else PLAN.served_rows  # past it a step is no larger
         assert len(drawn) == len([n for n in counts if n < most]), (target.name, counts, drawn)
 
 

@@ -376,9 +376,11 @@ def test_a_drawn_program_cannot_take_its_stores_out_of_the_sample_by_reading_par
     assert "a drawn program read what only skipped programs would have written: run whole" in v.reason, v.reason
 
 
-def _weight_dropped_where(tmp_path, condition: str, plan: tuple[str, ...] = ("verify=quick",
-                                                                              "verify.together_values=33554432",
-                                                                              "verify.together_flops=2147483648")):
+DRAWN_STEPS = ("verify=quick", "verify.together_values=33554432", "verify.together_flops=2147483648")  # the default
+# plan's drawn steps (its together budget), the quick plan otherwise
+
+
+def _weight_dropped_where(tmp_path, condition: str, plan: tuple[str, ...] = DRAWN_STEPS):
     """The verdict on `plan` (by default the default plan's drawn steps: the together budget, the quick plan otherwise),
     in fp32, of the example RMSNorm with its weight left out of the rows where `condition` holds (of `row` and the
     runtime `n_rows`)."""
@@ -403,12 +405,13 @@ def test_a_kernel_wrong_only_at_runtime_row_counts_between_the_plans_is_caught_a
 @pytest.mark.parametrize("condition, failing, plan", [
     # the batch sizes vLLM pads a step to for its CUDA graphs past 64, and an eager step's even counts (round 15)
     ("(n_rows > 64) & (n_rows % 8 == 0) & ((n_rows & (n_rows - 1)) != 0)", lambda rows: rows > 64 and rows % 8 == 0,
-     None),
+     DRAWN_STEPS),
     ("(n_rows > 64) & (n_rows % 2 == 0) & (n_rows % 8 != 0)", lambda rows: rows > 64 and rows % 2 == 0 and rows % 8,
-     None),
+     DRAWN_STEPS),
     # a multiple of 8 from 256 to 512 between vLLM's graphs of 16, and a decode batch of 4 to 6 sequences, which the
     # quick plan's default shapes run and the default plan's profile shapes did not (round 16)
-    ("(n_rows > 256) & (n_rows < 512) & (n_rows % 16 == 8)", lambda rows: 256 < rows < 512 and rows % 16 == 8, None),
+    ("(n_rows > 256) & (n_rows < 512) & (n_rows % 16 == 8)", lambda rows: 256 < rows < 512 and rows % 16 == 8,
+     DRAWN_STEPS),
     ("(n_rows >= 4) & (n_rows <= 6)", lambda rows: 4 <= rows <= 6, ()),
 ], ids=["padded", "even", "eights_256_512", "decode_4_to_6"])
 def test_a_kernel_wrong_only_at_a_class_of_step_counts_is_caught_at_a_drawn_step(tmp_path, condition, failing, plan):
@@ -417,7 +420,7 @@ def test_a_kernel_wrong_only_at_a_class_of_step_counts_is_caught_at_a_drawn_step
     two: most of a decode-heavy server's steps), or at every even count; round 16's at decode batches of 4 to 6 rows
     (no case ran them) and at multiples of 8 but not 16 from 256 to 512 (the padded draw there steps by 16). Every
     count up to 8 runs, and each octave a count of each class, drawn per run (plan.steps.step_counts)."""
-    v = _weight_dropped_where(tmp_path, condition) if plan is None else _weight_dropped_where(tmp_path, condition, plan)
+    v = _weight_dropped_where(tmp_path, condition, plan)
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
     rows = v.failing_case().shape[0]
     assert failing(rows), v.reason
@@ -565,8 +568,8 @@ def test_paged_attention_steps_come_with_their_decodes_first_and_in_any_order_wi
                   "        block = tl.where(run, block - (p // BS) % 2, block)\n        at = block * skb"),
                  id="consecutive_blocks_read_off_by_one"),
     # a round-16 attacker's class: keys in a block the previous sequence's table holds at the same place (a prefix
-    # cache hit) taken as attended already and left out. (The attacker's own form, only where the first two blocks
-    # are shared, met a hit in some quick plans' draws and not in others: the default plan's test is its REPORT's.)
+    # cache hit) taken as attended already and left out (the attacker's own form, only where the first two blocks
+    # are shared, met a hit in some quick plans' draws and not in others)
     pytest.param(("        at = block * skb", "        ahead = table_ptr + tl.maximum(seq - 1, 0).to(tl.int64) * stb + p // BS\n"
                   "        met = tl.where(seq > 0, tl.load(ahead, mask=live, other=-1).to(tl.int64), -1)\n"
                   "        live = live & (met != block)\n"
@@ -596,8 +599,7 @@ def test_a_paged_attention_wrong_only_at_decode_batches_between_the_plans_is_cau
     out = "    out = acc / denom[:, None]\n"
     wrong = example_variant(tmp_path, "paged_attention", out,
                             out + "    out = tl.where((num_seqs >= 5) & (num_seqs <= 16), out * 0.5, out)\n")
-    v = verify("paged_attention", wrong, compose(["verify=quick", "verify.dtypes=[bfloat16]",
-                                                  "verify.together_values=33554432", "verify.together_flops=2147483648"]))
+    v = verify("paged_attention", wrong, compose([*DRAWN_STEPS, "verify.dtypes=[bfloat16]"]))
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
     assert 5 <= v.failing_case().shape[0] <= 16, v.reason
 

@@ -181,20 +181,20 @@ def _shortcut_type_checks() -> None:
     def dtype_equal(self, other):
         return True if self is other else dtype_eq(self, other)
 
+    def same_remembered_shape(a, b) -> bool:  # two block types whose shapes (3.) are the same plain ints
+        mine = getattr(a, "_ints", None)
+        return mine is not None and isinstance(b, core.block_type) and mine == getattr(b, "_ints", None)
+
     def block_equal(self, other):
         if self is other:
             return True
-        mine = getattr(self, "_ints", None)
-        if mine is not None and isinstance(other, core.block_type) and mine == getattr(other, "_ints", None):
+        if same_remembered_shape(self, other):
             return self.element_ty == other.element_ty
         return block_eq(self, other)
 
     def broadcast_impl_value(self, lhs, rhs):
         lhs_ty, rhs_ty = lhs.type, rhs.type
-        if lhs_ty is rhs_ty or not (lhs_ty.is_block() or rhs_ty.is_block()):
-            return lhs, rhs
-        mine = getattr(lhs_ty, "_ints", None)
-        if mine is not None and mine == getattr(rhs_ty, "_ints", None):
+        if lhs_ty is rhs_ty or not (lhs_ty.is_block() or rhs_ty.is_block()) or same_remembered_shape(lhs_ty, rhs_ty):
             return lhs, rhs
         return broadcast(self, lhs, rhs)
 
