@@ -84,17 +84,19 @@ def route(tokens: int, experts: int, top_k: int, gen: torch.Generator) -> torch.
     order = [e for e in torch.randperm(experts, generator=gen).tolist() if e not in (hot, 0, experts - 1)]
     idle = set(order[:max(0, min(experts // 4, experts - top_k - 3))])
     allowed = torch.tensor([e for e in range(experts) if e not in idle])
-    rows = []
-    for _ in range(tokens):
-        pick = allowed[torch.randperm(len(allowed), generator=gen)[:top_k]].tolist()
-        if hot not in pick and torch.rand((), generator=gen) < 0.75:
-            pick[-1] = hot
-        rows.append(pick)
+    # each token's k distinct experts: the first k of its own random order of the allowed ones, drawn for a block of
+    # tokens at a time (draws of at most 32768 values: a dry call's stand-ins make small tensors for real)
+    block = max(1, (1 << 15) // len(allowed))
+    picks = torch.cat([allowed[torch.rand((min(block, tokens - t), len(allowed)), generator=gen).argsort(dim=-1)
+                               [:, :top_k]] for t in range(0, tokens, block)])
+    missing = ~(picks == hot).any(dim=-1) & (torch.rand(tokens, generator=gen) < 0.75)
+    picks[missing, -1] = hot
     for t, must in ((0, experts - 1), (tokens - 1, 0)):
-        if must not in rows[t]:
-            free = [j for j, e in enumerate(rows[t]) if e not in (hot, 0, experts - 1)]
-            rows[t][free[0] if free else -1] = must
-    ids = torch.tensor(rows, dtype=torch.int32)
+        row = picks[t].tolist()
+        if must not in row:
+            free = [j for j, e in enumerate(row) if e not in (hot, 0, experts - 1)]
+            picks[t, free[0] if free else -1] = must
+    ids = picks.to(torch.int32)
     perm = torch.argsort(torch.rand(tokens, top_k, generator=gen), dim=-1)  # the hot expert in any slot
     return torch.gather(ids, 1, perm)
 
