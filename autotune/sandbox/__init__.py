@@ -37,10 +37,11 @@ from autotune.sandbox.runner import (
     Stopped,
     child_env,
     child_main,
+    prewarm,
     run_isolated,
     stop_all,
     trim_traceback,
 )
 
-__all__ = ["Limits", "SandboxResult", "Stopped", "child_env", "child_main", "run_isolated", "stop_all",
-           "trim_traceback"]
+__all__ = ["Limits", "SandboxResult", "Stopped", "child_env", "child_main", "prewarm", "run_isolated",
+           "stop_all", "trim_traceback"]

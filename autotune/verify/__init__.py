@@ -12,8 +12,21 @@ of it and must not pull in the judge.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
+
+WORKER = "autotune.verify.worker"  # the sandboxed worker's module
+
+
+def start_worker(device: str = "auto") -> None:
+    """Start the worker's fork server now, so that its imports (2-3 s) run beside the caller's own (torch's among
+    them); only where the device is surely the CPU (a GPU run's worker must see the GPU: started when needed)."""
+    if device == "cpu" or (device == "auto" and not os.path.exists("/dev/nvidiactl")):
+        from autotune.sandbox import prewarm
+
+        prewarm(WORKER)
+
 
 
 def verify(target, source, cfg_verify, *, shapes=None, environment=None):

@@ -39,7 +39,7 @@ import sys
 
 from autotune.config import from_argv
 from autotune.errors import UserError
-from autotune.verify import verify
+from autotune.verify import start_worker, verify
 
 USAGE = "autotune verify TARGET FILE [--json] [key=value ...]  |  autotune verify TARGET --plan [key=value ...]"
 
@@ -75,6 +75,7 @@ def _main(argv: list[str]) -> int:
         return 0
     if ns.file is None:
         raise UserError(f"name the candidate file to judge (usage: {USAGE})")
+    start_worker(str(cfg.get("device", "auto")))
     return judge_file(cfg, ns.target, ns.file, ns.json)
 
 

@@ -26,7 +26,7 @@ from autotune.errors import UserError
 from autotune.records import ProfiledShape
 from autotune.sandbox import Limits, SandboxResult, run_isolated
 from autotune.targets.base import Target, dtype_name
-from autotune.verify import protocol
+from autotune.verify import WORKER, protocol
 from autotune.verify.heap import reuse_freed_memory
 from autotune.verify.judge.session import Session
 from autotune.verify.judge.status import Ended, conclude
@@ -264,8 +264,8 @@ def _run_worker(target: Target, source: str, plan: list[case_plan.Case], limits:
     host = {"source": source, "entry": target.name, "autotune_turn": secrets.randbelow(1 << 16),
             "device_facts": queries.of_device().to_dict()}
     with tempfile.TemporaryDirectory(prefix="autotune-verify-", ignore_cleanup_errors=True) as tmp:
-        return run_isolated("autotune.verify.worker", {"source": source, "device": device,
-                                                       "source_limits": limits_of_source.to_wire()}, limits=limits,
+        return run_isolated(WORKER, {"source": source, "device": device, "source_limits": limits_of_source.to_wire()},
+                            limits=limits,
                             host=host, stream=cases, workdir=Path(tmp) / "work", gpu=accel.get(device).sandbox_gpu,
                             on_event=session.on_frame, max_frame_bytes=frame_bytes,
                             schemas=protocol.device_schemas(),
