@@ -58,6 +58,20 @@ def test_a_sample_keeps_the_grids_last_program_and_draws_the_others_afresh_per_c
     assert Sample(1, rng).order((2, 1, 1)) is None  # a grid no longer than the sample and its last runs whole
 
 
+def test_a_second_launch_samples_the_axis_the_first_drew_whatever_its_longest():
+    """An MoE's activation kernel runs one program per token and its down projection one per token and column block:
+    the second launch samples the tokens the first ran (reading rows they wrote), not its longer column axis."""
+    sample = Sample(2, np.random.default_rng(0))
+    first = sample.order((40, 1, 1))
+    assert first is not None
+    tokens = sorted(first.tolist())
+    second = sample.order((40, 100, 1))  # its longest axis is the columns'
+    assert second is not None and sorted({int(i) // 100 for i in second}) == tokens
+    assert len(second) == len(tokens) * 100  # every column block of each sampled token
+    alone = Sample(2, np.random.default_rng(0)).order((40, 100, 1))  # without the first: along the columns
+    assert alone is not None and len({int(i) // 100 for i in alone}) == 40
+
+
 def test_a_sample_runs_an_edge_of_a_power_of_two_chunk_each_call():
     """A stop 48 attacker's paged attention searched cu_seqlens_q by chunks of 512 sequences and lost the last of
     each: one program in 1024. Each call's sample runs the last or the first of two power-of-two chunks (from 32)."""

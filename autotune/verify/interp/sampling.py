@@ -4,8 +4,8 @@ the CPU without the interpreter running all of it.
 A case at a served shape keeps every dimension a kernel indexes whole (every kv head, the longest context, M over
 many row blocks) and cuts only independent work; where that is still too slow for the interpreter, each launch
 of the call runs only some of its programs: along the grid's longest axis, `programs` indices drawn afresh per call
-and the last (a grid's tail) besides (the same indices for every launch of the call whose axis has that length),
-every index of the other axes. A
+and the last (a grid's tail) besides (the same indices for every launch of the call whose axis has that length, and
+that axis is the one sampled where an earlier launch drew it), every index of the other axes. A
 launch given a storage that sampled programs left partly written (a second kernel reading the first's partial
 results, or the autotuner's benchmark run and then the real one) starts as a sample too; the first of its programs
 that reads a byte nothing valid wrote turns it into a whole launch (it runs every program, and those that read only
@@ -263,9 +263,12 @@ class Sample:
 
     def order(self, grid: tuple[int, int, int], args=()) -> np.ndarray | None:
         """The linear ids of the programs to run, in a random order; None to run the whole grid (a grid no
-        longer than the sample). A launch given a storage that sampled programs left partly written may widen to
-        the whole grid (`widen`)."""
-        axis = int(np.argmax(grid))
+        longer than the sample). Along the longest axis whose length an earlier launch of the call sampled, else the
+        longest: a second kernel over the first's rows (one program per token, then per token and column block)
+        runs the rows the first wrote, not a sample across them that reads what it skipped. A launch given a
+        storage that sampled programs left partly written may widen to the whole grid (`widen`)."""
+        seen = [a for a in range(3) if grid[a] in self.indices]
+        axis = max(seen, key=lambda a: grid[a]) if seen else int(np.argmax(grid))
         n = grid[axis]
         self.may_widen = any(self._partly_valid(a) for a in args if isinstance(a, torch.Tensor))
         if n <= self.programs + 1:
