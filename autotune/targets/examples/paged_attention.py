@@ -33,18 +33,23 @@ def _kernel(q_ptr, k_ptr, v_ptr, cu_ptr, lens_ptr, table_ptr, out_ptr, scale, wi
     d = tl.arange(0, BD)
     heads = kv_head * group + g
     q = tl.load(q_ptr + row.to(tl.int64) * sqt + heads[:, None] * sqh + d[None, :],
-                mask=(g[:, None] < group) & (d[None, :] < D), other=0.0).to(tl.float32)
+                mask=(g[:, None] < group) & (d[None, :] < D), other=0.0)
     m = tl.full((GROUP,), float("-inf"), dtype=tl.float32)
     denom = tl.zeros((GROUP,), dtype=tl.float32)
     acc = tl.zeros((GROUP, BD), dtype=tl.float32)
+    table = table_ptr + seq.to(tl.int64) * stb
+    lanes = tl.arange(0, TILE)
+    dims = d[None, :] < D
+    kv_d = kv_head * skh + d[None, :]  # this kv head's columns
     for start in range(lo // TILE * TILE, pos + 1, TILE):
-        p = start + tl.arange(0, TILE)
+        p = start + lanes
         live = (p >= lo) & (p <= pos)
-        block = tl.load(table_ptr + seq.to(tl.int64) * stb + p // BS, mask=live, other=0).to(tl.int64)
-        at = block * skb + (p % BS) * sks + kv_head * skh
-        k = tl.load(k_ptr + at[:, None] + d[None, :], mask=live[:, None] & (d[None, :] < D), other=0.0)
-        v = tl.load(v_ptr + at[:, None] + d[None, :], mask=live[:, None] & (d[None, :] < D), other=0.0)
-        s = tl.dot(q, tl.trans(k.to(tl.float32)), input_precision="ieee") * scale  # [GROUP, TILE]
+        block = tl.load(table + p // BS, mask=live, other=0).to(tl.int64)
+        at = block * skb + (p % BS) * sks
+        kv_at, kv = at[:, None] + kv_d, live[:, None] & dims  # [TILE, BD]: each key in both caches
+        k = tl.load(k_ptr + kv_at, mask=kv, other=0.0)
+        v = tl.load(v_ptr + kv_at, mask=kv, other=0.0)
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale  # [GROUP, TILE]; products exact in fp32
         s = tl.where(live[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))
         alpha = tl.exp(m - m_new)
