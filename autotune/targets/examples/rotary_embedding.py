@@ -1,5 +1,5 @@
-"""A correct RoPE as vLLM computes it: one program per token, all of its heads of q (then of k) as one tile, the cache
-row read once at the token's position."""
+"""A correct RoPE as vLLM computes it: one program per few tokens, all of their heads of q (then of k) as the rows of
+one tile (128 rows of (token, head) pairs), each row's cache row read at its token's position."""
 
 import torch
 import triton
@@ -7,11 +7,14 @@ import triton.language as tl
 
 
 @triton.jit
-def _rope_kernel(pos_ptr, x_ptr, cache_ptr, y_ptr, heads, head_dim, half, token_stride, head_stride, cache_stride,
-                 IS_NEOX: tl.constexpr, HEADS: tl.constexpr, BLOCK: tl.constexpr, REST: tl.constexpr):
-    token = tl.program_id(0)
+def _rope_kernel(pos_ptr, x_ptr, cache_ptr, y_ptr, tokens, heads, head_dim, half, token_stride, head_stride,
+                 cache_stride, IS_NEOX: tl.constexpr, HEADS: tl.constexpr, TOKENS: tl.constexpr, BLOCK: tl.constexpr,
+                 REST: tl.constexpr):
+    row = tl.arange(0, TOKENS * HEADS)[:, None]  # the tile's rows: (token, head) pairs, TOKENS tokens
+    token = tl.program_id(0) * TOKENS + row // HEADS
+    h = tl.where(token < tokens, row % HEADS, HEADS)  # a row past the last token: a head past the last, masked out
+    token = tl.minimum(token, tokens - 1)
     pos = tl.load(pos_ptr + token)
-    h = tl.arange(0, HEADS)[:, None]
     j = tl.arange(0, BLOCK)[None, :]
     mask = (h < heads) & (j < half)
     c = tl.load(cache_ptr + pos * cache_stride + j, mask=j < half, other=0.0).to(tl.float32)
@@ -35,10 +38,13 @@ def _rotate(positions, x, cache, is_neox):
     tokens, heads, head_dim = x.shape
     y = torch.empty((tokens, heads, head_dim), dtype=x.dtype, device=x.device)
     half = cache.shape[1] // 2
-    _rope_kernel[(tokens,)](positions, x, cache, y, heads, head_dim, half, x.stride(0), x.stride(1), cache.stride(0),
-                            IS_NEOX=is_neox, HEADS=triton.next_power_of_2(heads), BLOCK=triton.next_power_of_2(half),
-                            REST=triton.next_power_of_2(max(1, head_dim - 2 * half)),
-                            enable_fp_fusion=False)  # the reference rounds each product before the sum
+    rows = triton.next_power_of_2(heads)
+    per = max(1, 128 // rows)  # tokens a program turns: 128 rows of (token, head) pairs, or one token's heads
+    _rope_kernel[(triton.cdiv(tokens, per),)](
+        positions, x, cache, y, tokens, heads, head_dim, half, x.stride(0), x.stride(1), cache.stride(0),
+        IS_NEOX=is_neox, HEADS=rows, TOKENS=per, BLOCK=triton.next_power_of_2(half),
+        REST=triton.next_power_of_2(max(1, head_dim - 2 * half)),
+        enable_fp_fusion=False)  # the reference rounds each product before the sum
     return y
 
 
