@@ -31,6 +31,7 @@ import dataclasses
 import importlib.util
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import triton
@@ -73,6 +74,7 @@ class FrontEnd:
     def __init__(self, kernels: dict[str, JITFunction]):
         self.kernels = kernels
         self.backend = make_backend(TARGET)
+        self.binders: dict[str, Callable] = {}  # kernel -> its arguments' binder (specialization and options)
         self.compiled: dict[tuple, frozenset[str]] = {}  # specialization -> its reduced fp32 dot precisions
         # (kernel, argument types, constexprs, options) -> its shared memory: the alignment attributes of a
         # specialization change vector widths, not the tiles and stages that take shared memory
@@ -131,8 +133,9 @@ class FrontEnd:
         fn = self.kernels.get(name)
         if fn is None:
             raise CompilationError(f"the launched kernel `{name}` is not a top-level @triton.jit function of the file")
-        binder = create_function_from_signature(fn.signature, fn.params, self.backend)
-        bound, specialization, options = binder(*args, **kwargs)
+        if name not in self.binders:  # Triton's own launch makes its binder once per kernel too
+            self.binders[name] = create_function_from_signature(fn.signature, fn.params, self.backend)
+        bound, specialization, options = self.binders[name](*args, **kwargs)
         options, signature, constexprs, attrs = fn._pack_args(self.backend, kwargs, bound, specialization, options)
         key = (name, repr(signature), repr(constexprs), repr(attrs), repr(sorted(options.__dict__.items())))
         tiles = (name, repr(signature), repr(constexprs), key[-1])
