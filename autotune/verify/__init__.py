@@ -28,7 +28,6 @@ def start_worker(device: str = "auto") -> None:
         prewarm(WORKER)
 
 
-
 def verify(target, source, cfg_verify, *, shapes=None, environment=None):
     """Judge the candidate `source` (a path, or the source text itself) for `target` (a name or a Target).
 
