@@ -130,7 +130,7 @@ def prewarm(module: str, gpu: bool = False) -> None:
     """Start `module`'s zygote now, so that its imports (2-3 s) run beside the caller's own set-up; the first
     `run_isolated` of the module then forks at once."""
     if not _STOPPING.is_set():
-        zygote(module, gpu, child_env(_zygote_dir(), gpu), _zygote_dir())
+        _zygote(module, gpu)
 
 
 def run_isolated(module: str, payload: dict | Callable[[], dict], *, limits: Limits, workdir: str | Path,
@@ -235,8 +235,7 @@ def _spawn(module: str, workdir: Path, env: dict, gpu: bool, stderr_file) -> tup
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     try:
-        proc = zygote(module, gpu, child_env(_zygote_dir(), gpu), _zygote_dir()).spawn(
-            workdir, env, (in_r, out_w, stderr_file.fileno()))
+        proc = _zygote(module, gpu).spawn(workdir, env, (in_r, out_w, stderr_file.fileno()))
     except BaseException:
         os.close(in_w)
         os.close(out_r)
@@ -245,6 +244,11 @@ def _spawn(module: str, workdir: Path, env: dict, gpu: bool, stderr_file) -> tup
         os.close(in_r)
         os.close(out_w)
     return proc, in_w, out_r
+
+
+def _zygote(module: str, gpu: bool):
+    """The module's live zygote, started in the zygotes' own directory with the children's environment if none is."""
+    return zygote(module, gpu, child_env(_zygote_dir(), gpu), _zygote_dir())
 
 
 @functools.cache
