@@ -1,4 +1,4 @@
-"""A correct W8A16 GEMM: one program per 16 x 32 tile of y, K in steps of 64, int8 weights converted in
+"""A correct W8A16 GEMM: one program per 64 x 64 tile of y, K in steps of 64, int8 weights converted in
 registers to x's dtype (exact: |w| <= 127), the tiles on tl.dot with an fp32 accumulator (tensor cores for
 bf16/fp16, full fp32 products for fp32), each column scaled at the end."""
 
@@ -27,5 +27,5 @@ def int8_linear(x, weight, scale):
     m, k = x.shape
     n = weight.shape[0]
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
-    _kernel[(triton.cdiv(m, 16), triton.cdiv(n, 32))](x, weight, scale, y, m, n, k, BM=16, BN=32, BK=64)
+    _kernel[(triton.cdiv(m, 64), triton.cdiv(n, 64))](x, weight, scale, y, m, n, k, BM=64, BN=64, BK=64)
     return y
