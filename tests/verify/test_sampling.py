@@ -98,9 +98,9 @@ PACE_PROBE = textwrap.dedent('''
         tl.store(y_ptr + i, tl.load(x_ptr + i) * 2.0)
 
     found = []
-    for programs in (50, 3):
+    for programs, finish_within_s in ((50, 0.0), (3, 0.0), (50, 60.0), (50, 1e-9)):
         x, y = torch.arange(1, programs + 1, dtype=torch.float32), torch.zeros(programs)
-        with Sample(2, np.random.default_rng(0)) as sample:
+        with Sample(2, np.random.default_rng(0), finish_within_s=finish_within_s) as sample:
             try:
                 _double[(programs,)](x, y)
             except Exception as e:
@@ -112,11 +112,16 @@ PACE_PROBE = textwrap.dedent('''
 
 def test_a_sample_counts_the_programs_it_left_out_and_their_time_at_its_pace():
     """What replay.repeat_sampled weighs to run a call again whole (`verify.whole_within_s`): the programs the
-    launches left out and the interpreter's time for them at the pace of the sampled ones."""
-    (skipped, seconds, ran), (whole_skipped, whole_seconds, whole_ran) = json.loads(last_line(PACE_PROBE))
+    launches left out and the interpreter's time for them at the pace of the sampled ones; and, a launch that would
+    leave out little (Sample.finish), the rest of its grid run at once."""
+    found = json.loads(last_line(PACE_PROBE))
+    (skipped, seconds, ran), (whole_skipped, whole_seconds, whole_ran), finished, unfinished = found
     assert 45 <= skipped <= 47 and whole_skipped == 0  # 2 drawn, 31 and 32 and the last of 50 ran
     assert ran == 50 - skipped and whole_ran == 3  # all 3 of a grid of 3
     assert 0 < seconds < 60 and whole_seconds == 0
+    # within Sample.finish's limit at the sample's pace, the launch ran the rest of its grid after its sample
+    assert finished == [0, 0.0, 50], finished
+    assert unfinished[0] == skipped and unfinished[2] == ran, unfinished  # past it: a sample, as without one
 
 
 WIDEN_PROBE = textwrap.dedent('''

@@ -154,10 +154,11 @@ class Device:
         """A range case's call (its only one: range cases make no repeat or refill): each launch runs a drawn
         sample of its programs (autotune.verify.interp.sampling), and only what they wrote is compared (of an input
         the op writes in place: what they wrote there). Every output is compared where no launch left a program
-        out. The call runs again whole when the skipped programs would take the interpreter at most
-        `verify.whole_within_s` at their samples' pace (a grid that leaves outputs unwritten, as a persistent
-        kernel's rounded-down share does, shows then), and when nothing the sample wrote can be compared alone (a
-        split-K sum with atomics spread over every program of the longest axis) unless that would take the
+        out. A call of one launch runs the rest of its grid after its sample where that takes at most
+        `verify.whole_within_s` at the sample's pace (Sample.finish); the call runs again whole when the skipped
+        programs would take at most that at their samples' pace (a grid that leaves outputs unwritten, as a
+        persistent kernel's rounded-down share does, shows then), and when nothing the sample wrote can be compared
+        alone (a split-K sum with atomics spread over every program of the longest axis) unless that would take the
         interpreter more than `verify.rerun_within_s` at the sample's pace: then what the sample wrote is compared
         and the evidence says how long the whole call would take (`whole_estimate_s`), so that the judge runs it
         whole at a smaller size instead (a fused MoE's second GEMM and its sum read the first's sorted tiles, which
@@ -167,7 +168,11 @@ class Device:
         in_place = [(i, self.placed[i]) for i in self.case.mutates if self.placed[i] is not None]
         before = [(p, p.inner.clone()) for _, p in in_place]
         outs: list = []
-        with Sample(self.case.sample, rng, self.case.widen_within_ms / 1000) as sample:
+        kernels = sum(isinstance(ev, dict) and "launch" in ev for ev in events)
+        # a call of one launch runs the rest of its grid at once where cheap: in one of more, an earlier launch
+        # run so would be time lost where a later one stays sampled
+        finish_within_s = self.case.whole_within_ms / 1000 if kernels == 1 else 0.0
+        with Sample(self.case.sample, rng, self.case.widen_within_ms / 1000, finish_within_s) as sample:
             self.buffers.sample = sample
             try:
                 for _, p in in_place:
@@ -183,7 +188,8 @@ class Device:
             finally:
                 self.buffers.sample = None
         if not sample.skipped and not sample.drawn_tainted:
-            self.record.sampled = "every program ran (no launch's grid was longer than its sample)"
+            self.record.sampled = ("every program ran (no launch's grid was longer than its sample, or the rest of it "
+                                   "took at most verify.whole_within_s at its sample's pace)")
             return launches, outs, types
         atomics = any(o is not None and sample.atomics_into(o) for o in outs)
         compared = sum(int(v.sum()) for v in valid if v is not None) if outs else 0

@@ -27,7 +27,7 @@ which programs run, so one that is wrong for some programs is wrong in the sampl
 picks them, drawn afresh on every call. What no sampled program wrote is never compared here: a grid that leaves
 outputs unwritten shows only in a case that runs every program (a range case small enough, `verify.range_whole_work`,
 or one whose skipped programs, `skipped_s` at the sample's pace, are cheap enough to run again whole:
-`verify.whole_within_s`).
+`verify.whole_within_s`; a launch whose rest is that cheap runs it at once, `finish`).
 
     with Sample(programs=2, rng=rng) as sample:     # in the device, around a call's launches and ops
         sample.track(start, nbytes)                 # every storage the call allocates
@@ -74,9 +74,12 @@ _active: list[Sample] = []
 
 
 class Sample:
-    def __init__(self, programs: int, rng: np.random.Generator, widen_within_s: float = 0.0):
+    def __init__(self, programs: int, rng: np.random.Generator, widen_within_s: float = 0.0,
+                 finish_within_s: float = 0.0):
         self.programs, self.rng = programs, rng
         self.widen_within_s = widen_within_s  # a widened launch stops after this much time (0: it runs to the end)
+        self.finish_within_s = finish_within_s  # a launch runs the rest of its grid after its sample within this
+        self.finished_s = 0.0  # the time, at their samples' pace, of the programs launches ran after their samples
         self.indices: dict[int, np.ndarray] = {}  # axis length -> the indices drawn for it in this call
         self.starts: list[int] = []
         self.state_maps: list[tuple[int, int, np.ndarray]] = []  # (start, end, valid bytes)
@@ -181,6 +184,21 @@ class Sample:
         self.launch_sampled = True
         self.widened_at = 0.0
         self.notes.append(f"a launch that read partial results ran {self.widen_within_s:g} s, then stopped")
+
+    def finish(self) -> bool:
+        """The launch under way ran its sample: run the rest of its grid now where, at the sample's pace, what
+        it would leave out, with what the call's earlier launches left out or ran so, takes at most
+        `finish_within_s` (verify.whole_within_s): the call would run again whole for that (replay.repeat_sampled),
+        and the sample's programs would run twice. Not where the call runs again whole anyway (a drawn program
+        read what only skipped programs would have written; a sampled launch's atomics)."""
+        pace = (time.thread_time() - self.began) / max(1, self.ran)
+        if (not self.unvisited or self.widened_at or self.drawn_tainted or self.atomic
+                or self.skipped_s + self.finished_s + pace * self.unvisited > self.finish_within_s):
+            return False
+        self.finished_s += pace * self.unvisited
+        self.left, self.unvisited = self.unvisited, 0
+        self.launch_sampled = False
+        return True
 
     def sample_ran(self) -> None:
         """The launch under way ran its sample: the programs it leaves out, and their time at the sample's pace
@@ -342,7 +360,7 @@ def install() -> None:
         if s is not None:
             if s.widened_at and s.widen_within_s and time.thread_time() - s.widened_at > s.widen_within_s:
                 s.stop_widened()
-            if s.left <= 0:
+            if s.left <= 0 and not s.finish():
                 s.sample_ran()
                 raise _Done()
             s.left -= 1
