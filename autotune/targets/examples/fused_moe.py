@@ -75,8 +75,10 @@ def fused_moe(hidden_states, w13, w2, topk_weights, topk_ids):
     tokens, hidden = x.shape
     top_k, inter = ids.shape[1], w2.shape[2]
     act = torch.empty((tokens, top_k, inter), dtype=x.dtype, device=x.device)
-    # blocks no larger than the sizes (at most 64 of I and 128 of H): small experts leave no tile mostly masked
-    BI, BK = min(64, triton.next_power_of_2(inter)), min(128, triton.next_power_of_2(hidden))
+    # blocks no larger than the sizes (at most 128 of I in 16-bit dtypes, 64 in fp32: sm_90's shared memory; 128 of
+    # H): small experts leave no tile mostly masked
+    BI = min(128 if x.element_size() == 2 else 64, triton.next_power_of_2(inter))
+    BK = min(128, triton.next_power_of_2(hidden))
     _act[(tokens,)](x, w13, ids, act, top_k, hidden, inter, BI=BI, BK=BK)
     out = torch.empty((tokens, hidden), dtype=x.dtype, device=x.device)
     _down[(tokens, triton.cdiv(hidden, BK))](act, w2, weights, ids, out, top_k, hidden, inter, BN=BK, BI=BI)
