@@ -8,12 +8,15 @@ and stop at their first case; the correct kernels run every case (~20 s each on 
 
 import re
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
+import torch
 
 from autotune.config import compose
 from autotune.verify import verify
+from autotune.verify.device.frontend import CompilationError, FrontEnd
 from autotune.verify.verdict import Status
 from tests.verify.interpreted import last_line
 from tests.verify.variants import file_variant
@@ -170,3 +173,23 @@ def test_a_launch_past_shared_memory_is_a_compile_error_whatever_the_interpreter
     v = verify("linear", path, compose(["verify=quick"]))
     assert v.status is Status.COMPILE_ERROR, v.reason
     assert "bytes of shared memory" in v.reason and "out of bounds" not in v.reason
+
+
+def test_the_shared_memory_passes_run_beside_the_interpreter_and_refuse_by_the_runs_end(tmp_path):
+    """FrontEnd.settle(wait=False), at a launch's and a case's end, refuses only where the passes are done and keeps
+    the others; the run's end waits for them (verify.device.process._settled), so a refusal whose passes end after
+    its case still fails the run, naming the earlier case."""
+    FrontEnd.write((CANDIDATES / "linear_tiles_past_shared_memory.py").read_text(), tmp_path)
+    front = FrontEnd.load(tmp_path)
+    gate = threading.Event()
+    front.passes.submit(gate.wait)  # the passes' one thread is busy until the gate opens
+    m, n, k = 64, 64, 256
+    x, w, y = torch.zeros(m, k), torch.zeros(n, k), torch.empty(m, n)
+    front.check("_linear_kernel", (x, w, y, m, n, k, k, k, n),
+                {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 256, "num_warps": 8, "num_stages": 1}, case=3)
+    front.settle(wait=False, case=3)  # its passes wait behind the gate: kept, nothing said yet
+    assert front.unsettled
+    gate.set()
+    with pytest.raises(CompilationError, match=r"needs [\d,]+ bytes of shared memory.*launched first in an earlier"):
+        front.settle(case=4)
+    assert not front.unsettled

@@ -11,10 +11,11 @@ The front end runs (`ASTSource.make_ir`: Python AST to verified TTIR), then the 
 shared-memory allocation of the LLVM stage, as `triton.compile` runs them for sm_90: a launch whose kernel needs
 more shared memory than the GPU gives a block (tiles too large for their pipeline stages) fails there with
 OutOfResources, and is refused here with the figure. The stages after it need ptxas and a driver. Measured on this
-machine: 0.2 s for the first kernel, 0.03 s for each later one, and 0.05 s for the passes to the allocation. Those
-passes are C++ that releases the GIL, so they run on a thread of their own while the interpreter runs the launch,
-and the launch's end waits for them (`settle`): a refusal there is the launch's failure, whatever the interpreter
-made of it (on a GPU the launch never runs).
+machine: 0.2 s for the first kernel, 0.03 s for each later one, and 0.1-0.3 s for the passes to the allocation
+(most of it the TTGIR stage). Those passes are C++ that releases the GIL, so they run on a thread of their own
+beside the interpreter; a refusal there is the case's failure, whatever the interpreter made of it (on a GPU the
+launch never runs): a launch that failed waits for its passes before its failure is told, a case's evidence for
+its own launches', and the run's end for all.
 
     FrontEnd.write(source, workdir)          # before the audit hook forbids writes
     front = FrontEnd.load(workdir)           # after the interpreted import succeeded
@@ -79,7 +80,8 @@ class FrontEnd:
         # (kernel, argument types, constexprs, options) -> its shared memory: the alignment attributes of a
         # specialization change vector widths, not the tiles and stages that take shared memory
         self.shared: dict[tuple, concurrent.futures.Future[int]] = {}
-        self.unsettled: list[tuple[str, tuple]] = []  # (kernel, tiles) of the launches checked since `settle`
+        # tiles of the launches checked since `settle` -> (kernel, the case that launched them first)
+        self.unsettled: dict[tuple, tuple[str, object]] = {}
         self.passes = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="autotune-shared-memory")
 
     @classmethod
@@ -102,34 +104,41 @@ class FrontEnd:
             triton.knobs.runtime.interpret = interpret
         return cls(_kernels(vars(module)))
 
-    def check(self, name: str, args: tuple, kwargs: dict) -> frozenset[str]:
+    def check(self, name: str, args: tuple, kwargs: dict, case: object = None) -> frozenset[str]:
         """Compile the kernel `name` for these launch arguments, unless this specialization already was; the input
         precisions below IEEE at which it takes fp32 tl.dot operands (tf32 unless the kernel says otherwise), and
         HALF_OPERANDS if one of its dots takes fp16/bf16/fp8 operands, HALF_ROUNDING if it rounds fp32 values to
-        one of those types anywhere (either withdraws an fp32 case's TF32 allowance)."""
+        one of those types anywhere (either withdraws an fp32 case's TF32 allowance). `case`: the case under way,
+        named where a later `settle` refuses the launch."""
         try:
-            return self._compile(name, args, kwargs)
+            return self._compile(name, args, kwargs, case)
         except CompilationError:
             raise
         except Exception as e:  # noqa: BLE001 - untrusted code's failure, of any kind, is reported, never raised here
             raise _rejected(name, e) from None
 
-    def settle(self) -> None:
-        """Wait for the shared-memory passes of the launches checked since the last call; CompilationError for one
-        whose kernel needs more than an sm_90 block has, or that the passes reject."""
-        unsettled, self.unsettled = self.unsettled, []
-        for name, tiles in unsettled:
+    def settle(self, wait: bool = True, case: object = None) -> None:
+        """The shared-memory passes of the launches checked since the last call, waited for; CompilationError for
+        one whose kernel needs more than an sm_90 block has, or that the passes reject. `wait=False`: only those
+        already done, the rest kept for a later call (the interpreter runs on beside them: on a case of small
+        launches the passes took longer than the launches, 130 ms each). `case`: the case under way (a launch
+        first made by another is said to be)."""
+        for tiles, (name, first) in list(self.unsettled.items()):
+            if not wait and not self.shared[tiles].done():
+                continue
+            del self.unsettled[tiles]
+            earlier = "" if first == case else " (launched first in an earlier case)"
             try:
                 shared = self.shared[tiles].result()
             except Exception as e:  # noqa: BLE001 - as in check
-                raise _rejected(name, e) from None
+                raise CompilationError(f"{_rejected(name, e)}{earlier}") from None
             if shared > MAX_SHARED_BYTES:
                 raise CompilationError(
                     f"`{name}` needs {shared:,} bytes of shared memory with these constexprs, warps and stages, and "
                     f"an sm_{TARGET.arch} GPU gives a block at most {MAX_SHARED_BYTES:,} (227 KB): Triton's launcher "
-                    "refuses it (OutOfResources); use smaller tiles or fewer num_stages")
+                    f"refuses it (OutOfResources); use smaller tiles or fewer num_stages{earlier}")
 
-    def _compile(self, name: str, args: tuple, kwargs: dict) -> frozenset[str]:
+    def _compile(self, name: str, args: tuple, kwargs: dict, case: object = None) -> frozenset[str]:
         fn = self.kernels.get(name)
         if fn is None:
             raise CompilationError(f"the launched kernel `{name}` is not a top-level @triton.jit function of the file")
@@ -153,7 +162,7 @@ class FrontEnd:
             self.compiled[key] = frozenset(_REDUCED_FP32_DOT.findall(ir_text)) | (
                 {HALF_OPERANDS} if _HALF_DOT.search(ir_text) else set()) | (
                 {HALF_ROUNDING} if _HALF_ROUNDING.search(ir_text) else set())
-        self.unsettled.append((name, tiles))
+        self.unsettled.setdefault(tiles, (name, case))
         return self.compiled[key]
 
     def _shared_bytes(self, module, context, options, source: ASTSource) -> int:

@@ -20,6 +20,7 @@ from autotune.sandbox.channel import write_all
 from autotune.sandbox.runner import trim_traceback
 from autotune.verify import protocol
 from autotune.verify.device.buffers import Refused
+from autotune.verify.device.frontend import CompilationError
 from autotune.verify.device.loader import KernelSourceError, load
 from autotune.verify.device.replay import Device
 from autotune.verify.interp import bounds
@@ -56,7 +57,9 @@ def work(payload: dict, send, links) -> dict:
     while (raw := links.receive()) is not None:
         frame = protocol.parse_stream(raw)
         if isinstance(frame, protocol.CoverageCheck):  # every case before it is done: which dry calls made a
-            device.account.dry_uncovered().send(send)  # launch none ran
+            if not _settled(device, send):  # launch none ran
+                return {"cases_run": done}
+            device.account.dry_uncovered().send(send)
             continue
         assert isinstance(frame, (protocol.CaseItem, protocol.DryItem))
         if isinstance(frame, protocol.CaseItem):
@@ -69,9 +72,22 @@ def work(payload: dict, send, links) -> dict:
         if ended != "case":
             return {"cases_run": done}
         done += isinstance(frame, protocol.CaseItem)
+    if not _settled(device, send):
+        return {"cases_run": done}
     _tell_host(links, protocol.End())
     follow(device, links.from_host, send)
     return {"cases_run": done}
+
+
+def _settled(device: Device, send) -> bool:
+    """The compiler's passes still under way, waited for (a launch leaves them running beside the interpreter);
+    False, told as a compile error, where they refuse a launch."""
+    try:
+        device.front.settle()
+    except CompilationError as e:
+        protocol.CaseError(None, trim_traceback(e, keep_files=("kernels.py",)), compile=True).send(send)
+        return False
+    return True
 
 
 def _tell_host(links, msg: protocol.Message) -> bool:

@@ -226,6 +226,7 @@ class Device:
         return launches, outs, types
 
     def finish_case(self) -> None:
+        self.front.settle(wait=False, case=self.case.index)  # refusals the compiler's passes have made so far
         clobbered = not all(c is None or same_bits(o, c) for o, c in self.first_outs)
         broken = [i for i, p in enumerate(self.placed) if p is not None and not p.intact()]
         self.record.evidence(self.case.long, clobbered, broken).send(self.send)
@@ -314,7 +315,8 @@ class Device:
     def launch(self, launch: Launch) -> None:
         fn = self.kernels.interpreted[launch.kernel]
         self.account.ran(launch)
-        self.record.fp32_dots |= self.front.check(launch.kernel, tuple(launch.args), dict(launch.kwargs))
+        case = self.case.index if self.case is not None else None
+        self.record.fp32_dots |= self.front.check(launch.kernel, tuple(launch.args), dict(launch.kwargs), case)
         tensors = [a for a in [*launch.args, *launch.kwargs.values()] if isinstance(a, torch.Tensor)]
         failed: Exception | None = None
         with bounds.accesses_within([storage_span(t) for t in tensors], launch.kernel):
@@ -323,7 +325,9 @@ class Device:
             except Exception as e:  # noqa: BLE001 - raised below, once the compiler has had its say
                 if not ended_by_sample(e):  # the sample had run: the launch stopped there, on purpose
                     failed = e
-        self.front.settle()  # a launch the compiler refuses fails so, whatever the interpreter made of it
+        # a launch the compiler refuses fails so, whatever the interpreter made of it: one that failed waits for
+        # the compiler's passes; the others go on beside them (the case's evidence and the run's end wait)
+        self.front.settle(wait=failed is not None, case=case)
         if failed is not None:
             raise failed
         if self.buffers.sample is not None:
