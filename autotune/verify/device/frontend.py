@@ -14,8 +14,8 @@ OutOfResources, and is refused here with the figure. The stages after it need pt
 machine: 0.2 s for the first kernel, 0.03 s for each later one, and 0.1-0.3 s for the passes to the allocation
 (most of it the TTGIR stage). Those passes are C++ that releases the GIL, so they run on a thread of their own
 beside the interpreter; a refusal there is the case's failure, whatever the interpreter made of it (on a GPU the
-launch never runs): a launch that failed waits for its passes before its failure is told, a case's evidence for
-its own launches', and the run's end for all.
+launch never runs): a launch that failed waits for its passes before its failure is told, a launch's and a case's
+end tell the refusals made so far, and the run's end waits for all (device.process._settled).
 
     FrontEnd.write(source, workdir)          # before the audit hook forbids writes
     front = FrontEnd.load(workdir)           # after the interpreted import succeeded

@@ -17,8 +17,9 @@ class _NoLargeValues(TorchDispatchMode):
     tensor of the shape, dtype and strides the op would give (a draw or fill in place: its tensor; a factory, an
     elementwise op on dense operands or a join: dense, in the dtype the op gives at one element, since their meta
     kernels are Python references that import torch._dynamo, 2 s of a judging; any other op: worked out on the
-    meta device); views run as usual, and so do ops on small tensors, which may decide shapes (prefill's chunk
-    lengths)."""
+    meta device); an elementwise op whose small operands broadcast to a large result is large too (softmax's masks
+    at a vocabulary's width: 11.7 s of its dry calls, before the first case); views run as usual, and so do ops on
+    small tensors, which may decide shapes (prefill's chunk lengths)."""
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -28,7 +29,8 @@ class _NoLargeValues(TorchDispatchMode):
         kwargs = kwargs or {}
         tensors = [a for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
         size = tuple(next((a for a in args if isinstance(a, (list, tuple))), ())) if not tensors else ()
-        large = any(t.numel() > 1 << 16 for t in tensors) or (size and numel(size) > 1 << 16)
+        large = any(t.numel() > 1 << 16 for t in tensors) or (size and numel(size) > 1 << 16) or (
+            torch.Tag.pointwise in func.tags and _broadcast_numel(tensors) > 1 << 16)  # small operands, large result
         if not large or torch.Tag.view_copy in func.tags or func.is_view:
             return func(*args, **kwargs)
         written = func._schema.arguments[0].alias_info if func._schema.arguments else None
@@ -53,6 +55,14 @@ class _NoLargeValues(TorchDispatchMode):
         return torch.utils._pytree.tree_map(
             lambda o: torch.empty_strided(o.shape, o.stride(), dtype=o.dtype) if isinstance(o, torch.Tensor) else o,
             out)
+
+
+def _broadcast_numel(tensors) -> int:
+    """The values of the shape these tensors broadcast to (0 where they do not: the op itself says so)."""
+    try:
+        return numel(tuple(torch.broadcast_shapes(*(t.shape for t in tensors))))
+    except RuntimeError:
+        return 0
 
 
 def _one(a):
