@@ -27,7 +27,7 @@ class _NoLargeValues(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        tensors = [a for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+        tensors = _tensors((*args, *kwargs.values()))
         size = tuple(next((a for a in args if isinstance(a, (list, tuple))), ())) if not tensors else ()
         large = any(t.numel() > 1 << 16 for t in tensors) or (size and numel(size) > 1 << 16) or (
             torch.Tag.pointwise in func.tags and _broadcast_numel(tensors) > 1 << 16)  # small operands, large result
@@ -55,6 +55,18 @@ class _NoLargeValues(TorchDispatchMode):
         return torch.utils._pytree.tree_map(
             lambda o: torch.empty_strided(o.shape, o.stride(), dtype=o.dtype) if isinstance(o, torch.Tensor) else o,
             out)
+
+
+def _tensors(values) -> list[torch.Tensor]:
+    """The tensors among an aten op's arguments: each, or in a list of them (`Tensor[]`, aten's only nesting; a
+    pytree walk per op was most of paged attention's dry calls: 67,518 small ops)."""
+    found = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            found.append(v)
+        elif isinstance(v, (list, tuple)):
+            found += [t for t in v if isinstance(t, torch.Tensor)]
+    return found
 
 
 def _broadcast_numel(tensors) -> int:
