@@ -29,8 +29,10 @@ class _NoLargeValues(TorchDispatchMode):
         kwargs = kwargs or {}
         tensors = _tensors((*args, *kwargs.values()))
         size = tuple(next((a for a in args if isinstance(a, (list, tuple))), ())) if not tensors else ()
+        pointwise = torch.Tag.pointwise in func.tags
+        broadcast = _broadcast(tensors) if pointwise and tensors else None
         large = any(t.numel() > 1 << 16 for t in tensors) or (size and numel(size) > 1 << 16) or (
-            torch.Tag.pointwise in func.tags and _broadcast_numel(tensors) > 1 << 16)  # small operands, large result
+            broadcast is not None and numel(broadcast) > 1 << 16)  # small operands, large result
         if not large or torch.Tag.view_copy in func.tags or func.is_view:
             return func(*args, **kwargs)
         written = func._schema.arguments[0].alias_info if func._schema.arguments else None
@@ -39,8 +41,8 @@ class _NoLargeValues(TorchDispatchMode):
         one, shape = None, size
         if not tensors and "memory_format" not in kwargs:
             one = func(*[[1] * len(size) if isinstance(a, (list, tuple)) else a for a in args], **kwargs)
-        elif torch.Tag.pointwise in func.tags:
-            shape = tuple(torch.broadcast_shapes(*(t.shape for t in tensors)))
+        elif pointwise and broadcast is not None:
+            shape = broadcast
             if all(t.is_contiguous() for t in tensors if t.shape == shape):
                 one = func(*torch.utils._pytree.tree_map(_one, args), **torch.utils._pytree.tree_map(_one, kwargs))
         elif func is torch.ops.aten.cat.default and all(t.dim() == tensors[0].dim() > 0 for t in tensors):
@@ -69,12 +71,12 @@ def _tensors(values) -> list[torch.Tensor]:
     return found
 
 
-def _broadcast_numel(tensors) -> int:
-    """The values of the shape these tensors broadcast to (0 where they do not: the op itself says so)."""
+def _broadcast(tensors) -> tuple[int, ...] | None:
+    """The shape these tensors broadcast to (None where they do not: the op itself says so)."""
     try:
-        return numel(tuple(torch.broadcast_shapes(*(t.shape for t in tensors))))
+        return tuple(torch.broadcast_shapes(*(t.shape for t in tensors)))
     except RuntimeError:
-        return 0
+        return None
 
 
 def _one(a):
