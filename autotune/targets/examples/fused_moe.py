@@ -18,16 +18,17 @@ def _act(x_ptr, w13_ptr, ids_ptr, act_ptr, top_k, H, I,  # noqa: E741 (I: vLLM's
     lane = tl.arange(0, 16)
     mine = (lane == 0)[:, None]  # the token is row 0 of the tile
     kk = tl.arange(0, BK)
+    bi = tl.arange(0, BI)
     xs = x_ptr + token * H + lane[:, None] * 0 + kk[None, :]  # [16, BK]: the row's first BK channels
+    tile = bi[None, :] * H + kk[:, None]  # [BK, BI]: rows 0.. of a block, their first BK channels
     for j in range(0, top_k):
         expert = tl.load(ids_ptr + token * top_k + j).to(tl.int64)
-        gates = w13_ptr + expert * 2 * I * H
-        out = act_ptr + (token * top_k + j) * I + lane[:, None] * 0
+        gates = w13_ptr + expert * 2 * I * H + tile
+        out = act_ptr + (token * top_k + j) * I + lane[:, None] * 0 + bi[None, :]
         for i0 in range(0, I, BI):
-            ii = i0 + tl.arange(0, BI)
-            ws = gates + ii[None, :] * H + kk[:, None]  # [BK, BI]: gate rows i0.., their first BK channels
+            ws = gates + i0 * H  # gate rows i0..
             us = ws + I * H  # the up rows
-            rows = ii[None, :] < I
+            rows = bi[None, :] < I - i0
             gate = tl.zeros((16, BI), dtype=tl.float32)
             up = tl.zeros((16, BI), dtype=tl.float32)
             for k0 in range(0, H, BK):
@@ -41,7 +42,7 @@ def _act(x_ptr, w13_ptr, ids_ptr, act_ptr, top_k, H, I,  # noqa: E741 (I: vLLM's
             gate = gate.to(act_ptr.dtype.element_ty).to(tl.float32)
             up = up.to(act_ptr.dtype.element_ty).to(tl.float32)
             act = gate / (1.0 + tl.exp(-gate)) * up
-            tl.store(out + ii[None, :], act.to(act_ptr.dtype.element_ty), mask=mine & rows)
+            tl.store(out + i0, act.to(act_ptr.dtype.element_ty), mask=mine & rows)
 
 
 @triton.jit

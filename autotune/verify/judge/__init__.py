@@ -178,9 +178,10 @@ def _run_worker(target: Target, source: str, plan: list[case_plan.Case], limits:
     without values) at every served shape: the launches they make must each run in some case), then each case
     goes to the device as it is made (the pipe keeps this process a case or two ahead, so neither side holds
     every case's data): its data for the device, and where each input sits, without its values, for the host.
-    Last, the device names the served shapes whose launches no case ran: the range cases and the cut of each of
-    those shapes follow; for a launch still not run, the cheapest of the smaller shapes that make it too (probes:
-    a size raised alone toward its served value), found by dry calls (`plan` grows by them)."""
+    Last, the device names the served shapes whose launches no case ran: the cut of each of those shapes follows,
+    then the range cases of those whose launches it did not make; for a launch still not run, the cheapest of the
+    smaller shapes that make it too (probes: a size raised alone toward its served value), found by dry calls
+    (`plan` grows by them)."""
     served: list[tuple] = []  # dry call index -> (shape, dtype)
 
     def dry_item(i: int, args, probe: bool = False) -> dict:
@@ -215,11 +216,22 @@ def _run_worker(target: Target, source: str, plan: list[case_plan.Case], limits:
             smaller = followup.smaller_whole_case(target, plan[i], seconds, plan_config, len(plan))
             session.smaller[i] = smaller.index if smaller else None
             yield from more([smaller] if smaller else [])
-        if not answer.dry_index:
-            return
-        # a launch only some served shapes make: the range cases and the cut at each of those shapes
-        yield from more(followup.coverage_cases(target, [served[i] for i in answer.dry_index if 0 <= i < len(served)],
-                                                 plan_config, len(plan)))
+        # a launch only some served shapes make: the cut of each of those shapes (in rounds: an answer names at most
+        # 20), then the range cases of those whose launches the cuts did not make either
+        cut_of: set[int] = set()
+        while True:
+            if not answer.dry_index:
+                return
+            named = [i for i in answer.dry_index if 0 <= i < len(served)]
+            fresh = [i for i in named if i not in cut_of]
+            cut_of.update(fresh)
+            yield from more(followup.coverage_cases(target, [served[i] for i in fresh or named], plan_config,
+                                                     len(plan), cut=bool(fresh)))
+            if not fresh:
+                break
+            answer = yield from left_out()
+            if answer is None:
+                return
         # still not run (a specialisation that follows a served size, as a block from next_power_of_2(tokens)): the
         # cheapest probe that makes the launch too; a device answer names at most 20 launches, so rounds follow
         # while each runs a probe case no round ran

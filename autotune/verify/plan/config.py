@@ -28,6 +28,7 @@ class PlanConfig:
     widen_within_s: float = 0.0  # a launch widened to read partial results stops after this (0: runs to the end)
     concurrency_whole: bool = False  # the concurrency and span cuts run every program (else sampled as range cases)
     edge_kinds: bool = True  # the edge shapes run large and NaN/Inf inputs too (else as the presets' shapes do)
+    every_dtype: bool = True  # every shape in every dtype (else the edges', presets' and drawn shapes in one each)
     together_values: int = 0  # the most values of a case with two cut dims at their served sizes together (0: none)
     together_flops: int = 0  # and the most FLOPs of its reference
     served_turns: bool = True  # range cases but a shape's first take the layouts' and scalars' turns
@@ -65,7 +66,7 @@ class PlanConfig:
                    rerun_within_s=float(cfg_verify.rerun_within_s),
                    widen_within_s=float(cfg_verify.widen_within_s),
                    concurrency_whole=bool(cfg_verify.concurrency_whole),
-                   edge_kinds=bool(cfg_verify.edge_kinds),
+                   edge_kinds=bool(cfg_verify.edge_kinds), every_dtype=bool(cfg_verify.every_dtype),
                    together_values=int(cfg_verify.together_values),
                    together_flops=int(cfg_verify.together_flops),
                    served_turns=bool(cfg_verify.served_turns),

@@ -1,5 +1,6 @@
 """The cases added while a candidate runs, after the plan (autotune.verify.judge runs them as the device answers):
-at served shapes whose launches no planned case ran (`coverage_cases`), at the cheapest probe that makes a launch
+at served shapes whose launches no planned case ran (`coverage_cases`: their cuts, then their range cases for a
+launch still not run), at the cheapest probe that makes a launch
 only served sizes make (`probe_shapes`, `probe_cases`), and whole at a smaller size in place of a sample too slow
 to run again whole (`smaller_whole_case`)."""
 
@@ -14,18 +15,19 @@ from autotune.verify.plan.cases import Case, extra_cut, range_sample, work
 from autotune.verify.plan.config import PlanConfig
 
 
-def coverage_cases(target: Target, served, config: PlanConfig, start: int) -> list[Case]:
+def coverage_cases(target: Target, served, config: PlanConfig, start: int, cut: bool = True) -> list[Case]:
     """Cases for served shapes whose launches no planned case ran (`served`: (shape, dtype) of the dry calls that
     made them; a kernel that specialises on a combination of sizes, as vLLM's decode kernel does on the query
-    group and head_dim, makes one signature per preset), numbered from `start`: the range cases of each and its
-    ordinary cut, one per distinct shape."""
+    group and head_dim, makes one signature per preset), numbered from `start`, one per distinct shape: the
+    ordinary cut of each (`cut`), else its range cases (for the launches the cuts did not make either)."""
     rows, elements = config.max_interpreter_rows, config.max_interpreter_elements
     cases: list[Case] = []
     seen: set = set()
     for shape, dtype in served:
         shape = tuple(shape)
-        runs = [(tuple(r), range_sample(target, tuple(r), config), "range") for r in target.range_cuts(shape)]
-        for run, sample, source in [*runs, (tuple(target.cut_shape(shape, rows, elements)), 0, "coverage")]:
+        runs = [(tuple(target.cut_shape(shape, rows, elements)), 0, "coverage")] if cut else [
+            (tuple(r), range_sample(target, tuple(r), config), "range") for r in target.range_cuts(shape)]
+        for run, sample, source in runs:
             if (run, dtype) not in seen:
                 seen.add((run, dtype))
                 cases.append(Case(index=start + len(cases), shape=run, dtype=dtype, kind="normal", seed=0,
