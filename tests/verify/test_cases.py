@@ -77,6 +77,28 @@ def test_cpu_plan_covers_every_shape_dtype_and_kind():
     assert sizes == sorted(sizes)  # cheapest first, then the long run (test_the_long_run_of_calls_ends_the_plan...)
 
 
+@pytest.mark.parametrize("name", ["rms_norm", "paged_attention"])
+def test_the_quick_plan_runs_each_extra_shape_in_one_dtype_taking_turns(name):
+    """verify.every_dtype=false (the quick plan): the default shapes in every dtype, each edge, preset's and drawn
+    shape in one, the dtypes taking turns so that every dtype meets extra shapes, and a repeat, a refill and NaN/Inf
+    inputs on one round of the turns in every len(dtypes); the default plan, every shape in every dtype."""
+    target, dtypes = get(name), {torch.float32, torch.bfloat16, torch.float16}
+    quick = [c for c in plan(target, None, plan_config(compose(["verify=quick"]).verify), salt=SALT)
+             if c.source not in ("range", "together")]
+    extra = [c for c in quick if c.source != "default"]
+    by_shape = {c.requested_shape: set() for c in extra}
+    for c in extra:
+        by_shape[c.requested_shape].add(c.dtype)
+    assert all(len(d) == 1 for d in by_shape.values()), by_shape
+    assert {c.dtype for c in extra} == dtypes and {c.dtype for c in extra if c.repeat and c.refill} == dtypes
+    assert 0 < sum(c.kind == "special" for c in extra) < len(by_shape)
+    for shape in {c.requested_shape for c in quick if c.source == "default"}:
+        assert {c.dtype for c in quick if c.requested_shape == shape and c.kind == "normal"} == dtypes
+    every = [c for c in plan(target, None, PLAN, salt=SALT) if c.source in ("edge", *CONTRACT_SOURCES)]
+    assert all({c.dtype for c in every if c.requested_shape == s and c.kind == "normal"} == dtypes
+               for s in {c.requested_shape for c in every})
+
+
 def test_gpu_plan_cuts_nothing_and_checks_everything():
     cases = plan(RMS, None, GPU_PLAN, salt=SALT)
     contract = {s for s, _ in contract_shapes(RMS, PLAN, SALT)}
@@ -487,6 +509,20 @@ def test_probes_raise_one_dim_alone_to_its_served_value_and_its_power_of_two_buc
             []]  # two dtypes of one shape tie on work
     (case,) = followup.probe_cases(moe, made, PLAN, start=7)
     assert case.shape == (257, *cut[1:]) and case.index == 7 and case.source == "probe" and case.sample
+
+
+def test_coverage_runs_a_served_shapes_cut_first_and_its_range_cases_only_after():
+    """A served shape whose launches no planned case ran: its ordinary cut (a specialisation on a size the cut keeps,
+    head_dim or a dtype, runs there), then, for launches the cut did not make either, its range cases (one on a
+    size the cut shrinks: tokens)."""
+    moe = get("fused_moe")
+    served = [((512, 128, 8, 2048, 768), torch.bfloat16), ((512, 128, 8, 2048, 768), torch.bfloat16)]
+    cuts = followup.coverage_cases(moe, served, PLAN, start=3)
+    assert [(c.shape, c.source, c.index, c.sample) for c in cuts] == [
+        (moe.cut_shape(served[0][0], PLAN.max_interpreter_rows, PLAN.max_interpreter_elements), "coverage", 3, 0)]
+    ranged = followup.coverage_cases(moe, served, PLAN, start=4, cut=False)
+    assert [c.shape for c in ranged] == list(dict.fromkeys(tuple(r) for r in moe.range_cuts(served[0][0])))
+    assert all(c.source == "range" and c.dtype == torch.bfloat16 for c in ranged) and ranged[0].index == 4
 
 
 def test_the_largest_served_call_runs_uncut_with_every_program_where_it_fits():

@@ -75,8 +75,9 @@ _active: list[Sample] = []
 
 class Sample:
     def __init__(self, programs: int, rng: np.random.Generator, widen_within_s: float = 0.0,
-                 finish_within_s: float = 0.0):
+                 finish_within_s: float = 0.0, whole_up_to: int = 0):
         self.programs, self.rng = programs, rng
+        self.whole_up_to = max(programs + 1, whole_up_to)  # a launch whose axis is no longer than this runs whole
         self.widen_within_s = widen_within_s  # a widened launch stops after this much time (0: it runs to the end)
         self.finish_within_s = finish_within_s  # a launch runs the rest of its grid after its sample within this
         self.finished_s = 0.0  # the time, at their samples' pace, of the programs launches ran after their samples
@@ -280,16 +281,17 @@ class Sample:
         return np.unique(np.concatenate([others, [n - 1], edge]).astype(np.int64))
 
     def order(self, grid: tuple[int, int, int], args=()) -> np.ndarray | None:
-        """The linear ids of the programs to run, in a random order; None to run the whole grid (a grid no
-        longer than the sample). Along the longest axis whose length an earlier launch of the call sampled, else the
-        longest: a second kernel over the first's rows (one program per token, then per token and column block)
-        runs the rows the first wrote, not a sample across them that reads what it skipped. A launch given a
-        storage that sampled programs left partly written may widen to the whole grid (`widen`)."""
+        """The linear ids of the programs to run, in a random order; None to run the whole grid (an axis no
+        longer than `whole_up_to`, the sample's length at least). Along the longest axis whose length an earlier
+        launch of the call sampled, else the longest: a second kernel over the first's rows (one program per token,
+        then per token and column block) runs the rows the first wrote, not a sample across them that reads what it
+        skipped. A launch given a storage that sampled programs left partly written may widen to the whole grid
+        (`widen`)."""
         seen = [a for a in range(3) if grid[a] in self.indices]
         axis = max(seen, key=lambda a: grid[a]) if seen else int(np.argmax(grid))
         n = grid[axis]
         self.may_widen = any(self._partly_valid(a) for a in args if isinstance(a, torch.Tensor))
-        if n <= self.programs + 1:
+        if n <= self.whole_up_to:
             self.launch_sampled = False
             return None
         if n not in self.indices:  # drawn once per call for each axis length

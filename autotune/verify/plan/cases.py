@@ -157,10 +157,9 @@ class _Planned:
 
 
 def _planned(target: Target, shapes, config: PlanConfig, salt: bytes) -> list[_Planned]:
-    """Every (shape, dtype, kind, seed) of the plan: each primary shape in every dtype with normal inputs, large
-    inputs in the half dtypes, NaN/Inf, further seeds (the presets' and drawn shapes: normal, and NaN/Inf in one
-    dtype; without `every_dtype`, each shape but the default or profile ones in its turn's dtype alone); on the
-    interpreter, then the range cases."""
+    """Every (shape, dtype, kind, seed) of the plan: each primary shape in every dtype (or its turn's alone:
+    `every_dtype`) with normal inputs, large inputs in the half dtypes, NaN/Inf, further seeds (the presets' and
+    drawn shapes: normal, and NaN/Inf in one dtype); on the interpreter, then the range cases."""
     dtypes = target_dtypes(target, config)
     cut = target.cut_shape  # the target's own CPU cut; the default cuts leading dims (base.cut_rows)
     elements = config.max_interpreter_elements
@@ -168,10 +167,9 @@ def _planned(target: Target, shapes, config: PlanConfig, salt: bytes) -> list[_P
     extra = (None, None) if config.whole else (config.max_interpreter_rows_extra, elements // 4)
     found: list[_Planned] = []
     for n, (requested, source, calls, profile_dtype) in enumerate(primary_shapes(target, shapes, config, salt)):
-        every = config.every_dtype or config.whole or source in ("profile", "default")
-        for d, dtype in enumerate(t for t in dict.fromkeys([profile_dtype, *dtypes]) if t is not None):
-            if not every and d != n % len(dtypes):  # this shape's turn in the dtypes
-                continue
+        every = config.every_dtype or config.whole or source in ("profile", "default")  # else its turn's dtype
+        for d, dtype in [(d, t) for d, t in enumerate(filter(None, dict.fromkeys([profile_dtype, *dtypes])))
+                         if every or d == n % len(dtypes)]:
             contract = source in CONTRACT_SOURCES and not config.whole
             fewer_kinds = contract or source == "edge" and not config.edge_kinds and not config.whole
             small = cut(requested, *extra)
@@ -179,8 +177,7 @@ def _planned(target: Target, shapes, config: PlanConfig, salt: bytes) -> list[_P
             def add(shape: Shape, kind: str, seed: int = 0, checks: bool = False) -> None:
                 found.append(_Planned(requested, shape, dtype, kind, seed, source, calls, checks))  # noqa: B023
 
-            # a repeat and a refill: in one dtype of each shape, or (a shape in one dtype) for one round of the
-            # dtypes' turns in every len(dtypes)
+            # a repeat and a refill in one dtype of each shape (of one dtype: one round of turns in len(dtypes))
             checks = config.whole or d == n % len(dtypes) and (every or n % len(dtypes) ** 2 < len(dtypes))
             add(cut(requested, *(extra if contract else main)), "normal", checks=checks)
             if fewer_kinds:  # sizes and layouts: normal inputs (and NaN/Inf in one dtype)
