@@ -213,8 +213,9 @@ def _block_pool(per_seq: torch.Tensor, num_blocks: int, gen: torch.Generator) ->
     frees and prefix hits). Scattered for every sequence, no table held a run, and a kernel that takes a shortcut where
     it finds one (block_table[s, i] == block_table[s, 0] + i) would have been judged only off it."""
     pool = torch.roll(torch.arange(num_blocks), int(torch.randint(0, num_blocks, (1,), generator=gen)))
-    scattered = [i for n, end in zip(per_seq.tolist(), per_seq.cumsum(0).tolist())
-                 if torch.rand((), generator=gen) < 0.5 for i in range(end - n, min(end, num_blocks))]
+    mixed = (torch.rand(per_seq.numel(), generator=gen) < 0.5).tolist()
+    scattered = [i for n, end, m in zip(per_seq.tolist(), per_seq.cumsum(0).tolist(), mixed)
+                 if m for i in range(end - n, min(end, num_blocks))]
     at = torch.tensor(scattered, dtype=torch.long)
     pool[at] = pool[at[torch.randperm(len(at), generator=gen)]]
     return pool
@@ -234,8 +235,9 @@ def make_inputs(shape, dtype, gen, kind):
     table = pool[torch.randint(0, num_blocks, (seqs, width), generator=gen)]  # unused entries: others' blocks (as
     # an SGLang-style pool's stale ones), or in half the calls zeros (below)
     start, shared = 0, num_blocks < own  # shared: each sequence's blocks drawn from all of them
+    entries, blocks = table.numpy(), pool.numpy()  # the same memory
     for s, n in enumerate(per_seq.tolist()):
-        table[s, :n] = torch.randperm(num_blocks, generator=gen)[:n] if shared else pool[start:start + n]
+        entries[s, :n] = torch.randperm(num_blocks, generator=gen)[:n].numpy() if shared else blocks[start:start + n]
         start += n
     cache_shape = (num_blocks, block_size, kv_heads, head_dim)
     # "large" scales the keys too: logits in the tens of thousands overflow exp without the max subtraction
@@ -261,12 +263,14 @@ def _prefix_hits(table: torch.Tensor, full: torch.Tensor, gen: torch.Generator) 
     the very blocks that hold it). A round-16 attacker's kernel skipped keys in blocks it had met at the head of the
     previous sequence's table, and no table had shared one."""
     table = table.clone()
-    for s in range(1, table.shape[0]):
-        earlier = int(torch.randint(0, s, (1,), generator=gen))
-        shared = min(int(full[s]), int(full[earlier]))
-        if torch.rand((), generator=gen) < 0.5 and shared:
-            hit = int(torch.randint(1, shared + 1, (1,), generator=gen))
-            table[s, :hit] = table[earlier, :hit]
+    later = torch.arange(1, table.shape[0])
+    earlier = (torch.rand(later.numel(), generator=gen) * later).long()  # uniform below each sequence's index
+    shared = torch.minimum(full[later], full[earlier])
+    hit = 1 + (torch.rand(later.numel(), generator=gen) * shared).long().clamp(max=(shared - 1).clamp(min=0))
+    hits = (torch.rand(later.numel(), generator=gen) < 0.5) & (shared > 0)
+    rows = table.numpy()  # the same memory: in order, so that a hit can take an earlier one's hit blocks
+    for s, e, n in zip(later[hits].tolist(), earlier[hits].tolist(), hit[hits].tolist()):
+        rows[s, :n] = rows[e, :n]
     return table
 
 
