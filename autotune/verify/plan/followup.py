@@ -1,8 +1,8 @@
 """The cases added while a candidate runs, after the plan (autotune.verify.judge runs them as the device answers):
 at served shapes whose launches no planned case ran (`coverage_cases`: their cuts, then their range cases for a
-launch still not run), at the cheapest probe that makes a launch
-only served sizes make (`probe_shapes`, `probe_cases`), and whole at a smaller size in place of a sample too slow
-to run again whole (`smaller_whole_case`)."""
+launch still not run), at the cheapest probe that makes a launch only served sizes make (`probe_shapes`,
+`probe_cases`), and whole at a smaller size in place of a sample too slow to run again whole
+(`smaller_whole_case`)."""
 
 from __future__ import annotations
 
