@@ -58,8 +58,8 @@ def test_a_sample_keeps_the_grids_last_program_and_draws_the_others_afresh_per_c
     assert Sample(1, rng).order((2, 1, 1)) is None  # a grid no longer than the sample and its last runs whole
     assert Sample(2, rng).order((4, 1, 1)) is not None  # 3 of 4 sampled, where nothing would run the call again
     # where the call would run again whole (a call of several launches), an axis its sample holds half of runs whole
-    assert Sample(2, rng, whole_up_to=6).order((6, 2, 1)) is None
-    assert len(Sample(2, rng, whole_up_to=6).order((7, 2, 1))) == 3 * 2
+    assert Sample(2, rng, whole_if_half=True).order((6, 2, 1)) is None
+    assert len(Sample(2, rng, whole_if_half=True).order((7, 2, 1))) == 3 * 2
 
 
 def test_a_second_launch_samples_the_axis_the_first_drew_whatever_its_longest():

@@ -174,8 +174,8 @@ class Device:
         finish_within_s = self.case.whole_within_ms / 1000 if kernels == 1 else 0.0
         # and in one of more that may run again whole, an axis the sample would hold half of runs whole at once: a
         # sample saves at most half there, and the call's rerun costs it whole again (a fused MoE's 4-token calls)
-        whole_up_to = 2 * (self.case.sample + 1) if kernels > 1 and self.case.whole_within_ms else 0
-        with Sample(self.case.sample, rng, self.case.widen_within_ms / 1000, finish_within_s, whole_up_to) as sample:
+        whole_if_half = kernels > 1 and bool(self.case.whole_within_ms)
+        with Sample(self.case.sample, rng, self.case.widen_within_ms / 1000, finish_within_s, whole_if_half) as sample:
             self.buffers.sample = sample
             try:
                 for _, p in in_place:

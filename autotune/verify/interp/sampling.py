@@ -75,9 +75,11 @@ _active: list[Sample] = []
 
 class Sample:
     def __init__(self, programs: int, rng: np.random.Generator, widen_within_s: float = 0.0,
-                 finish_within_s: float = 0.0, whole_up_to: int = 0):
+                 finish_within_s: float = 0.0, whole_if_half: bool = False):
         self.programs, self.rng = programs, rng
-        self.whole_up_to = max(programs + 1, whole_up_to)  # a launch whose axis is no longer than this runs whole
+        # a launch whose axis is no longer than its sample (drawn indices and the last) runs whole; `whole_if_half`:
+        # also one whose axis the sample would hold half of
+        self.whole_up_to = (programs + 1) * (2 if whole_if_half else 1)
         self.widen_within_s = widen_within_s  # a widened launch stops after this much time (0: it runs to the end)
         self.finish_within_s = finish_within_s  # a launch runs the rest of its grid after its sample within this
         self.finished_s = 0.0  # the time, at their samples' pace, of the programs launches ran after their samples
@@ -282,7 +284,7 @@ class Sample:
 
     def order(self, grid: tuple[int, int, int], args=()) -> np.ndarray | None:
         """The linear ids of the programs to run, in a random order; None to run the whole grid (an axis no
-        longer than `whole_up_to`, the sample's length at least). Along the longest axis whose length an earlier
+        longer than `whole_up_to`). Along the longest axis whose length an earlier
         launch of the call sampled, else the longest: a second kernel over the first's rows (one program per token,
         then per token and column block) runs the rows the first wrote, not a sample across them that reads what it
         skipped. A launch given a storage that sampled programs left partly written may widen to the whole grid
