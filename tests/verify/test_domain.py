@@ -226,6 +226,26 @@ def test_rotary_kernels_wrong_only_at_served_sizes_past_the_first_domain_are_inc
     assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
 
 
+def test_a_served_call_small_enough_runs_as_served_not_cut(tmp_path):
+    """A stop 59 attacker's: rotary's five tokens of each served head family (SERVED_HEADS) ran cut to three for the
+    interpreter, and no other case had 128 heads past the third token, so a kernel wrong there (Llama 3.1 405B's
+    heads) passed the default plan in every draw. In one dtype a call of at most `verify.range_whole_work` runs as
+    served (the quick plan's is 0: there with the default plan's bound, fp32 alone)."""
+    s = "s = tl.load(cache_ptr + pos * cache_stride + half + j, mask=j < half, other=0.0).to(tl.float32)"
+    flip = "\n    s = tl.where((heads >= 128) & (token >= 3), -s, s)"  # the sine mirrored there
+    wrong = example_variant(tmp_path, "rotary_embedding", s, s + flip)
+    v = verify("rotary_embedding", wrong, compose(["verify=quick", "verify.dtypes=[float32]",
+                                                   "verify.range_whole_work=4194304"]))
+    assert v.status is Status.INCORRECT and says(v.reason, WRONG_VALUES), v.reason
+    assert tuple(v.failing_case().shape[:2]) == (5, 128), v.reason
+    cfg = PlanConfig.from_config(compose([]).verify, presets=config.chosen_presets("all"), served_rows=2048)
+
+    def as_served(c: PlanConfig) -> set:
+        return {p.shape for p in plan(get("rotary_embedding"), None, c) if p.source == "model"}
+    assert (5, 128, 8, 128, 128, 1, 4099) in as_served(cfg)
+    assert (5, 128, 8, 128, 128, 1, 4099) not in as_served(dataclasses.replace(cfg, range_whole_work=0))  # the cut's
+
+
 def test_a_rotary_kernel_in_vllms_own_precision_is_correct(tmp_path):
     """The example computed as vLLM's CUDA kernel computes it (`scalar_t` math in csrc/pos_encoding_kernels.cu): the
     cache row and q/k loaded in their dtype, each product and sum rounded to it. Against an fp32-math reference it was
