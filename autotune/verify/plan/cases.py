@@ -175,9 +175,9 @@ def _planned(target: Target, shapes, config: PlanConfig, salt: bytes) -> list[_P
 
             # a repeat and a refill in one dtype of each shape (of one dtype: one round of turns in len(dtypes))
             checks = config.whole or d == n % len(dtypes) and (every or n % len(dtypes) ** 2 < len(dtypes))
-            # and in that dtype a call of at most `verify.range_whole_work` runs as served (uncut: a kernel wrong only
-            # where a dim the cut shrinks meets another's served size, 5 tokens of 128 heads, met that nowhere)
-            served = d == n % len(dtypes) and work(target, requested) <= config.range_whole_work
+            # and there a preset's or drawn call of at most `verify.range_whole_work` runs as served (the extra cut's
+            # quarter shrank 5 tokens of 128 heads to 3, and a kernel wrong only past the third met that nowhere)
+            served = contract and d == n % len(dtypes) and work(target, requested) <= config.range_whole_work
             add(requested if served else cut(requested, *(extra if contract else main)), "normal", checks=checks)
             if fewer_kinds:  # sizes and layouts: normal inputs (and NaN/Inf in one dtype)
                 if checks:
