@@ -6,8 +6,8 @@ and shapes drawn for this run (keyed by the judge's secret salt), each in every 
 with a repeat (races show) and a refill (caching by pointer shows) rotating over the dtypes; large inputs in the
 half dtypes, NaN/Inf and further seeds in every dtype; the target's layouts and scalar values take turns.
 
-On the interpreter (not `PlanConfig.whole`) rows are cut, never a width, but for one case of each call small
-enough to run as served. Range cases keep every dim a kernel indexes whole at served shapes (`Target.range_cuts`),
+On the interpreter (not `PlanConfig.whole`) rows are cut, never a width (a preset's or drawn call small enough runs
+uncut in one dtype). Range cases keep every dim a kernel indexes whole at served shapes (`Target.range_cuts`),
 run whole where cheap and on a sample of each launch's programs otherwise (autotune.verify.interp.sampling);
 `together_shapes` sets each dim and each pair of dims the cut shrinks at their served sizes together (a sample,
 within a budget), `drawn_steps` runs a step of a drawn token count in each octave. The cases added while a
