@@ -164,8 +164,9 @@ def _planned(target: Target, shapes, config: PlanConfig, salt: bytes) -> list[_P
     found: list[_Planned] = []
     for n, (requested, source, calls, profile_dtype) in enumerate(primary_shapes(target, shapes, config, salt)):
         every = config.every_dtype or config.whole or source in ("profile", "default")  # else its turn's dtype
+        turn = n % len(dtypes)  # the dtype whose turn the shape is
         for d, dtype in [(d, t) for d, t in enumerate(filter(None, dict.fromkeys([profile_dtype, *dtypes])))
-                         if every or d == n % len(dtypes)]:
+                         if every or d == turn]:
             contract = source in CONTRACT_SOURCES and not config.whole
             fewer_kinds = contract or source == "edge" and not config.edge_kinds and not config.whole
             small = cut(requested, *extra)
@@ -174,10 +175,10 @@ def _planned(target: Target, shapes, config: PlanConfig, salt: bytes) -> list[_P
                 found.append(_Planned(requested, shape, dtype, kind, seed, source, calls, checks))  # noqa: B023
 
             # a repeat and a refill in one dtype of each shape (of one dtype: one round of turns in len(dtypes))
-            checks = config.whole or d == n % len(dtypes) and (every or n % len(dtypes) ** 2 < len(dtypes))
+            checks = config.whole or d == turn and (every or n % len(dtypes) ** 2 < len(dtypes))
             # and there a preset's or drawn call of at most `verify.range_whole_work` runs as served (the extra cut's
             # quarter shrank 5 tokens of 128 heads to 3, and a kernel wrong only past the third met that nowhere)
-            served = contract and d == n % len(dtypes) and work(target, requested) <= config.range_whole_work
+            served = contract and d == turn and work(target, requested) <= config.range_whole_work
             add(requested if served else cut(requested, *(extra if contract else main)), "normal", checks=checks)
             if fewer_kinds:  # sizes and layouts: normal inputs (and NaN/Inf in one dtype)
                 if checks:
